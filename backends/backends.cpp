@@ -1,0 +1,53 @@
+// The probes of every compiled-in backend, in preference order.
+#include "core/registry.h"
+
+namespace tessera {
+
+void probe_cpu(std::vector<DeviceEntry>& out);
+#if TESSERA_HAVE_VULKAN
+void probe_vulkan(std::vector<DeviceEntry>& out);
+#endif
+#if TESSERA_HAVE_CUDA
+void probe_cuda(std::vector<DeviceEntry>& out);
+#endif
+#if TESSERA_HAVE_HIP
+void probe_hip(std::vector<DeviceEntry>& out);
+#endif
+
+std::vector<std::pair<std::string, BackendProbe>> builtin_backend_probes() {
+  std::vector<std::pair<std::string, BackendProbe>> probes;
+#if TESSERA_HAVE_CUDA
+  probes.emplace_back("cuda", probe_cuda);
+#endif
+#if TESSERA_HAVE_HIP
+  probes.emplace_back("hip", probe_hip);
+#endif
+#if TESSERA_HAVE_VULKAN
+  probes.emplace_back("vulkan", probe_vulkan);
+#endif
+  probes.emplace_back("cpu", probe_cpu);
+  return probes;
+}
+
+// Defined here rather than in core/ so that core never depends on the backends.
+Registry& Registry::global() {
+  static Registry r(builtin_backend_probes());
+  return r;
+}
+
+// Backends compiled out of this build, for `tessera info`.
+std::vector<std::string> backends_not_built() {
+  std::vector<std::string> out;
+#if !TESSERA_HAVE_VULKAN
+  out.push_back("vulkan");
+#endif
+#if !TESSERA_HAVE_CUDA
+  out.push_back("cuda");
+#endif
+#if !TESSERA_HAVE_HIP
+  out.push_back("hip");
+#endif
+  return out;
+}
+
+}  // namespace tessera

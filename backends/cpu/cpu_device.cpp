@@ -1,0 +1,91 @@
+#include "backends/cpu/cpu_device.h"
+
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "core/host_buffer.h"
+#include "core/registry.h"
+
+namespace tessera::cpu {
+
+namespace {
+std::string cpu_model_name() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) {
+      auto p = line.find(':');
+      if (p != std::string::npos) return line.substr(p + 2);
+    }
+  return "CPU";
+}
+std::string cpu_features() {
+  std::string out;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2")) out += "avx2 ";
+  if (__builtin_cpu_supports("fma")) out += "fma ";
+  if (__builtin_cpu_supports("f16c")) out += "f16c ";
+  if (__builtin_cpu_supports("avx512f")) out += "avx512f ";
+  if (__builtin_cpu_supports("avx512bw")) out += "avx512bw ";
+  if (__builtin_cpu_supports("avx512vnni")) out += "avx512vnni ";
+  if (__builtin_cpu_supports("avx512bf16")) out += "avx512bf16 ";
+#endif
+  if (!out.empty()) out.pop_back();
+  return out;
+}
+size_t host_memory_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  size_t kb = 0;
+  while (f >> key >> kb) {
+    if (key == "MemTotal:") return kb * 1024;
+    f.ignore(256, '\n');
+  }
+  return 0;
+}
+}  // namespace
+
+CpuDevice::CpuDevice(int n_threads) : pool_(n_threads) {
+  info_.id = "cpu";
+  info_.kind = DeviceKind::kCpu;
+  info_.threads = pool_.size();
+  info_.name = cpu_model_name() + " (" + std::to_string(pool_.size()) + " threads)";
+  info_.features = cpu_features();
+  info_.memory_bytes = host_memory_bytes();
+}
+
+Result<BufferPtr> CpuDevice::alloc(size_t bytes) {
+  auto b = HostBuffer::create(this, bytes);
+  if (!b) return ResourceExhausted("cpu: cannot allocate " + std::to_string(bytes) + " bytes");
+  return BufferPtr(b);
+}
+
+Status CpuDevice::upload(const Tensor& dst, const void* src, size_t bytes) {
+  if (!dst.host_data()) return InvalidArgument("cpu: upload to a tensor without host memory: " + dst.shape_string());
+  if (int64_t(bytes) > dst.nbytes())
+    return OutOfRange("cpu: upload of " + std::to_string(bytes) + " bytes into " + dst.shape_string() + " (" +
+                      std::to_string(dst.nbytes()) + " bytes)");
+  std::memcpy(dst.host_data(), src, bytes);
+  return OkStatus();
+}
+
+Status CpuDevice::download(const Tensor& src, void* dst, size_t bytes) {
+  if (!src.host_data()) return InvalidArgument("cpu: download from a tensor without host memory: " + src.shape_string());
+  if (int64_t(bytes) > src.nbytes())
+    return OutOfRange("cpu: download of " + std::to_string(bytes) + " bytes from " + src.shape_string());
+  std::memcpy(dst, src.host_data(), bytes);
+  return OkStatus();
+}
+
+bool CpuDevice::supports(OpKind op, DType act, DType weight) const { return kernels_support(op, act, weight); }
+
+Status CpuDevice::compute(Graph& graph) {
+  TS_RETURN_IF_ERROR(check_supported(*this, graph));
+  TS_RETURN_IF_ERROR(arena_.prepare(*this, graph));
+  for (const Node& n : graph.nodes()) TS_RETURN_IF_ERROR(run_node(pool_, graph, n));
+  return OkStatus();
+}
+
+}  // namespace tessera::cpu

@@ -1,0 +1,101 @@
+// The closed op set. Every backend implements every op for every dtype it claims; the
+// conformance suite (tests/conformance) makes a missing one a failure. Add an op only when a
+// model needs it, with its reference (core/reference) and conformance test in the same commit.
+#pragma once
+#include <cstdint>
+#include <variant>
+
+#include "quant/dtype.h"
+
+namespace tessera {
+
+enum class OpKind : uint8_t {
+  kEmbed,      // out[t, :] = weight[ids[t], :]            weight any dtype, ids i32
+  kMatmul,     // out = x @ w^T (+ bias)                      x [M,K] act, w [N,K] any dtype
+  kMatmulId,   // MoE grouped matmul: rows routed to experts  w [E,N,K]
+  kRmsNorm,    // x / rms(x) (* w) over the last dim
+  kRope,       // rotary embedding, normal or NeoX pairs, YaRN/linear/freq-factor scaling
+  kAttention,  // varlen causal GQA attention over a paged KV cache; writes the new K/V
+  kGlu,        // act(gate) * up: SwiGLU (silu) or GeGLU (gelu, tanh form)
+  kAdd,        // a + b, b broadcast over leading dims
+  kMul,        // a * b, b broadcast over leading dims
+  kScale,      // x * s
+  kSoftmax,    // softmax(x * scale) over the last dim
+  kTopkRoute,  // router scores -> (expert ids, weights)
+  kCast,       // dtype conversion between f32/f16/bf16
+  kCopy,       // strided view -> contiguous
+  kView,       // pseudo-op: an alias of another value (reshape, slice); computes nothing
+  kCount,
+};
+inline constexpr int kNumOps = static_cast<int>(OpKind::kCount);
+const char* op_name(OpKind op);
+
+enum class GluKind : uint8_t { kSilu, kGelu };
+enum class RopeMode : uint8_t {
+  kNormal,  // rotate adjacent pairs (x[2i], x[2i+1])        -- llama in GGUF
+  kNeox,    // rotate (x[i], x[i + n_dims/2])                  -- qwen2/3, NeoX, HF layout
+};
+enum class RouteScoring : uint8_t { kSoftmax, kSigmoid };
+
+struct NoParams {};
+struct RmsNormParams { float eps = 1e-5f; };
+struct ScaleParams { float scale = 1.0f; };
+struct SoftmaxParams { float scale = 1.0f; };
+struct GluParams { GluKind kind = GluKind::kSilu; };
+struct CastParams { DType to = DType::kF32; };
+struct RopeParams {
+  int n_dims = 0;             // leading dims of each head that rotate (<= head_dim; rest pass through)
+  RopeMode mode = RopeMode::kNormal;
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;    // 1 / linear scaling factor (also YaRN's interpolation factor)
+  // YaRN (ext_factor > 0 enables the ramp between interpolation and extrapolation).
+  float ext_factor = 0.0f;
+  float attn_factor = 1.0f;   // multiplies cos/sin
+  float beta_fast = 32.0f;
+  float beta_slow = 1.0f;
+  int n_ctx_orig = 0;         // training context, for YaRN's correction dims
+};
+struct AttentionParams {
+  float scale = 0.0f;         // softmax scale; 0 means 1/sqrt(head_dim)
+  int sliding_window = 0;     // 0: none; else a query at p sees keys (p - window, p]
+  float softcap = 0.0f;       // 0: none; else logits = softcap * tanh(logits / softcap)
+};
+struct TopkRouteParams {
+  int k = 2;
+  RouteScoring scoring = RouteScoring::kSoftmax;
+  bool renormalize = true;    // divide the k weights by their sum
+  int n_groups = 1;           // grouped top-k (DeepSeek-style): experts split into groups,
+  int topk_groups = 1;        //   keep the best |topk_groups| groups, then top-k within them
+  float weight_scale = 1.0f;  // multiplies the final weights (routed_scaling_factor)
+};
+struct ViewParams { int64_t byte_offset = 0; };
+
+using OpParams = std::variant<NoParams, RmsNormParams, ScaleParams, SoftmaxParams, GluParams,
+                              CastParams, RopeParams, AttentionParams, TopkRouteParams, ViewParams>;
+
+// Inputs of ops with several, by position (kNoValue where an optional one is absent).
+namespace in {
+enum Embed { kEmbedWeight = 0, kEmbedIds = 1 };
+enum Matmul { kMatmulX = 0, kMatmulW = 1, kMatmulBias = 2 };
+// x [T, K] (shared by all k slots) or [T, k, K]; w [E, N, K]; ids [T, k] i32;
+// weights [T, k] f32 optional: when present out is [T, N] = sum_j weights[t,j] * (W[ids[t,j]] x),
+// else out is [T, k, N].
+enum MatmulId { kMatmulIdX = 0, kMatmulIdW = 1, kMatmulIdIds = 2, kMatmulIdWeights = 3 };
+enum RmsNorm { kRmsNormX = 0, kRmsNormW = 1 };
+// x [T, H, D]; positions [T] i32; freq_factors [n_dims/2] f32 optional (llama3-style scaling).
+enum Rope { kRopeX = 0, kRopePos = 1, kRopeFreqFactors = 2 };
+// q [T, Hq, D]; k, v [T, Hkv, D] (the new tokens); k_cache, v_cache [n_blocks, block_size, Hkv, D];
+// slot_mapping [T] i32 (cache slot block*block_size+offset of each new token, -1: do not store);
+// query_start [S+1] i32 (token rows of sequence s: query_start[s] .. query_start[s+1]);
+// seq_lens [S] i32 (context length of s including its new tokens);
+// block_tables [S, max_blocks] i32. Output [T, Hq, D].
+enum Attention {
+  kAttnQ = 0, kAttnK, kAttnV, kAttnKCache, kAttnVCache,
+  kAttnSlotMapping, kAttnQueryStart, kAttnSeqLens, kAttnBlockTables
+};
+// logits [T, E]; bias [E] optional (added to the scores for selection only).
+// Outputs: ids [T, k] i32, weights [T, k] f32.
+enum TopkRoute { kRouteLogits = 0, kRouteBias = 1 };
+}  // namespace in
+
+}  // namespace tessera

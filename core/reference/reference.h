@@ -1,0 +1,60 @@
+// The scalar reference implementation of the op set: the truth every backend is checked
+// against. Double accumulation, no SIMD, no threads, readable over fast. Every op validates the
+// data-dependent inputs it reads (token ids, expert ids, block tables, slots) and returns
+// InvalidArgument instead of reading out of bounds.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "core/device.h"
+#include "core/graph.h"
+#include "core/planner.h"
+
+namespace tessera::ref {
+
+// Host-memory element access for any dtype (rows of the last dimension, any strides).
+std::vector<double> load_row(const Tensor& t, int64_t flat_row);
+void store_row(const Tensor& t, int64_t flat_row, const double* values);
+int32_t load_i32(const Tensor& t, int64_t flat_index);
+
+// Executes one node; all its tensors must be host-addressable.
+Status run_node(const Graph& graph, const Node& node);
+
+Status embed(const Graph& g, const Node& n);
+Status matmul(const Graph& g, const Node& n);
+Status matmul_id(const Graph& g, const Node& n);
+Status rms_norm(const Graph& g, const Node& n);
+Status rope(const Graph& g, const Node& n);
+Status attention(const Graph& g, const Node& n);
+Status glu(const Graph& g, const Node& n);
+Status binary(const Graph& g, const Node& n);
+Status scale(const Graph& g, const Node& n);
+Status softmax(const Graph& g, const Node& n);
+Status topk_route(const Graph& g, const Node& n);
+Status convert(const Graph& g, const Node& n);  // cast and copy
+
+// Validates attention metadata (shared by backends: call before launching kernels that trust it).
+Status check_attention_metadata(const Graph& g, const Node& n);
+
+// The YaRN/linear/freq-factor angle of rotary pair |i0| (even) at |pos|: cos and sin, scaled.
+void rope_cos_sin(const RopeParams& p, int64_t pos, int i0, float freq_factor, double* cos_out, double* sin_out);
+
+// A device that runs the reference ops on host memory. Not registered: tests build one to
+// produce expected outputs.
+class ReferenceDevice final : public Device {
+ public:
+  ReferenceDevice();
+  const DeviceInfo& info() const override { return info_; }
+  Result<BufferPtr> alloc(size_t bytes) override;
+  Status upload(const Tensor& dst, const void* src, size_t bytes) override;
+  Status download(const Tensor& src, void* dst, size_t bytes) override;
+  bool supports(OpKind op, DType act, DType weight) const override;
+  Status compute(Graph& graph) override;
+  Status synchronize() override { return OkStatus(); }
+
+ private:
+  DeviceInfo info_;
+  GraphArena arena_;
+};
+
+}  // namespace tessera::ref

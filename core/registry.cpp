@@ -1,0 +1,95 @@
+#include "core/registry.h"
+
+#include <algorithm>
+
+namespace tessera {
+
+const char* device_kind_name(DeviceKind k) {
+  switch (k) {
+    case DeviceKind::kCpu: return "cpu";
+    case DeviceKind::kVulkan: return "vulkan";
+    case DeviceKind::kCuda: return "cuda";
+    case DeviceKind::kHip: return "hip";
+    case DeviceKind::kReference: return "reference";
+  }
+  return "unknown";
+}
+
+Status check_supported(const Device& device, const Graph& graph) {
+  TS_RETURN_IF_ERROR(graph.status());
+  for (const Node& n : graph.nodes()) {
+    if (n.op == OpKind::kView) continue;
+    const OpDTypes d = op_dtypes(graph, n);
+    if (!device.supports(n.op, d.act, d.weight))
+      return Unimplemented(device.info().id + ": " + op_name(n.op) + " with " + dtype_name(d.act) + " activations and " +
+                           dtype_name(d.weight) + " weights is not implemented");
+  }
+  return OkStatus();
+}
+
+Result<Tensor> upload_new(Device& device, const Tensor& desc, const void* src) {
+  Tensor t = desc;
+  t.set_contiguous_strides();
+  TS_ASSIGN_OR_RETURN(t.buffer, device.alloc(size_t(t.nbytes())));
+  t.offset = 0;
+  if (src) TS_RETURN_IF_ERROR(device.upload(t, src, size_t(t.nbytes())));
+  return t;
+}
+
+Registry::Registry(const std::vector<std::pair<std::string, BackendProbe>>& probes) {
+  for (const auto& [name, probe] : probes) {
+    std::vector<DeviceEntry> found;
+    probe(found);
+    if (found.empty()) found.push_back({name, name, nullptr, Unavailable(name + ": no device found")});
+    for (auto& e : found) entries_.push_back(std::move(e));
+  }
+}
+
+namespace {
+int rank_of(const Device& d) {
+  const DeviceInfo& i = d.info();
+  if (i.emulated) return 3;
+  switch (i.kind) {
+    case DeviceKind::kCuda:
+    case DeviceKind::kHip: return 0;
+    case DeviceKind::kVulkan: return 1;
+    case DeviceKind::kCpu: return 2;
+    case DeviceKind::kReference: return 4;
+  }
+  return 5;
+}
+}  // namespace
+
+std::vector<DevicePtr> Registry::devices() const {
+  std::vector<DevicePtr> out;
+  for (const auto& e : entries_)
+    if (e.device) out.push_back(e.device);
+  std::stable_sort(out.begin(), out.end(), [](const DevicePtr& a, const DevicePtr& b) { return rank_of(*a) < rank_of(*b); });
+  return out;
+}
+
+DevicePtr Registry::best() const {
+  auto d = devices();
+  return d.empty() ? nullptr : d.front();
+}
+
+Result<DevicePtr> Registry::find(const std::string& spec) const {
+  if (spec.empty() || spec == "auto") {
+    if (auto d = best()) return d;
+    return Unavailable("no usable device");
+  }
+  // Exact id first ("vulkan:1"), then the first device of a backend ("vulkan" -> "vulkan:0").
+  for (const auto& e : entries_)
+    if (e.device && e.id == spec) return e.device;
+  for (const auto& e : entries_)
+    if (e.device && e.backend == spec) return e.device;
+  for (const auto& e : entries_)
+    if (!e.device && (e.backend == spec || spec.rfind(e.backend + ":", 0) == 0))
+      return Status(StatusCode::kUnavailable, "device '" + spec + "' is unavailable: " + e.why.message());
+  std::string known;
+  for (const auto& e : entries_)
+    if (e.device) known += (known.empty() ? "" : ", ") + e.id;
+  return NotFound("no device '" + spec + "' (available: " + (known.empty() ? "none" : known) + ")");
+}
+
+}  // namespace tessera

@@ -1,0 +1,47 @@
+// Registry: finds the devices usable at run time. A build with Vulkan, CUDA and HIP compiled in
+// starts on a machine without any of them; each absent backend is listed with the reason.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+
+namespace tessera {
+
+struct DeviceEntry {
+  std::string backend;  // "cpu", "vulkan", "cuda", "hip"
+  std::string id;       // "vulkan:0"; for an unavailable backend, the backend name
+  DevicePtr device;     // null when unavailable
+  Status why;           // Unavailable(reason) when device is null
+};
+
+// A backend's probe: appends one entry per device found, or one unavailable entry saying why.
+using BackendProbe = std::function<void(std::vector<DeviceEntry>&)>;
+
+class Registry {
+ public:
+  // The process-wide registry, probing every compiled-in backend once (thread-safe; defined in
+  // backends/backends.cpp).
+  static Registry& global();
+
+  const std::vector<DeviceEntry>& entries() const { return entries_; }
+  // Usable devices, best first: discrete GPUs, then the native CPU, then emulated GPU devices.
+  std::vector<DevicePtr> devices() const;
+  // "cpu", "vulkan", "vulkan:1", "cuda:0", or "" / "auto" for the best.
+  Result<DevicePtr> find(const std::string& spec) const;
+  DevicePtr best() const;
+
+  // For tests: a registry over explicit probes.
+  explicit Registry(const std::vector<std::pair<std::string, BackendProbe>>& probes);
+
+ private:
+  std::vector<DeviceEntry> entries_;
+};
+
+// Every compiled-in backend's probe (defined in backends/backends.cpp).
+std::vector<std::pair<std::string, BackendProbe>> builtin_backend_probes();
+// Backends this build was configured without (for `tessera info`).
+std::vector<std::string> backends_not_built();
+
+}  // namespace tessera

@@ -1,0 +1,85 @@
+// Conformance cases for paged attention: a varlen batch mixing decodes, a fresh prefill and a
+// prefill chunk continuing a cached prefix; GQA; sliding window; softcap; f32/f16/bf16 caches;
+// block tables in shuffled order; padding rows that store nothing.
+#include <algorithm>
+#include <numeric>
+
+#include "tests/conformance/conformance_test.h"
+
+namespace tessera::conformance {
+
+namespace {
+struct AttnShape {
+  const char* name;
+  int64_t Hq, Hkv, D, block_size;
+  std::vector<std::pair<int32_t, int32_t>> seqs;  // (tokens already cached, new tokens)
+  int window;
+  float softcap;
+  bool pad_row;  // one extra query row with slot -1 (a padding token of sequence 0... excluded)
+};
+
+std::vector<ValueId> build_attention(CaseContext& c, const AttnShape& s, DType act, DType cache) {
+  const int64_t S = int64_t(s.seqs.size());
+  int64_t T = 0, max_blocks = 0, total_blocks = 0;
+  for (auto [cached, fresh] : s.seqs) {
+    T += fresh;
+    const int64_t nb = (cached + fresh + s.block_size - 1) / s.block_size;
+    max_blocks = std::max(max_blocks, nb);
+    total_blocks += nb;
+  }
+  const int64_t n_blocks = total_blocks + 3;  // spare blocks that nobody reads
+  // A shuffled assignment of physical blocks.
+  std::vector<int32_t> perm(static_cast<size_t>(n_blocks));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), c.rng());
+  std::vector<int32_t> tables(size_t(S * max_blocks), 0), slots, qstart = {0}, lens;
+  int64_t next = 0;
+  for (int64_t si = 0; si < S; ++si) {
+    const auto [cached, fresh] = s.seqs[size_t(si)];
+    const int64_t nb = (cached + fresh + s.block_size - 1) / s.block_size;
+    for (int64_t b = 0; b < nb; ++b) tables[size_t(si * max_blocks + b)] = perm[size_t(next++)];
+    for (int32_t i = 0; i < fresh; ++i) {
+      const int64_t pos = cached + i;
+      slots.push_back(int32_t(tables[size_t(si * max_blocks + pos / s.block_size)] * s.block_size + pos % s.block_size));
+    }
+    qstart.push_back(qstart.back() + fresh);
+    lens.push_back(cached + fresh);
+  }
+  const ValueId q = c.input(act, {T, s.Hq, s.D});
+  const ValueId k = c.input(act, {T, s.Hkv, s.D});
+  const ValueId v = c.input(act, {T, s.Hkv, s.D});
+  const ValueId kc = c.input(cache, {n_blocks, s.block_size, s.Hkv, s.D});
+  const ValueId vc = c.input(cache, {n_blocks, s.block_size, s.Hkv, s.D});
+  AttentionParams p;
+  p.sliding_window = s.window;
+  p.softcap = s.softcap;
+  const ValueId out = c.graph().attention(
+      {q, k, v, kc, vc, c.i32_values({T}, slots), c.i32_values({S + 1}, qstart), c.i32_values({S}, lens),
+       c.i32_values({S, max_blocks}, tables)},
+      p);
+  return {out, kc, vc};
+}
+}  // namespace
+
+std::vector<Case> attention_cases() {
+  const std::vector<AttnShape> shapes = {
+      {"decode batch gqa3", 9, 3, 64, 16, {{36, 1}, {0, 1}, {15, 1}, {16, 1}}, 0, 0.0f, false},
+      {"mixed prefill+decode", 4, 2, 64, 16, {{0, 20}, {40, 1}, {33, 7}}, 0, 0.0f, false},
+      {"mha d128 bs8", 2, 2, 128, 8, {{5, 3}, {0, 9}}, 0, 0.0f, false},
+      {"sliding window", 4, 1, 32, 16, {{50, 4}, {0, 30}}, 8, 0.0f, false},
+      {"softcap", 6, 2, 64, 16, {{10, 5}}, 0, 30.0f, false},
+  };
+  std::vector<Case> cases;
+  uint64_t seed = 3000;
+  for (DType a : activation_dtypes())
+    for (DType cache : {DType::kF32, DType::kF16, DType::kBF16})
+      for (const AttnShape& s : shapes)
+        cases.push_back({std::string("attention/a=") + dtype_name(a) + "/cache=" + dtype_name(cache) + "/" + s.name,
+                         OpKind::kAttention, a, cache, ++seed,
+                         [=](CaseContext& c) { return build_attention(c, s, a, cache); }});
+  return cases;
+}
+
+TESSERA_CONFORMANCE_SUITE(Attention, attention_cases);
+
+}  // namespace tessera::conformance

@@ -1,0 +1,132 @@
+#include "tests/conformance/harness.h"
+
+#include <cstdlib>
+#include <sstream>
+
+#include "core/reference/reference.h"
+#include "core/registry.h"
+
+namespace tessera::conformance {
+
+using testing::Rng;
+
+ValueId CaseContext::put(const Tensor& desc, const std::vector<uint8_t>& bytes) {
+  auto t = upload_new(device_, desc, bytes.data());
+  if (!t.ok()) {
+    if (status_.ok()) status_ = t.status();
+    return kNoValue;
+  }
+  return graph_.input(*t);
+}
+
+ValueId CaseContext::input(DType dtype, std::initializer_list<int64_t> shape, float lo, float hi) {
+  const Tensor desc = Tensor::make(dtype, shape);
+  return put(desc, testing::encode(desc, testing::random_floats(rng_, desc.numel(), lo, hi)));
+}
+
+ValueId CaseContext::input_values(DType dtype, std::initializer_list<int64_t> shape, const std::vector<float>& values) {
+  const Tensor desc = Tensor::make(dtype, shape);
+  return put(desc, testing::encode(desc, values));
+}
+
+ValueId CaseContext::ids(std::initializer_list<int64_t> shape, int32_t max_exclusive) {
+  const Tensor desc = Tensor::make(DType::kI32, shape);
+  std::uniform_int_distribution<int32_t> d(0, max_exclusive - 1);
+  std::vector<float> v(static_cast<size_t>(desc.numel()));
+  for (auto& x : v) x = float(d(rng_));
+  return put(desc, testing::encode(desc, v));
+}
+
+ValueId CaseContext::i32_values(std::initializer_list<int64_t> shape, const std::vector<int32_t>& values) {
+  const Tensor desc = Tensor::make(DType::kI32, shape);
+  std::vector<float> v(values.begin(), values.end());
+  return put(desc, testing::encode(desc, v));
+}
+
+ValueId CaseContext::strided_rows(DType dtype, int64_t rows, int64_t cols, int64_t pad) {
+  const ValueId base = input(dtype, {rows, cols + pad});
+  const int64_t es = dtype_traits(dtype).block_bytes;
+  return graph_.view(base, {rows, cols}, {(cols + pad) * es, es}, 0);
+}
+
+double tolerance_for(DType act, DType weight) {
+  double tol = act == DType::kF32 ? 1e-10 : act == DType::kF16 ? 1e-5 : 1e-4;
+  if (weight == DType::kF16 || weight == DType::kBF16) tol = std::max(tol, 2e-5);
+  if (dtype_traits(weight).is_quantized) tol = std::max(tol, 2e-4);  // activations may be quantised to 8 bits
+  return tol;
+}
+
+namespace {
+struct RunResult {
+  Status status;
+  std::vector<std::vector<double>> outputs;
+  std::vector<std::string> shapes;
+};
+
+RunResult run_on(Device& device, const Case& c) {
+  RunResult r;
+  CaseContext ctx(device, c.seed);
+  const std::vector<ValueId> compare = c.build(ctx);
+  if (!ctx.status().ok()) { r.status = ctx.status(); return r; }
+  for (ValueId v : compare)
+    if (v != kNoValue && ctx.graph().value(v).kind != Value::Kind::kExternal) ctx.graph().mark_output(v);
+  if (!ctx.graph().status().ok()) { r.status = ctx.graph().status(); return r; }
+  r.status = device.compute(ctx.graph());
+  if (r.status.ok()) r.status = device.synchronize();
+  if (!r.status.ok()) return r;
+  for (ValueId v : compare) {
+    const Tensor& t = ctx.graph().tensor(v);
+    r.outputs.push_back(testing::download_values(device, t));
+    r.shapes.push_back(t.shape_string());
+  }
+  return r;
+}
+}  // namespace
+
+std::string run_case(Device& device, const Case& c) {
+  std::ostringstream where;
+  where << c.name << " [op=" << op_name(c.op) << " act=" << dtype_name(c.act) << " weight=" << dtype_name(c.weight)
+        << " device=" << device.info().id << " seed=" << c.seed << "]";
+  ref::ReferenceDevice reference;
+  const RunResult want = run_on(reference, c);
+  if (!want.status.ok()) return where.str() + ": the reference failed: " + want.status.to_string();
+  const RunResult got = run_on(device, c);
+  if (!got.status.ok()) return where.str() + ": " + got.status.to_string();
+  const double tol = c.tolerance > 0.0 ? c.tolerance : tolerance_for(c.act, c.weight);
+  std::ostringstream err;
+  for (size_t i = 0; i < want.outputs.size(); ++i) {
+    const auto& a = got.outputs[i];
+    const auto& b = want.outputs[i];
+    if (a.size() != b.size() || a.empty()) {
+      err << " output " << i << " " << want.shapes[i] << ": got " << a.size() << " values, want " << b.size() << ";";
+      continue;
+    }
+    if (!testing::all_finite(a)) { err << " output " << i << " " << want.shapes[i] << ": non-finite values;"; continue; }
+    const double e = testing::nmse(a, b);
+    if (!(e <= tol))
+      err << " output " << i << " " << want.shapes[i] << ": nmse " << e << " > tolerance " << tol
+          << " (max abs diff " << testing::max_abs_diff(a, b) << ");";
+  }
+  return err.str().empty() ? std::string() : where.str() + ":" + err.str();
+}
+
+const std::vector<DType>& activation_dtypes() {
+  static const std::vector<DType> v = {DType::kF32, DType::kF16, DType::kBF16};
+  return v;
+}
+
+const std::vector<DType>& required_weight_dtypes() {
+  static const std::vector<DType> v = {DType::kF32, DType::kF16, DType::kBF16,
+                                       DType::kQ8_0, DType::kQ4_0, DType::kQ4_1};
+  return v;
+}
+
+std::vector<DevicePtr> devices_under_test() {
+  std::vector<DevicePtr> out;
+  const char* only = std::getenv("TESSERA_TEST_DEVICE");
+  for (const DeviceEntry& e : Registry::global().entries())
+    if (e.device && (!only || !*only || e.id == only || e.backend == only)) out.push_back(e.device);
+  return out;
+}
+
+}  // namespace tessera::conformance

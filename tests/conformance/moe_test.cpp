@@ -1,0 +1,52 @@
+// Conformance cases for topk_route (softmax/sigmoid scoring, renormalisation, grouped top-k,
+// selection bias; k = 1, 2, 8) and for an MoE block routed by it.
+#include "tests/conformance/conformance_test.h"
+
+namespace tessera::conformance {
+
+std::vector<Case> moe_cases() {
+  std::vector<Case> cases;
+  uint64_t seed = 4000;
+  using V = std::vector<ValueId>;
+  struct R { const char* name; int64_t T, E; TopkRouteParams p; bool bias; };
+  auto params = [](int k, RouteScoring s, bool renorm, int groups, int keep) {
+    TopkRouteParams p;
+    p.k = k; p.scoring = s; p.renormalize = renorm; p.n_groups = groups; p.topk_groups = keep;
+    return p;
+  };
+  const std::vector<R> routes = {
+      {"mixtral k2 softmax renorm", 7, 8, params(2, RouteScoring::kSoftmax, true, 1, 1), false},
+      {"qwen2moe k4 softmax", 5, 60, params(4, RouteScoring::kSoftmax, false, 1, 1), false},
+      {"k1", 3, 4, params(1, RouteScoring::kSoftmax, true, 1, 1), false},
+      {"k8 of 64 sigmoid grouped bias", 4, 64, params(8, RouteScoring::kSigmoid, true, 8, 4), true},
+      {"k8 of 8", 2, 8, params(8, RouteScoring::kSoftmax, true, 1, 1), false},
+  };
+  for (DType a : activation_dtypes()) {
+    for (const R& r : routes)
+      cases.push_back({std::string("topk_route/a=") + dtype_name(a) + "/" + r.name, OpKind::kTopkRoute, a, a, ++seed,
+                       [=](CaseContext& c) {
+                         const ValueId logits = c.input(a, {r.T, r.E}, -4.0f, 4.0f);
+                         const ValueId bias = r.bias ? c.input(DType::kF32, {r.E}, -0.1f, 0.1f) : kNoValue;
+                         auto [ids, w] = c.graph().topk_route(logits, r.p, bias);
+                         return V{ids, w};
+                       }});
+  }
+  // An MoE FFN block: route, gate/up per expert, swiglu, down with the weighted sum.
+  for (DType w : required_weight_dtypes())
+    cases.push_back({std::string("moe block/w=") + dtype_name(w), OpKind::kMatmulId, DType::kF32, w, ++seed,
+                     [=](CaseContext& c) {
+                       const int64_t T = 6, D = 64, F = 96, E = 4;
+                       Graph& g = c.graph();
+                       const ValueId x = c.input(DType::kF32, {T, D});
+                       const ValueId router = c.input(DType::kF32, {E, D});
+                       auto [ids, wts] = g.topk_route(g.matmul(x, router), params(2, RouteScoring::kSoftmax, true, 1, 1));
+                       const ValueId gate = g.matmul_id(x, c.input(w, {E, F, D}), ids);
+                       const ValueId up = g.matmul_id(x, c.input(w, {E, F, D}), ids);
+                       return V{g.matmul_id(g.swiglu(gate, up), c.input(w, {E, D, F}), ids, wts)};
+                     }});
+  return cases;
+}
+
+TESSERA_CONFORMANCE_SUITE(Moe, moe_cases);
+
+}  // namespace tessera::conformance

@@ -1,0 +1,32 @@
+// Shared test helpers: seeded random data, host tensors, error metrics.
+#pragma once
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/tensor.h"
+
+namespace tessera::testing {
+
+using Rng = std::mt19937_64;
+
+// Uniform floats in [lo, hi); never all zeros.
+std::vector<float> random_floats(Rng& rng, int64_t n, float lo = -1.0f, float hi = 1.0f);
+// Values with occasional large outliers (x100), for quantisation tests.
+std::vector<float> outlier_floats(Rng& rng, int64_t n);
+
+// Encodes |values| (row-major, rows of |desc|.cols()) into |desc|'s dtype bytes.
+std::vector<uint8_t> encode(const Tensor& desc, const std::vector<float>& values);
+// Decodes a contiguous tensor's bytes to doubles (any dtype).
+std::vector<double> decode(const Tensor& desc, const void* bytes);
+// Downloads any contiguous tensor from its device and decodes it.
+std::vector<double> download_values(Device& device, const Tensor& t);
+
+// Normalised mean squared error: sum((a-b)^2) / sum(b^2), with b the reference.
+double nmse(const std::vector<double>& a, const std::vector<double>& ref);
+double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b);
+bool all_finite(const std::vector<double>& a);
+
+}  // namespace tessera::testing

@@ -1,0 +1,36 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <vector>
+
+#include "backends/cpu/thread_pool.h"
+
+namespace tessera::cpu {
+namespace {
+
+TEST(ThreadPool, CoversTheRangeExactlyOnce) {
+  for (int threads : {1, 2, 3, 8}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {int64_t(1), int64_t(7), int64_t(1000), int64_t(4097)}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      pool.parallel_for(n, 16, [&](int64_t b, int64_t e, int t) {
+        EXPECT_LT(t, threads);
+        EXPECT_EQ(b % 16, 0);
+        for (int64_t i = b; i < e; ++i) hits[size_t(i)]++;
+      });
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)].load(), 1) << "threads=" << threads << " n=" << n;
+    }
+  }
+}
+
+TEST(ThreadPool, RunsOnEveryThreadRepeatedly) {
+  ThreadPool pool(4);
+  for (int rep = 0; rep < 200; ++rep) {
+    std::atomic<int> mask{0};
+    pool.run_on_all([&](int t) { mask |= 1 << t; });
+    ASSERT_EQ(mask.load(), 15);
+  }
+}
+
+}  // namespace
+}  // namespace tessera::cpu
