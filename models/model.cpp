@@ -14,7 +14,9 @@ namespace {
 Result<TokenizerData> tokenizer_data_from_gguf(const gguf::File& f) {
   TokenizerData d;
   TS_ASSIGN_OR_RETURN(d.model, f.get_string("tokenizer.ggml.model"));
-  if (f.find("tokenizer.ggml.pre")) TS_ASSIGN_OR_RETURN(d.pre, f.get_string("tokenizer.ggml.pre"));
+  if (f.find("tokenizer.ggml.pre")) {
+    TS_ASSIGN_OR_RETURN(d.pre, f.get_string("tokenizer.ggml.pre"));
+  }
   TS_ASSIGN_OR_RETURN(d.tokens, f.get_string_array("tokenizer.ggml.tokens"));
   if (f.find("tokenizer.ggml.scores")) {
     TS_ASSIGN_OR_RETURN(auto s, f.get_float_array("tokenizer.ggml.scores"));
@@ -24,7 +26,9 @@ Result<TokenizerData> tokenizer_data_from_gguf(const gguf::File& f) {
     TS_ASSIGN_OR_RETURN(auto t, f.get_int_array("tokenizer.ggml.token_type"));
     for (int64_t x : t) d.token_types.push_back(int32_t(x));
   }
-  if (f.find("tokenizer.ggml.merges")) TS_ASSIGN_OR_RETURN(d.merges, f.get_string_array("tokenizer.ggml.merges"));
+  if (f.find("tokenizer.ggml.merges")) {
+    TS_ASSIGN_OR_RETURN(d.merges, f.get_string_array("tokenizer.ggml.merges"));
+  }
   auto id = [&](const char* key, int32_t* out) -> Status {
     if (!f.find(key)) return OkStatus();
     TS_ASSIGN_OR_RETURN(int64_t v, f.get_int(key));
@@ -65,7 +69,9 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, DevicePtr de
     if (!tok.ok()) return tok.status().with_context(path + ": tokenizer: ");
     m->tokenizer_ = std::move(tok).value();
   }
-  if (f.find("tokenizer.chat_template")) TS_ASSIGN_OR_RETURN(m->chat_template_, f.get_string("tokenizer.chat_template"));
+  if (f.find("tokenizer.chat_template")) {
+    TS_ASSIGN_OR_RETURN(m->chat_template_, f.get_string("tokenizer.chat_template"));
+  }
   const gguf::TensorInfo* emb = f.find_tensor("token_embd.weight");
   if (!emb) return NotFound(path + ": tensor 'token_embd.weight' is missing");
   m->cfg_.n_vocab = int(emb->shape[0]);

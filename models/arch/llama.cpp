@@ -23,7 +23,9 @@ Result<ModelConfig> llama_config_from_gguf(const gguf::File& f) {
   TS_ASSIGN_OR_RETURN(c.arch, f.get_string("general.architecture"));
   if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "mistral")
     return Unimplemented("architecture '" + c.arch + "' is not supported (llama, mistral, qwen2, qwen3)");
-  if (f.find("general.name")) TS_ASSIGN_OR_RETURN(c.name, f.get_string("general.name"));
+  if (f.find("general.name")) {
+    TS_ASSIGN_OR_RETURN(c.name, f.get_string("general.name"));
+  }
   const std::string a = c.arch + ".";
   int64_t v;
   TS_ASSIGN_OR_RETURN(v, f.get_int(a + "block_count")); c.n_layers = int(v);
@@ -53,7 +55,9 @@ Result<ModelConfig> llama_config_from_gguf(const gguf::File& f) {
     return InvalidArgument(f.path() + ": rope.dimension_count " + std::to_string(r.n_dims) + " must be even and <= head dim");
   TS_ASSIGN_OR_RETURN(d, float_or(f, a + "rope.freq_base", 10000.0)); r.freq_base = float(d);
   std::string scaling = "none";
-  if (f.find(a + "rope.scaling.type")) TS_ASSIGN_OR_RETURN(scaling, f.get_string(a + "rope.scaling.type"));
+  if (f.find(a + "rope.scaling.type")) {
+    TS_ASSIGN_OR_RETURN(scaling, f.get_string(a + "rope.scaling.type"));
+  }
   double factor = 1.0;
   TS_ASSIGN_OR_RETURN(factor, float_or(f, a + "rope.scaling.factor", 1.0));
   if (scaling == "linear" && factor > 0) {
