@@ -200,7 +200,7 @@ class Parser {
                       std::to_string(kMaxArrayElems));
     const uint64_t min_bytes = min_value_bytes(v.array_type);
     if (count > left() / min_bytes)
-      return DataLoss(what + ": array count " + std::to_string(count) + " of " +
+      return DataLoss("truncated: " + what + ": array count " + std::to_string(count) + " of " +
                       value_type_name(v.array_type) + " needs at least " +
                       std::to_string(count * min_bytes) + " bytes at offset " +
                       std::to_string(pos_) + ", only " + std::to_string(left()) + " left");
