@@ -253,6 +253,15 @@ TEST(GgufBadInput, ElementCountOverflow) {
   EXPECT_REJECTED(bytes, "tensor 'b.weight': element count overflows");
 }
 
+TEST(GgufBadInput, RowLargerThanFile) {
+  // Found by the fuzzer: ne[0] near 2^61 overflowed the row byte count (UBSan).
+  auto bytes = valid_file();
+  auto f = fields_of(bytes, "b.weight");
+  poke<int64_t>(bytes, f.ne0, int64_t{1} << 61);
+  EXPECT_REJECTED(bytes, "tensor 'b.weight': a row of 2305843009213693952 f32 elements is "
+                         "larger than the file (512 bytes)");
+}
+
 TEST(GgufBadInput, RowNotWholeBlocks) {
   auto bytes = valid_file();
   auto f = fields_of(bytes, "a.weight");
