@@ -200,7 +200,7 @@ class Parser {
                       std::to_string(kMaxArrayElems));
     const uint64_t min_bytes = min_value_bytes(v.array_type);
     if (count > left() / min_bytes)
-      return DataLoss(what + ": array count " + std::to_string(count) + " of " +
+      return DataLoss("truncated: " + what + ": array count " + std::to_string(count) + " of " +
                       value_type_name(v.array_type) + " needs at least " +
                       std::to_string(count * min_bytes) + " bytes at offset " +
                       std::to_string(pos_) + ", only " + std::to_string(left()) + " left");
@@ -270,8 +270,12 @@ Status Parser::parse_tensor_info(uint64_t index, TensorInfo& t, uint64_t& rel_of
   t.dtype = *dtype;
   std::string row_err = dtype_row_check(t.dtype, ne[0]);
   if (!row_err.empty()) return DataLoss(what + ": " + row_err);
-  // Bytes per row <= 4 * ne[0] for every dtype, and elems fits int64, so this cannot overflow
-  // except for pathological huge shapes, which the data-in-file check rejects anyway.
+  // A row larger than the whole file can never be in range; rejecting it here also keeps the
+  // byte arithmetic below from overflowing (found by the fuzzer: ne[0] near 2^62, f32).
+  const auto& traits = dtype_traits(t.dtype);
+  if (static_cast<uint64_t>(ne[0] / traits.block_elems) > size_ / traits.block_bytes)
+    return OutOfRange(what + ": a row of " + std::to_string(ne[0]) + " " + traits.name +
+                      " elements is larger than the file (" + std::to_string(size_) + " bytes)");
   const uint64_t row_bytes = static_cast<uint64_t>(dtype_row_bytes(t.dtype, ne[0]));
   const uint64_t rows = static_cast<uint64_t>(elems / ne[0]);
   if (row_bytes != 0 && rows > std::numeric_limits<uint64_t>::max() / row_bytes)
