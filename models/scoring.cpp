@@ -24,12 +24,13 @@ StepPlan chunk_plan(const std::vector<int32_t>& tokens, int64_t start, int64_t n
 }
 }  // namespace
 
-Status eval_logits(Model& model, const std::vector<int32_t>& tokens, int chunk, std::vector<float>* logits) {
+Status eval_logits(Model& model, const std::vector<int32_t>& tokens, int chunk, std::vector<float>* logits,
+                   DType kv_dtype) {
   const int64_t T = int64_t(tokens.size());
   if (T == 0) return InvalidArgument("eval: no tokens");
   if (T > model.context_length())
     return InvalidArgument("eval: " + std::to_string(T) + " tokens exceed the context of " + std::to_string(model.context_length()));
-  TS_ASSIGN_OR_RETURN(auto kv, model.create_kv_cache(T));
+  TS_ASSIGN_OR_RETURN(auto kv, model.create_kv_cache(T, kv_dtype));
   const int bs = kv->config().block_size;
   std::vector<BlockId> blocks;
   for (int64_t b = 0; b < (T + bs - 1) / bs; ++b) blocks.push_back(*kv->pool().allocate());

@@ -10,7 +10,8 @@ namespace tessera {
 
 // Logits [tokens.size(), vocab] of every position, computed in chunks of |chunk| tokens through
 // a private KV cache.
-Status eval_logits(Model& model, const std::vector<int32_t>& tokens, int chunk, std::vector<float>* logits);
+Status eval_logits(Model& model, const std::vector<int32_t>& tokens, int chunk, std::vector<float>* logits,
+                   DType kv_dtype = DType::kF16);
 
 struct PerplexityResult {
   double perplexity = 0;

@@ -51,12 +51,13 @@ Result<std::string> generate(Model& model, KvCache& kv, const std::string& text,
   return out;
 }
 
-DType kv_dtype(const std::string& s) { return dtype_from_name(s).value_or(DType::kF16); }
 
 void run_command(const GenerateOptions& o) {
   auto model = load_model(o.model);
   if (!model) return;
-  auto kv = model->create_kv_cache(o.model.ctx, kv_dtype(o.model.kv_dtype));
+  const auto kvt = dtype_from_name(o.model.kv_dtype);
+  if (!kvt) return fail(InvalidArgument("unknown --kv-dtype '" + o.model.kv_dtype + "'"));
+  auto kv = model->create_kv_cache(o.model.ctx, *kvt);
   if (!kv.ok()) return fail(kv.status());
   std::string text = o.prompt;
   if (!o.raw) {
@@ -74,7 +75,9 @@ void run_command(const GenerateOptions& o) {
 void chat_command(const GenerateOptions& o) {
   auto model = load_model(o.model);
   if (!model) return;
-  auto kv = model->create_kv_cache(o.model.ctx, kv_dtype(o.model.kv_dtype));
+  const auto kvt = dtype_from_name(o.model.kv_dtype);
+  if (!kvt) return fail(InvalidArgument("unknown --kv-dtype '" + o.model.kv_dtype + "'"));
+  auto kv = model->create_kv_cache(o.model.ctx, *kvt);
   if (!kv.ok()) return fail(kv.status());
   std::vector<std::pair<std::string, std::string>> turns;
   if (!o.system.empty()) turns.push_back({"system", o.system});

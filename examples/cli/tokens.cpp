@@ -93,7 +93,9 @@ void eval_command(const TokenOptions& o) {
   auto model = load_model(o.model, lo);
   if (!model) return;
   std::vector<float> logits;
-  const Status s = eval_logits(*model, *ids, 512, &logits);
+  const auto kvt = dtype_from_name(o.model.kv_dtype);
+  if (!kvt) return fail(InvalidArgument("unknown --kv-dtype '" + o.model.kv_dtype + "'"));
+  const Status s = eval_logits(*model, *ids, 512, &logits, *kvt);
   if (!s.ok()) return fail(s);
   const Status w = write_npy(o.out, logits, int64_t(ids->size()), model->vocab_size());
   if (!w.ok()) return fail(w);
