@@ -64,31 +64,42 @@ HWY_INLINE __m256i unpack(const void* blk) {
   }
 }
 
-// One weight row against R activation rows.
+// Block |b| of one weight row against R activation rows, accumulated into acc/off.
+template <DType W, int R, class Block>
+HWY_INLINE void dot_block(const Block& wb, const ActQ8* const* x, int64_t b, __m256* acc, __m256* off) {
+  const __m256 dw = _mm256_set1_ps(f16(wb.d));
+  const __m256i w = unpack<W>(&wb);
+  __m256i wabs = w;
+  if constexpr (W == DType::kQ8_0) wabs = _mm256_sign_epi8(w, w);
+  __m256 ocoef = _mm256_setzero_ps();
+  if constexpr (W == DType::kQ4_0) ocoef = _mm256_mul_ps(dw, _mm256_set1_ps(-8.0f));
+  if constexpr (W == DType::kQ4_1) ocoef = _mm256_set1_ps(f16(wb.m));
+  for (int r = 0; r < R; ++r) {
+    __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r][b].qs));
+    if constexpr (W == DType::kQ8_0) xq = _mm256_sign_epi8(xq, w);
+    const __m256i p = dot_u8s8(wabs, xq);
+    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dw, _mm256_broadcast_ss(&x[r][b].d)), acc[r]);
+    // The offset term only needs one lane; the whole vector keeps it off the scalar ports.
+    if constexpr (W != DType::kQ8_0) off[r] = _mm256_fmadd_ps(ocoef, _mm256_broadcast_ss(&x[r][b].s), off[r]);
+  }
+}
+
+// One weight row against R activation rows. Two blocks per step into separate accumulators,
+// so the FMA latency chain does not bound a single-row GEMV.
 template <DType W, int R>
 HWY_INLINE void dot_row(const char* wrow, const ActQ8* const* x, int64_t nb, float* res) {
   using Block = std::conditional_t<W == DType::kQ8_0, BlockQ8_0, std::conditional_t<W == DType::kQ4_0, BlockQ4_0, BlockQ4_1>>;
   const Block* wb = reinterpret_cast<const Block*>(wrow);
-  __m256 acc[R];
-  float off[R];
-  for (int r = 0; r < R; ++r) { acc[r] = _mm256_setzero_ps(); off[r] = 0.0f; }
-  for (int64_t b = 0; b < nb; ++b) {
-    const float dw = f16(wb[b].d);
-    const __m256i w = unpack<W>(&wb[b]);
-    __m256i wabs = w;
-    if constexpr (W == DType::kQ8_0) wabs = _mm256_sign_epi8(w, w);
-    float ocoef = 0.0f;
-    if constexpr (W == DType::kQ4_0) ocoef = -8.0f * dw;
-    if constexpr (W == DType::kQ4_1) ocoef = f16(wb[b].m);
-    for (int r = 0; r < R; ++r) {
-      __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r][b].qs));
-      if constexpr (W == DType::kQ8_0) xq = _mm256_sign_epi8(xq, w);
-      const __m256i p = dot_u8s8(wabs, xq);
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * x[r][b].d), acc[r]);
-      if constexpr (W != DType::kQ8_0) off[r] += ocoef * x[r][b].s;
-    }
+  __m256 acc0[R], acc1[R], off0[R], off1[R];
+  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = off0[r] = off1[r] = _mm256_setzero_ps();
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    dot_block<W, R>(wb[b], x, b, acc0, off0);
+    dot_block<W, R>(wb[b + 1], x, b + 1, acc1, off1);
   }
-  for (int r = 0; r < R; ++r) res[r] = hsum(acc[r]) + off[r];
+  if (b < nb) dot_block<W, R>(wb[b], x, b, acc0, off0);
+  for (int r = 0; r < R; ++r)
+    res[r] = hsum(_mm256_add_ps(acc0[r], acc1[r])) + _mm_cvtss_f32(_mm256_castps256_ps128(_mm256_add_ps(off0[r], off1[r])));
 }
 
 #else  // portable fallback (SCALAR and non-x86 targets)
