@@ -31,7 +31,8 @@ float e8m0_half(uint8_t e) {
 
 }  // namespace
 
-float e2m1_to_f32(uint8_t code) { return 0.5f * float(kE2M1x2[code & 15]); }
+// Code 8 is -0 in E2M1 (the GGUF tables above read it as +0 times the scale).
+float e2m1_to_f32(uint8_t code) { return (code & 8) ? -0.5f * float(-kE2M1x2[code & 15]) : 0.5f * float(kE2M1x2[code & 15]); }
 
 float e8m0_to_f32(uint8_t e) { return 2.0f * e8m0_half(e); }
 
