@@ -39,6 +39,9 @@ class Renderer {
   std::unordered_map<std::string, const Stmt*> macros_;
   Flow flow_ = Flow::kNormal;
   int depth_ = 0;  // macro recursion guard
+  int64_t steps_ = 0;
+  static constexpr int64_t kMaxSteps = 2'000'000;
+  static constexpr size_t kMaxOutput = 64u << 20;
 };
 
 Value undefined_named(const std::string& what) {
@@ -75,6 +78,11 @@ Status Renderer::exec_body(const Body& body, std::string& out) {
 }
 
 Status Renderer::exec(const Stmt& s, std::string& out) {
+  // A budget on executed statements and output size: a hostile template (a macro that calls
+  // itself twice per level) gets an error instead of running for hours or filling memory.
+  if (++steps_ > kMaxSteps || out.size() > kMaxOutput)
+    return ResourceExhausted("chat template: " + pos_str(s.pos) + ": rendering exceeded " +
+                             std::to_string(kMaxSteps) + " steps or " + std::to_string(kMaxOutput) + " bytes");
   switch (s.kind) {
     case Stmt::Kind::kText: out += s.text; return OkStatus();
     case Stmt::Kind::kOutput: {

@@ -53,8 +53,21 @@ class Parser {
     return e;
   }
 
+  // Bounds recursion so a hostile template gets an error instead of a stack overflow.
+  struct DepthGuard {
+    explicit DepthGuard(int& d) : d_(d) { ++d_; }
+    ~DepthGuard() { --d_; }
+    int& d_;
+  };
+  static constexpr int kMaxDepth = 200;
+  Status check_depth() const {
+    return depth_ > kMaxDepth ? error("nesting deeper than " + std::to_string(kMaxDepth) + " levels")
+                              : OkStatus();
+  }
+
   std::vector<Token> t_;
   size_t i_ = 0;
+  int depth_ = 0;
 };
 
 std::string Parser::describe(const Token& t) const {
@@ -95,6 +108,8 @@ Result<std::unique_ptr<Template>> Parser::run() {
 }
 
 Status Parser::parse_body(std::initializer_list<const char*> ends, Body& body) {
+  DepthGuard guard(depth_);
+  TS_RETURN_IF_ERROR(check_depth());
   while (cur().kind != Tok::kEof) {
     const Token& tok = cur();
     if (tok.kind == Tok::kText) {
@@ -271,6 +286,8 @@ Status Parser::parse_macro(Stmt& s) {
 // ---- expressions ----
 
 Result<ExprPtr> Parser::parse_expr(bool allow_cond) {
+  DepthGuard guard(depth_);
+  TS_RETURN_IF_ERROR(check_depth());
   TS_ASSIGN_OR_RETURN(auto e, parse_or());
   while (allow_cond && at_name("if")) {
     const Pos p = next().pos;
@@ -313,6 +330,8 @@ Result<ExprPtr> Parser::parse_and() {
 }
 
 Result<ExprPtr> Parser::parse_not() {
+  DepthGuard guard(depth_);
+  TS_RETURN_IF_ERROR(check_depth());
   if (at_name("not")) {
     auto n = make(Expr::Kind::kNot, next().pos);
     TS_ASSIGN_OR_RETURN(auto operand, parse_not());
@@ -369,6 +388,8 @@ Result<ExprPtr> Parser::parse_binary(int level) {
 }
 
 Result<ExprPtr> Parser::parse_unary(bool with_filter) {
+  DepthGuard guard(depth_);
+  TS_RETURN_IF_ERROR(check_depth());
   ExprPtr e;
   if (at_op("-") || at_op("+")) {
     auto u = make(Expr::Kind::kUnary, cur().pos);

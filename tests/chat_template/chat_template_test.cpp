@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <random>
 #include <sstream>
 
 #include "models/chat_template/chat_template.h"
@@ -162,6 +163,77 @@ TEST(ChatTemplate, WhitespaceControl) {
   auto out = tmpl->render({}, false);
   ASSERT_TRUE(out.ok());
   EXPECT_EQ(*out, "a\nbc  \nde\n f");  // as jinja2 renders it
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+TEST(ChatTemplate, MutatedTemplatesFailCleanly) {
+  // Random edits of a real template must parse or fail with InvalidArgument, and render or
+  // fail with a Status: never crash, hang or abort (run under ASan in CI's sanitizer build).
+  const std::string base = [] {
+    std::ifstream f(testing::test_data_path("chat_templates/qwen25.jinja"));
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  }();
+  ASSERT_FALSE(base.empty());
+  const std::string junk = "{}%#-+()[]'\".|~:,=! \nxif";
+  std::mt19937 rng(2024);
+  int parsed = 0, rejected = 0;
+  for (int iter = 0; iter < 400; ++iter) {
+    std::string s = base;
+    const int edits = std::uniform_int_distribution<int>(1, 4)(rng);
+    for (int e = 0; e < edits; ++e) {
+      const size_t at = std::uniform_int_distribution<size_t>(0, s.size() - 1)(rng);
+      const char c = junk[std::uniform_int_distribution<size_t>(0, junk.size() - 1)(rng)];
+      switch (std::uniform_int_distribution<int>(0, 2)(rng)) {
+        case 0: s.erase(at, 1); break;
+        case 1: s.insert(at, 1, c); break;
+        default: s[at] = c;
+      }
+    }
+    auto t = ChatTemplate::parse(s);
+    if (!t.ok()) {
+      EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument) << t.status().to_string();
+      EXPECT_NE(t.status().message().find("chat template: "), std::string::npos);
+      ++rejected;
+      continue;
+    }
+    ++parsed;
+    auto out = t->render({{"system", "s"}, {"user", "u"}, {"tool", "t"}}, true);
+    if (!out.ok()) {
+      EXPECT_FALSE(out.status().message().empty());
+    }
+  }
+  EXPECT_GT(parsed, 10);
+  EXPECT_GT(rejected, 10);
+}
+
+TEST(ChatTemplate, RunawayTemplateIsStopped) {
+  auto t = ChatTemplate::parse(
+      "{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}x{% endmacro %}{{ f(40) }}");
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  auto out = t->render({}, false);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), StatusCode::kResourceExhausted) << out.status().to_string();
+  auto small = ChatTemplate::parse(
+      "{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}x{% endmacro %}{{ f(3) }}");
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(*small->render({}, false), std::string(15, 'x'));
+}
+
+TEST(ChatTemplate, DeepNestingIsAnError) {
+  const std::string deep = "{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}";
+  auto t = ChatTemplate::parse(deep);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("nesting deeper"), std::string::npos) << t.status().message();
+  auto ok = ChatTemplate::parse("{{ " + std::string(50, '(') + "1" + std::string(50, ')') + " }}");
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_EQ(*ok->render({}, false), "1");
 }
 
 }  // namespace
