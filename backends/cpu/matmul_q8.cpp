@@ -95,6 +95,7 @@ HWY_INLINE void dot_row(const char* wrow, const ActQ8* const* x, int64_t nb, flo
   using Block = std::conditional_t<W == DType::kQ8_0, BlockQ8_0, std::conditional_t<W == DType::kQ4_0, BlockQ4_0, BlockQ4_1>>;
   const Block* wb = reinterpret_cast<const Block*>(wrow);
   __m256 acc0[R], acc1[R], off0[R], off1[R];
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = off0[r] = off1[r] = _mm256_setzero_ps();
   int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
@@ -102,6 +103,7 @@ HWY_INLINE void dot_row(const char* wrow, const ActQ8* const* x, int64_t nb, flo
     dot_block<W, R>(wb[b + 1], x, b + 1, acc1, off1);
   }
   if (b < nb) dot_block<W, R>(wb[b], x, b, acc0, off0);
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
     res[r] = hsum(_mm256_add_ps(acc0[r], acc1[r])) + _mm_cvtss_f32(_mm256_castps256_ps128(_mm256_add_ps(off0[r], off1[r])));
 }
