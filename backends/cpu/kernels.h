@@ -49,11 +49,12 @@ inline constexpr int64_t kParallelMinElems = 1 << 15;
 // ---- quantised activations (matmul.cpp) -----------------------------------------------------
 // One 32-element block of an activation row quantised to int8 for the integer dot products.
 struct ActQ8 {
-  float d;        // scale: x ~= d * qs
-  float s;        // d * sum(qs): the term Q4_0's -8 offset and Q4_1's min multiply
+  float d;          // scale: x ~= d * qs
+  float s;          // d * sum(qs): the term Q4_1's min multiplies
   int8_t qs[32];
+  int32_t c8[8];    // 8 * (sum of qs[4i..4i+3]): Q4_0's -8 offset, subtracted in the integer domain
 };
-static_assert(sizeof(ActQ8) == 40);
+static_assert(sizeof(ActQ8) == 72);
 
 // Activation rows packed for one weight dtype: contiguous f32 for float weights, ActQ8 blocks
 // for the block formats.

@@ -18,26 +18,35 @@ HWY_BEFORE_NAMESPACE();
 namespace tessera::cpu::HWY_NAMESPACE {
 
 // res[r] = dot(x[r], w) over K for R activation rows; U vectors in flight per row.
+// NOTE: the constant R/U loops must be unrolled (GCC -O2 keeps them rolled and spills the
+// accumulators to memory, 3x slower): hence the pragmas.
 template <DType T, int R, int U>
 HWY_INLINE void dot_rows(const float* const* x, const char* w, int64_t K, float* res) {
   const DF df;
   const int64_t L = int64_t(hn::Lanes(df));
   constexpr int64_t eb = elem_bytes<T>();
   VF acc[R][U];
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
     for (int u = 0; u < U; ++u) acc[r][u] = hn::Zero(df);
   int64_t k = 0;
   for (; k + U * L <= K; k += U * L) {
+#pragma GCC unroll 16
     for (int u = 0; u < U; ++u) {
       const VF wv = load_as_f32<T>(df, w + (k + u * L) * eb);
+#pragma GCC unroll 16
       for (int r = 0; r < R; ++r) acc[r][u] = hn::MulAdd(hn::LoadU(df, x[r] + k + u * L), wv, acc[r][u]);
     }
   }
   for (; k + L <= K; k += L) {
     const VF wv = load_as_f32<T>(df, w + k * eb);
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) acc[r][0] = hn::MulAdd(hn::LoadU(df, x[r] + k), wv, acc[r][0]);
   }
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 16
     for (int u = 1; u < U; ++u) acc[r][0] = hn::Add(acc[r][0], acc[r][u]);
     res[r] = reduce_sum(df, acc[r][0]);
   }
