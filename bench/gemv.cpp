@@ -58,7 +58,8 @@ int run_gemv(const GemvArgs& a) {
       const double pct = ceilings.bandwidth_gbs > 0 ? 100.0 * r.gbs / ceilings.bandwidth_gbs : 0.0;
       if (r.status == "ok")
         std::printf("%-7d %-6s %11s %10.1f %9.2f %7.1f%% %6.1f%%%s\n", t, r.weight_dtype.c_str(), r.name.c_str(),
-                    r.seconds.median * 1e6, r.gbs, pct, 100 * r.seconds.spread, r.seconds.noisy ? " noisy" : "");
+                    r.seconds.median * 1e6, r.gbs, pct, 100 * r.seconds.spread,
+                    r.seconds.n < 2 ? " (1 run)" : r.seconds.noisy ? " noisy" : "");
       else
         std::printf("%-7d %-6s %11s %s: %s\n", t, r.weight_dtype.c_str(), r.name.c_str(), r.status.c_str(),
                     r.note.c_str());

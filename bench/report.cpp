@@ -231,7 +231,8 @@ std::string format_table(const DeviceReport& d) {
     } else {
       std::snprintf(line, sizeof line, "  %-46s %-10s %10.1f %9.2f %8.3f %9.2f %6.1f%% %6s %5.1f%%%s\n",
                     k.key.c_str(), k.op.c_str(), k.seconds.median * 1e6, k.gbs, k.cost.intensity(), k.gflops,
-                    k.pct_roofline, k.bound.c_str(), 100 * k.seconds.spread, k.seconds.noisy ? " noisy" : "");
+                    k.pct_roofline, k.bound.c_str(), 100 * k.seconds.spread,
+                    k.seconds.n < 2 ? " (1 run)" : k.seconds.noisy ? " noisy" : "");
     }
     out += line;
   }

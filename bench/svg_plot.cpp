@@ -278,7 +278,7 @@ std::string roofline_svg(const std::vector<const DeviceReport*>& devices, const 
     std::string line = printf_str("%3.0f ", double(i + 1)) + keys[i];
     auto it = by_key.find(keys[i]);
     if (it != by_key.end() && plotted(*it->second))
-      line += printf_str("  %.1f GB/s", it->second->gbs) + printf_str(" %.1f GF", it->second->gflops) +
+      line += printf_str("  %.3g GB/s", it->second->gbs) + printf_str(" %.3g GFLOP/s", it->second->gflops) +
               printf_str(" %.0f%%", it->second->pct_roofline);
     s += "<text x='" + num(x) + "' y='" + num(y) + "' class='list'>" + xml_escape(line) + "</text>\n";
   }
