@@ -85,9 +85,9 @@ DeviceReport measure_device(Device& device, bool quick) {
   so.quick = quick;
   const double llc = double(last_level_cache_bytes());
   so.working_set_bytes = (quick ? 2 : 4) * llc;
-  so.budget_s = quick ? 0.08 : 0.4;
+  so.budget_s = quick ? 0.08 : 0.25;
   so.skip_s = quick ? 0.1 : 3.0;
-  so.max_set_bytes = quick ? double(256 << 20) : double(1 << 30);
+  so.max_set_bytes = quick ? double(256 << 20) : double(512 << 20);
   const auto cases = sweep_cases(device, quick);
   std::fprintf(stderr, "tessera-bench: %s: %zu kernels, working set %.0f MiB\n", d.id.c_str(), cases.size(),
                so.working_set_bytes / (1 << 20));

@@ -10,22 +10,20 @@ void InputPlacer::begin_set() {
   set_bytes_ = 0;
 }
 
-const std::vector<uint8_t>& InputPlacer::random_image(const Tensor& desc) {
-  const size_t index = next_image_++;
-  if (index < images_.size() && int64_t(images_[index].size()) == desc.nbytes()) return images_[index];
-  if (index >= images_.size()) images_.resize(index + 1);
-  std::vector<uint8_t>& image = images_[index];
-  image.resize(size_t(desc.nbytes()));
-  // Quantise in chunks of whole rows so a large weight never needs a full f32 copy.
+namespace {
+// Uniform [-1, 1) values (xorshift64 seeded by |seed|), quantised to |desc|'s dtype in chunks of
+// whole rows so a large weight never needs a full f32 copy.
+std::vector<uint8_t> make_random_image(const Tensor& desc, uint64_t seed) {
+  std::vector<uint8_t> image(size_t(desc.nbytes()));
   const int64_t cols = desc.cols(), rows = desc.rows();
   const int64_t chunk_rows = std::max<int64_t>(1, (int64_t(1) << 20) / std::max<int64_t>(cols, 1));
   std::vector<float> src(size_t(chunk_rows * cols));
-  uint64_t state = 0x9E3779B97F4A7C15ull * (index + 1);
+  uint64_t state = 0x9E3779B97F4A7C15ull * (seed + 1);
   const auto& traits = dtype_traits(desc.dtype);
   for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
     const int64_t nr = std::min(chunk_rows, rows - r0);
     for (int64_t i = 0; i < nr * cols; ++i) {
-      state ^= state << 13, state ^= state >> 7, state ^= state << 17;  // xorshift64
+      state ^= state << 13, state ^= state >> 7, state ^= state << 17;
       src[size_t(i)] = float(double(state >> 11) * 0x1.0p-52 - 1.0);
     }
     uint8_t* dst = image.data() + r0 * desc.row_bytes();
@@ -36,6 +34,26 @@ const std::vector<uint8_t>& InputPlacer::random_image(const Tensor& desc) {
     }
   }
   return image;
+}
+}  // namespace
+
+std::shared_ptr<const std::vector<uint8_t>> InputPlacer::random_image(const Tensor& desc) {
+  const size_t index = next_image_++;
+  if (index < images_.size() && images_[index] && int64_t(images_[index]->size()) == desc.nbytes())
+    return images_[index];
+  if (index >= images_.size()) images_.resize(index + 1);
+  const std::string key = std::to_string(index) + " " + desc.shape_string();
+  if (cache_) {
+    auto it = cache_->images.find(key);
+    if (it != cache_->images.end()) return images_[index] = it->second;
+  }
+  auto image = std::make_shared<const std::vector<uint8_t>>(make_random_image(desc, index));
+  if (cache_) {
+    if (cache_->bytes + image->size() > cache_->max_bytes) cache_->images.clear(), cache_->bytes = 0;
+    cache_->images[key] = image;
+    cache_->bytes += image->size();
+  }
+  return images_[index] = image;
 }
 
 Result<Tensor> InputPlacer::place(Tensor desc, const std::vector<uint8_t>& image) {
@@ -56,7 +74,8 @@ Result<Tensor> InputPlacer::place(Tensor desc, const std::vector<uint8_t>& image
 }
 
 Result<ValueId> InputPlacer::random(Graph& graph, Tensor desc) {
-  TS_ASSIGN_OR_RETURN(Tensor t, place(desc, random_image(desc)));
+  const auto image = random_image(desc);
+  TS_ASSIGN_OR_RETURN(Tensor t, place(desc, *image));
   return graph.input(t);
 }
 

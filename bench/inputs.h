@@ -3,6 +3,9 @@
 // and filled with random data from a fixed seed or given i32 values.
 #pragma once
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "core/device.h"
@@ -10,10 +13,19 @@
 
 namespace tessera::bench {
 
+// Host images of random inputs shared across kernels (the same weight shape recurs in every
+// phase), keyed by input position, dtype and shape; cleared when it grows past |max_bytes|.
+struct ImageCache {
+  std::map<std::string, std::shared_ptr<const std::vector<uint8_t>>> images;
+  size_t bytes = 0;
+  size_t max_bytes = size_t(1) << 30;
+};
+
 class InputPlacer {
  public:
-  // |slab| may be null (every tensor gets its own allocation).
-  InputPlacer(Device& device, BufferPtr slab) : device_(device), slab_(std::move(slab)) {}
+  // |slab| may be null (every tensor gets its own allocation); |cache| may be null.
+  InputPlacer(Device& device, BufferPtr slab, ImageCache* cache = nullptr)
+      : device_(device), slab_(std::move(slab)), cache_(cache) {}
 
   // Starts a new input set: the next inputs reuse the host images of the previous set in call
   // order, so every set holds the same values in distinct memory.
@@ -28,12 +40,13 @@ class InputPlacer {
 
  private:
   Result<Tensor> place(Tensor desc, const std::vector<uint8_t>& image);
-  const std::vector<uint8_t>& random_image(const Tensor& desc);
+  std::shared_ptr<const std::vector<uint8_t>> random_image(const Tensor& desc);
 
   Device& device_;
   BufferPtr slab_;
   size_t slab_used_ = 0;
-  std::vector<std::vector<uint8_t>> images_;
+  ImageCache* cache_;
+  std::vector<std::shared_ptr<const std::vector<uint8_t>>> images_;
   size_t next_image_ = 0;
   int64_t set_bytes_ = 0;
   int64_t total_bytes_ = 0;

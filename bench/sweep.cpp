@@ -101,7 +101,10 @@ void add_model_phase(const Device& dev, const ModelShape& ms, const Phase& ph, s
     if (!dtype_table()[i].quantize_row || !dtype_row_check(w, ms.dim).empty()) continue;
     if (!dev.supports(OpKind::kEmbed, DType::kF32, w)) continue;
     KernelCase c = base("embed", OpKind::kEmbed);
-    c.weight = w, c.m = T, c.n = ms.dim, c.vocab = ms.vocab;
+    // A gather reads T rows: a table of up to 256 MiB (beyond the last-level cache) measures the
+    // same thing as the full vocabulary without generating gigabytes of random weights.
+    const int64_t rows_cap = std::max<int64_t>(1024, (int64_t(256) << 20) / dtype_row_bytes(w, ms.dim));
+    c.weight = w, c.m = T, c.n = ms.dim, c.vocab = std::min(ms.vocab, rows_cap);
     out.push_back(c);
   }
 }
@@ -301,9 +304,9 @@ struct RateTracker {
   }
 };
 
-Status measure_case(Device& device, const KernelCase& c, const BufferPtr& slab, const SweepOptions& o,
-                    KernelResult& r) {
-  InputPlacer placer(device, slab);
+Status measure_case(Device& device, const KernelCase& c, const BufferPtr& slab, ImageCache& cache,
+                    const SweepOptions& o, KernelResult& r) {
+  InputPlacer placer(device, slab, &cache);
   std::vector<Graph> graphs;
   TS_ASSIGN_OR_RETURN(Graph first, build_case(c, placer));
   const double set = double(std::max<int64_t>(placer.set_bytes(), 1));
@@ -345,6 +348,7 @@ std::vector<KernelResult> run_sweep(Device& device, const DeviceReport& ceilings
   auto slab = device.alloc(size_t(o.working_set_bytes) + (16 << 20));
   BufferPtr slab_ptr = slab.ok() ? *slab : nullptr;
   RateTracker rates;
+  ImageCache cache;
   int done = 0;
   for (size_t i : order) {
     const KernelCase& c = cases[i];
@@ -362,7 +366,7 @@ std::vector<KernelResult> run_sweep(Device& device, const DeviceReport& ceilings
       std::snprintf(buf, sizeof buf, "predicted >= %.1f s per call from this op/dtype's measured rates", predicted);
       r.note = buf;
     } else {
-      Status s = measure_case(device, c, slab_ptr, o, r);
+      Status s = measure_case(device, c, slab_ptr, cache, o, r);
       if (!s.ok()) {
         r.status = "failed";
         r.note = s.to_string();
