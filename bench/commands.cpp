@@ -5,6 +5,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "bench/ceilings.h"
@@ -60,7 +61,7 @@ Result<std::vector<DevicePtr>> select_devices(const std::vector<std::string>& sp
   return out;
 }
 
-DeviceReport measure_device(Device& device, bool quick) {
+DeviceReport measure_device(Device& device, bool quick, bool hal_only) {
   const DeviceInfo& info = device.info();
   DeviceReport d;
   d.id = info.id, d.name = info.name, d.kind = device_kind_name(info.kind);
@@ -70,7 +71,7 @@ DeviceReport measure_device(Device& device, bool quick) {
   co.buffer_bytes = quick ? size_t(256) << 20 : size_t(1) << 30;
   co.repeats = quick ? 5 : 9;
   std::fprintf(stderr, "tessera-bench: %s: measuring ceilings\n", d.id.c_str());
-  if (info.kind == DeviceKind::kCpu) {
+  if (info.kind == DeviceKind::kCpu && !hal_only) {
     d.ceilings = cpu_ceilings(std::max(1, info.threads), co);
     bool has_flops = false;
     for (const auto& c : d.ceilings) has_flops |= c.unit == "GFLOP/s";
@@ -95,6 +96,29 @@ DeviceReport measure_device(Device& device, bool quick) {
   return d;
 }
 
+// The SVGs of |run|: one per device, one per device and model, one overlay of all devices.
+Status write_plots(const RunReport& run, const std::string& dir) {
+  Status s;
+  std::vector<const DeviceReport*> all;
+  for (const auto& d : run.devices) {
+    all.push_back(&d);
+    const std::string title = "Roofline: " + d.id + " (" + d.name + ")" + (run.quick ? " [quick]" : "");
+    if (s.ok()) s = write_file(dir + "roofline-" + file_id(d.id) + ".svg", roofline_svg({&d}, title));
+    // One plot per model as well: a full sweep puts hundreds of points on the device plot.
+    std::map<std::string, DeviceReport> by_model;
+    for (const auto& k : d.kernels) {
+      auto [it, fresh] = by_model.try_emplace(k.model, d);
+      if (fresh) it->second.kernels.clear();
+      it->second.kernels.push_back(k);
+    }
+    for (const auto& [model, md] : by_model)
+      if (s.ok())
+        s = write_file(dir + "roofline-" + file_id(d.id) + "-" + model + ".svg", roofline_svg({&md}, title + ": " + model));
+  }
+  if (s.ok()) s = write_file(dir + "roofline-all.svg", roofline_svg(all, "Roofline: all devices"));
+  return s;
+}
+
 }  // namespace
 
 int run_roofline(const RooflineArgs& a) {
@@ -115,25 +139,29 @@ int run_roofline(const RooflineArgs& a) {
   run.host = host_description();
   run.quick = a.quick;
   for (auto& dev : *devices) {
-    run.devices.push_back(measure_device(*dev, a.quick));
+    run.devices.push_back(measure_device(*dev, a.quick, a.hal_ceilings));
     std::printf("%s\n", format_table(run.devices.back()).c_str());
   }
   const std::string dir = a.out_dir + "/";
   Status s = write_file(dir + "roofline.json", to_json(run));
   if (s.ok()) s = write_file(dir + "roofline.csv", to_csv(run));
-  std::vector<const DeviceReport*> all;
-  for (const auto& d : run.devices) {
-    all.push_back(&d);
-    if (s.ok())
-      s = write_file(dir + "roofline-" + file_id(d.id) + ".svg",
-                     roofline_svg({&d}, "Roofline: " + d.id + " (" + d.name + ")" + (a.quick ? " [quick]" : "")));
-  }
-  if (s.ok()) s = write_file(dir + "roofline-all.svg", roofline_svg(all, "Roofline: all devices"));
+  if (s.ok()) s = write_plots(run, dir);
   if (!s.ok()) {
     std::fprintf(stderr, "tessera-bench: %s\n", s.to_string().c_str());
     return 1;
   }
   std::printf("wrote %sroofline.json, roofline.csv and the SVG plots\n", dir.c_str());
+  return 0;
+}
+
+int run_plot(const PlotArgs& a) {
+  auto run = read_report(a.json);
+  Status s = run.ok() ? write_plots(*run, a.out_dir + "/") : run.status();
+  if (!s.ok()) {
+    std::fprintf(stderr, "tessera-bench: %s\n", s.to_string().c_str());
+    return 1;
+  }
+  std::printf("wrote the SVG plots of %s to %s\n", a.json.c_str(), a.out_dir.c_str());
   return 0;
 }
 

@@ -9,6 +9,7 @@ struct RooflineArgs {
   std::vector<std::string> devices = {"all"};
   std::string out_dir = "bench-out";
   bool quick = false;
+  bool hal_ceilings = false;  // measure the CPU's ceilings through the HAL too (the generic path)
 };
 int run_roofline(const RooflineArgs& a);
 
@@ -18,6 +19,12 @@ struct GemvArgs {
   std::string csv;  // optional output file
 };
 int run_gemv(const GemvArgs& a);
+
+struct PlotArgs {
+  std::string json;
+  std::string out_dir = ".";
+};
+int run_plot(const PlotArgs& a);  // redraws the SVGs of a saved report
 
 struct CompareArgs {
   std::string a, b;

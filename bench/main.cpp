@@ -14,12 +14,19 @@ int main(int argc, char** argv) {
   r->add_option("--device", roof.devices, "all, cpu, vulkan:0, ... (repeatable)");
   r->add_option("--out", roof.out_dir, "output folder")->capture_default_str();
   r->add_flag("--quick", roof.quick, "small shapes and short budgets (smoke tests)");
+  r->add_flag("--hal-ceilings", roof.hal_ceilings,
+              "CPU: measure the ceilings through the HAL like any other device, not directly");
 
   GemvArgs gemv;
   auto* g = app.add_subcommand("gemv", "quantised GEMV (M=1) bandwidth vs the measured peak read bandwidth");
   g->add_option("--threads", gemv.threads, "thread counts (repeatable)")->capture_default_str();
   g->add_option("--csv", gemv.csv, "also write the rows to this CSV file");
   g->add_flag("--quick", gemv.quick, "smaller buffers, shorter budgets");
+
+  PlotArgs plot;
+  auto* p = app.add_subcommand("plot", "redraw the SVG plots of a saved roofline.json");
+  p->add_option("JSON", plot.json, "a report written by roofline")->required();
+  p->add_option("--out", plot.out_dir, "output folder (must exist)")->capture_default_str();
 
   CompareArgs cmp;
   auto* c = app.add_subcommand("compare", "per-kernel time ratio between two runs or two devices");
@@ -31,5 +38,6 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (r->parsed()) return run_roofline(roof);
   if (g->parsed()) return run_gemv(gemv);
+  if (p->parsed()) return run_plot(plot);
   return run_compare(cmp);
 }

@@ -151,7 +151,8 @@ void draw_ceilings(std::string& s, const Axes& a, const DeviceReport& d, const s
     const double y = a.py(g);
     s += "<line x1='" + num(std::max(kLeft, a.px(ridge))) + "' y1='" + num(y) + "' x2='" + num(kRight) + "' y2='" +
          num(y) + "' stroke='" + colour + "' stroke-width='2' clip-path='url(#plot)'/>\n";
-    s += "<text x='" + num(kRight - 4 - 150.0 * index) + "' y='" + num(y - 4 - 0 * row) + "' text-anchor='end' fill='" +
+    // Staggered along the line so ceilings close in value keep readable labels.
+    s += "<text x='" + num(kRight - 4 - 160.0 * (index + row)) + "' y='" + num(y - 4) + "' text-anchor='end' fill='" +
          colour + "'>" + xml_escape(prefix + name + " " + printf_str("%.0f", g) + " GFLOP/s") + "</text>\n";
     ++row;
   }

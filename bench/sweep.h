@@ -49,7 +49,7 @@ double case_set_bytes(const KernelCase& c);
 struct SweepOptions {
   bool quick = false;
   double working_set_bytes = 128 << 20;  // rotate input sets until they span this much
-  double max_set_bytes = 1 << 30;        // skip a kernel whose single input set is larger
+  double max_set_bytes = 512 << 20;      // skip a kernel whose single input set is larger
   double budget_s = 0.4;                 // time per kernel
   double skip_s = 5.0;                   // skip a kernel predicted to take longer per call
   bool verbose = true;                   // progress on stderr
