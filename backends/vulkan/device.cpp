@@ -29,7 +29,6 @@ std::string Capabilities::missing() const {
   need(storage16, "storageBuffer16BitAccess");
   need(storage8, "storageBuffer8BitAccess");
   need(int64, "shaderInt64");
-  need(fp64, "shaderFloat64 (rope angles)");
   need(subgroup_arithmetic, "subgroup arithmetic in compute shaders");
   need(shared_memory >= 16384, "16 KiB of shared memory");
   need(max_workgroup_invocations >= 256, "256 invocations per workgroup");
@@ -46,6 +45,7 @@ std::string Capabilities::summary() const {
   s += "shared=" + std::to_string(shared_memory / 1024) + "KiB ";
   s += "max_storage_range=" + std::to_string(max_storage_range >> 20) + "MiB ";
   if (buffer_device_address) s += "bda ";
+  if (fp64) s += "fp64 ";
   if (timestamp_bits) s += "timestamps";
   while (!s.empty() && s.back() == ' ') s.pop_back();
   return s;
@@ -70,6 +70,7 @@ int find_memory_type(const VkPhysicalDeviceMemoryProperties& mp, uint32_t bits, 
 Status VulkanDevice::init(std::shared_ptr<Instance> instance, VkPhysicalDevice physical, int index,
                           const Capabilities& caps, DeviceOptions options) {
   caps_ = caps;
+  caps_.fp64 = caps.fp64 && !options.disable_fp64;
   options_ = options;
   const InstanceApi& ia = instance->api();
   // A queue family with compute.
@@ -94,7 +95,7 @@ Status VulkanDevice::init(std::shared_ptr<Instance> instance, VkPhysicalDevice p
   f11.pNext = &f12;
   VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
   f2.features.shaderInt64 = VK_TRUE;
-  f2.features.shaderFloat64 = VK_TRUE;
+  f2.features.shaderFloat64 = caps_.fp64;  // optional: rope's exact angles
   f2.features.robustBufferAccess = (options.robust_access || instance->validation()) && caps.robust_buffer_access;
   f2.pNext = &f11;
   const float priority = 1.0f;
@@ -228,6 +229,14 @@ Result<BufferPtr> VulkanDevice::alloc(size_t bytes) {
   return BufferPtr(std::move(b));
 }
 
+void memory_barrier(const DeviceApi& api, VkCommandBuffer cmd, VkPipelineStageFlags src_stage, VkAccessFlags src,
+                    VkPipelineStageFlags dst_stage, VkAccessFlags dst) {
+  VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+  mb.srcAccessMask = src;
+  mb.dstAccessMask = dst;
+  api.vkCmdPipelineBarrier(cmd, src_stage, dst_stage, 0, 1, &mb, 0, nullptr, 0, nullptr);
+}
+
 Status VulkanDevice::run_once(const std::function<void(VkCommandBuffer)>& record) {
   const DeviceApi& api = ctx_->api;
   TS_VK_RETURN_IF_ERROR(api.vkResetCommandBuffer(cmd_, 0), "vkResetCommandBuffer");
@@ -250,17 +259,23 @@ Status VulkanDevice::copy_via_staging(const VulkanBuffer& buf, size_t offset, vo
   if (to_device) std::memcpy(staging->host_ptr(), host, bytes);
   const DeviceApi& api = ctx_->api;
   TS_RETURN_IF_ERROR(run_once([&](VkCommandBuffer cmd) {
+    // Earlier compute writes before the copy; the copy's writes before the host reads them.
+    memory_barrier(api, cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
+                   VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT);
     VkBufferCopy region{to_device ? 0 : offset, to_device ? offset : 0, bytes};
     api.vkCmdCopyBuffer(cmd, to_device ? staging->handle() : buf.handle(), to_device ? buf.handle() : staging->handle(), 1,
                         &region);
+    memory_barrier(api, cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
+                   VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                   VK_ACCESS_HOST_READ_BIT | VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
   }));
   if (!to_device) std::memcpy(host, staging->host_ptr(), bytes);
   return OkStatus();
 }
 
 namespace {
-Status check_transfer(const DeviceInfo& info, const char* what, const Tensor& t, size_t bytes) {
-  if (!t.buffer || t.buffer->device() == nullptr || !dynamic_cast<const VulkanBuffer*>(t.buffer.get()))
+Status check_transfer(const Device* self, const DeviceInfo& info, const char* what, const Tensor& t, size_t bytes) {
+  if (!t.buffer || t.buffer->device() != self)
     return InvalidArgument(info.id + ": " + what + " of a tensor not allocated by this device: " + t.shape_string());
   if (!t.is_contiguous()) return InvalidArgument(info.id + ": " + what + " needs a contiguous tensor, got " + t.shape_string());
   if (int64_t(bytes) > t.nbytes() || t.offset + bytes > t.buffer->size())
@@ -272,7 +287,7 @@ Status check_transfer(const DeviceInfo& info, const char* what, const Tensor& t,
 }  // namespace
 
 Status VulkanDevice::upload(const Tensor& dst, const void* src, size_t bytes) {
-  TS_RETURN_IF_ERROR(check_transfer(info_, "upload", dst, bytes));
+  TS_RETURN_IF_ERROR(check_transfer(this, info_, "upload", dst, bytes));
   if (void* p = dst.host_data()) {
     std::memcpy(p, src, bytes);  // compute() has waited for all work: nothing in flight reads it
     return OkStatus();
@@ -281,7 +296,7 @@ Status VulkanDevice::upload(const Tensor& dst, const void* src, size_t bytes) {
 }
 
 Status VulkanDevice::download(const Tensor& src, void* dst, size_t bytes) {
-  TS_RETURN_IF_ERROR(check_transfer(info_, "download", src, bytes));
+  TS_RETURN_IF_ERROR(check_transfer(this, info_, "download", src, bytes));
   if (const void* p = src.host_data()) {
     std::memcpy(dst, p, bytes);
     return OkStatus();

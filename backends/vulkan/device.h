@@ -37,6 +37,7 @@ struct Capabilities {
 struct DeviceOptions {
   bool force_staging = false;  // never map memory: exercise the staging-buffer upload/download path
   bool robust_access = false;  // enable robustBufferAccess (also on under validation)
+  bool disable_fp64 = false;   // behave as a device without shaderFloat64 (rope's float variant)
 };
 
 // The VkDevice and its function table, shared by the device and every buffer it allocated (a
@@ -127,6 +128,10 @@ class VulkanDevice final : public Device {
   GraphArena arena_;
   std::vector<DispatchTiming> timings_;
 };
+
+// Records a global memory barrier (all the backend needs: it never aliases images or queues).
+void memory_barrier(const DeviceApi& api, VkCommandBuffer cmd, VkPipelineStageFlags src_stage, VkAccessFlags src,
+                    VkPipelineStageFlags dst_stage, VkAccessFlags dst);
 
 // Probes every physical device into entries "vulkan:N" (defined in probe.cpp).
 void probe_devices(std::vector<DeviceEntry>& out, DeviceOptions options);

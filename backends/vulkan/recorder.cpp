@@ -187,12 +187,20 @@ Status VulkanDevice::compute(Graph& graph) {
   bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
   TS_VK_RETURN_IF_ERROR(api.vkBeginCommandBuffer(cmd_, &bi), "vkBeginCommandBuffer");
   if (queries_) api.vkCmdResetQueryPool(cmd_, queries_, 0, query_capacity_);
+  // Staging copies and earlier graphs (other submissions) before this graph's first dispatch.
+  memory_barrier(api, cmd_, VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                 VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_SHADER_WRITE_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                 VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
   Recorder rec(*this, cmd_, max_dispatches);
   Status recorded = OkStatus();
   for (const Node& n : graph.nodes()) {
     recorded = record_node(rec, graph, n);
     if (!recorded.ok()) break;
   }
+  // The results (outputs, the KV cache) before the host reads mapped memory or copies them out.
+  memory_barrier(api, cmd_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
+                 VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                 VK_ACCESS_HOST_READ_BIT | VK_ACCESS_TRANSFER_READ_BIT);
   TS_VK_RETURN_IF_ERROR(api.vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
   TS_RETURN_IF_ERROR(recorded);  // nothing was submitted: external tensors are untouched
   VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};

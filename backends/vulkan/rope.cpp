@@ -19,9 +19,13 @@ Status record_rope(Recorder& rec, const Graph& g, const Node& n) {
   const Tensor& pos = g.input_tensor(n, in::kRopePos);
   const Tensor& out = g.output_tensor(n);
   const auto& rp = n.param<tessera::RopeParams>();
+  // Without shaderFloat64 the float variant runs (angles lose ~1e-3 rad at position 32k).
+  const bool fp64 = rec.caps().fp64;
   std::vector<double> inv_freq(size_t(rp.n_dims / 2));
   for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = std::pow(double(rp.freq_base), -double(2 * i) / rp.n_dims);
-  TS_ASSIGN_OR_RETURN(const uint64_t table, rec.put(inv_freq.data(), inv_freq.size() * sizeof(double)));
+  const std::vector<float> inv_freq_f(inv_freq.begin(), inv_freq.end());
+  TS_ASSIGN_OR_RETURN(const uint64_t table, fp64 ? rec.put(inv_freq.data(), inv_freq.size() * sizeof(double))
+                                                  : rec.put(inv_freq_f.data(), inv_freq_f.size() * sizeof(float)));
   RopeParams p;
   p.x = ref_of(x);
   p.pos = address_of(pos);
@@ -51,7 +55,7 @@ Status record_rope(Recorder& rec, const Graph& g, const Node& n) {
     reads.push_back(span_of(ff));
   }
   if (!pos.is_contiguous()) return Unimplemented("vulkan: rope positions must be contiguous");
-  return rec.dispatch("rope", {kWorkgroup}, p, {groups_for(x.numel(), kWorkgroup), 1, 1}, reads, {span_of(out)});
+  return rec.dispatch(fp64 ? "rope" : "rope_fp32", {kWorkgroup}, p, {groups_for(x.numel(), kWorkgroup), 1, 1}, reads, {span_of(out)});
 }
 
 }  // namespace tessera::vulkan

@@ -113,6 +113,21 @@ TEST(VulkanDevice, MappedPathMatchesTheReference) {
   for (const Case& c : mixed_cases()) EXPECT_EQ(conformance::run_case(*dev, c), "") << c.name;
 }
 
+TEST(VulkanDevice, RopeWithoutFloat64) {
+  auto dev = first_device({.disable_fp64 = true});
+  if (!dev) GTEST_SKIP() << "no usable Vulkan device";
+  for (RopeMode mode : {RopeMode::kNormal, RopeMode::kNeox}) {
+    Case c{"rope fp32 angles", OpKind::kRope, DType::kF32, DType::kF32, 77, [=](CaseContext& cc) {
+             RopeParams p;
+             p.n_dims = 32;
+             p.mode = mode;
+             return V{cc.graph().rope(cc.input(DType::kF32, {4, 2, 48}), cc.i32_values({4}, {0, 3, 64, 255}), p)};
+           }};
+    c.tolerance = 1e-8;  // float angles: ~2e-5 rad at position 255
+    EXPECT_EQ(conformance::run_case(*dev, c), "");
+  }
+}
+
 TEST(VulkanDevice, TimingsAndPipelineCache) {
   auto dev = first_device();
   if (!dev) GTEST_SKIP() << "no usable Vulkan device";
