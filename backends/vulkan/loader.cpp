@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <set>
 
 namespace tessera::vulkan {
 
@@ -54,6 +56,25 @@ bool env_on(const char* name) {
   const char* v = std::getenv(name);
   return v && *v && std::strcmp(v, "0") != 0;
 }
+#if TESSERA_SANITIZE
+// LeakSanitizer names the module of each leak only while it is mapped, and the loader unloads the
+// driver and layers in vkDestroyInstance: pin them (RTLD_NODELETE) so that the suppressions in
+// tests/lsan_vulkan.supp can match lavapipe's and the validation layer's own leaks by name.
+void pin_vulkan_modules() {
+  std::ifstream maps("/proc/self/maps");
+  std::set<std::string> paths;
+  std::string line;
+  while (std::getline(maps, line)) {
+    const size_t slash = line.find('/');
+    if (slash == std::string::npos) continue;
+    const std::string path = line.substr(slash);
+    if (path.find("libvulkan_") != std::string::npos || path.find("libVkLayer") != std::string::npos ||
+        path.find("libLLVM") != std::string::npos)
+      paths.insert(path);
+  }
+  for (const std::string& p : paths) dlopen(p.c_str(), RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+}
+#endif
 }  // namespace
 
 Status Instance::init() {
@@ -101,6 +122,9 @@ Status Instance::init() {
   ci.ppEnabledExtensionNames = extensions.data();
   const VkResult r = create_instance(&ci, nullptr, &instance_);
   if (r != VK_SUCCESS) return vk_status(r, "vkCreateInstance");
+#if TESSERA_SANITIZE
+  pin_vulkan_modules();
+#endif
 
 #define TS_VK_LOAD_INSTANCE(fn)                                                             \
   api_.fn = reinterpret_cast<PFN_##fn>(get_instance_proc_(instance_, #fn));                 \
