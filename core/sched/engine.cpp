@@ -86,8 +86,13 @@ Status Engine::submit_as(RequestId id, GenerationRequest req) {
 Status Engine::step() {
   const auto scheduled = scheduler_.plan(&plan_);
   if (scheduled.empty()) {
-    // Work left but nothing could be scheduled: a lone sequence outgrew the KV pool.
-    if (!scheduler_.idle() && !active_.empty()) finish(*active_.begin()->second, FinishReason::kLength);
+    // Work left but nothing could be scheduled: a lone sequence outgrew the whole KV pool. It
+    // ends as if it reached its length limit (its text so far is kept).
+    if (!scheduler_.idle()) {
+      auto it = active_.find(scheduler_.blocked());
+      if (it != active_.end()) finish(*it->second, FinishReason::kLength);
+      else scheduler_.finish(scheduler_.blocked());  // no owner: never expected, but never spin
+    }
     return OkStatus();
   }
   std::vector<RequestId> ids;

@@ -43,6 +43,11 @@ bool Scheduler::fork(RequestId parent, std::unique_ptr<Sequence> child) {
   return true;
 }
 
+RequestId Scheduler::blocked() const {
+  if (!running_.empty()) return running_.front()->id;
+  return waiting_.empty() ? 0 : waiting_.front()->id;
+}
+
 KvUsage Scheduler::kv_usage() const {
   KvUsage u;
   u.blocks_used = pool_.n_used();

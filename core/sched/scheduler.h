@@ -88,6 +88,10 @@ class Scheduler {
   KvUsage kv_usage() const;
 
   bool idle() const { return running_.empty() && waiting_.empty(); }
+  // The sequence to give up on when a step could schedule nothing although work is left: the
+  // running one that cannot grow (it is alone and the pool is exhausted), else the head of the
+  // queue. 0 when idle.
+  RequestId blocked() const;
   size_t n_waiting() const { return waiting_.size(); }
   size_t n_running() const { return running_.size(); }
   const SchedulerStats& stats() const { return stats_; }

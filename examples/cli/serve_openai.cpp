@@ -193,8 +193,10 @@ std::optional<ApiError> parse_request(ServerContext& ctx, const std::string& raw
     return ApiError{404, "the model '" + model_name + "' does not exist (this server serves '" + ctx.opts.model_name + "')",
                     "model", "model_not_found"};
   if (auto e = read_field(body, "stream", "a boolean", &out->stream)) return e;
-  if (auto it = body.find("stream_options"); it != body.end() && it->is_object())
-    out->include_usage = it->value("include_usage", false);
+  if (auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) return ApiError{400, "'stream_options' must be an object", "stream_options"};
+    if (auto e = read_field(*it, "include_usage", "a boolean", &out->include_usage)) return e;
+  }
   if (auto e = parse_stop(body, &out->gen.stop)) return e;
   // An extension (as in vLLM): keep generating past end-of-generation tokens, for benchmarks.
   if (auto e = read_field(body, "ignore_eos", "a boolean", &out->gen.ignore_eos)) return e;
@@ -417,7 +419,13 @@ void handle_generate(ServerContext& ctx, bool chat, const httplib::Request& hreq
   auto st = std::make_shared<RequestState>();
   st->ctx = &ctx;
   st->req.chat = chat;
-  if (auto e = parse_request(ctx, hreq.body, &st->req)) return send_error(ctx, res, *e);
+  std::optional<ApiError> bad;
+  try {
+    bad = parse_request(ctx, hreq.body, &st->req);
+  } catch (const json::exception& e) {  // a shape the checks above did not foresee: still the client's
+    bad = ApiError{400, std::string("malformed request: ") + e.what()};
+  }
+  if (bad) return send_error(ctx, res, *bad);
   // Bounded admission: beyond max_in_flight, tell the client when to retry.
   if (ctx.in_flight.fetch_add(1) >= ctx.opts.max_in_flight) {
     ctx.in_flight.fetch_sub(1);
@@ -501,6 +509,16 @@ void register_routes(httplib::Server& svr, ServerContext& ctx) {
   });
   svr.Post("/v1/completions", [&ctx](const httplib::Request& req, httplib::Response& res) { handle_generate(ctx, false, req, res); });
   svr.Post("/v1/chat/completions", [&ctx](const httplib::Request& req, httplib::Response& res) { handle_generate(ctx, true, req, res); });
+  svr.set_exception_handler([&ctx](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "unknown error";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    send_error(ctx, res, {500, "internal error: " + what, "", "", "server_error"});
+  });
   svr.set_error_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;  // a handler already wrote an error body
     if (res.status == 404) send_error(ctx, res, {404, "no route for " + req.method + " " + req.path, "", "not_found"});

@@ -361,6 +361,21 @@ TEST(Engine, TinyPoolPreemptionCompletesEveryRequestExactlyAsAlone) {
   }
 }
 
+TEST(Engine, ASequenceOutgrowingTheWholePoolEndsWithLengthAndOthersContinue) {
+  Harness h(4, 64);  // 16 slots in all
+  const auto p = prompt_of(10, 1), q = prompt_of(3, 2);
+  const RequestId big = h.submit(p, 40);
+  const RequestId small = h.submit(q, 4);
+  ASSERT_TRUE(h.engine->run_until_idle().ok());
+  EXPECT_EQ(h.finish[big], FinishReason::kLength);
+  ASSERT_GE(h.out[big].size(), 1u);
+  EXPECT_LT(h.out[big].size(), 40u);
+  const auto want_big = expected(p, int(h.out[big].size()));
+  EXPECT_EQ(h.out[big], want_big) << "what it generated before the pool ran out is exact";
+  EXPECT_EQ(h.out[small], expected(q, 4));
+  EXPECT_EQ(h.kv->pool().n_free(), 4);
+}
+
 TEST(Engine, HigherPriorityIsServedFirst) {
   Harness h(256, 8);
   const RequestId low = h.submit(prompt_of(8, 1), 4, 0);
