@@ -11,7 +11,7 @@ Result<std::unique_ptr<KvCache>> KvCache::create(Device& device, const KvCacheCo
                            ", block size " + std::to_string(cfg.block_size) + ", blocks " + std::to_string(cfg.n_blocks) + ")");
   if (!dtype_traits(cfg.dtype).is_float)
     return InvalidArgument(std::string("kv cache: dtype must be f32/f16/bf16, got ") + dtype_name(cfg.dtype));
-  std::unique_ptr<KvCache> kv(new KvCache(cfg));
+  std::unique_ptr<KvCache> kv(new KvCache(device, cfg));
   const Tensor desc = Tensor::make(cfg.dtype, {cfg.n_blocks, cfg.block_size, cfg.n_kv_heads, cfg.head_dim});
   for (int l = 0; l < cfg.n_layers; ++l) {
     for (auto* vec : {&kv->k_, &kv->v_}) {
@@ -32,6 +32,30 @@ int64_t KvCache::bytes() const {
   for (const auto& t : k_) b += t.nbytes();
   for (const auto& t : v_) b += t.nbytes();
   return b;
+}
+
+}  // namespace tessera
+
+namespace tessera {
+
+Status KvCache::copy_block(BlockId src, BlockId dst) {
+  if (src < 0 || dst < 0 || src >= cfg_.n_blocks || dst >= cfg_.n_blocks)
+    return InvalidArgument("kv cache: copy_block(" + std::to_string(src) + ", " + std::to_string(dst) + ") outside [0, " +
+                           std::to_string(cfg_.n_blocks) + ")");
+  Tensor block = Tensor::make(cfg_.dtype, {1, cfg_.block_size, cfg_.n_kv_heads, cfg_.head_dim});
+  const size_t bytes = size_t(block.nbytes());
+  std::vector<char> host(bytes);
+  for (const auto* vec : {&k_, &v_}) {
+    for (const Tensor& t : *vec) {
+      Tensor from = block, to = block;
+      from.buffer = to.buffer = t.buffer;
+      from.offset = t.offset + size_t(src) * bytes;
+      to.offset = t.offset + size_t(dst) * bytes;
+      TS_RETURN_IF_ERROR(device_.download(from, host.data(), bytes));
+      TS_RETURN_IF_ERROR(device_.upload(to, host.data(), bytes));
+    }
+  }
+  return OkStatus();
 }
 
 }  // namespace tessera

@@ -27,9 +27,14 @@ class KvCache {
   BlockPool& pool() { return pool_; }
   const BlockPool& pool() const { return pool_; }
   int64_t bytes() const;
+  // Copies the K/V of block |src| into block |dst| in every layer (copy-on-write of a shared
+  // partial block). Goes through host memory with the HAL's download/upload, so it works on
+  // every device; it is rare (once per fork) and one block small.
+  Status copy_block(BlockId src, BlockId dst);
 
  private:
-  KvCache(const KvCacheConfig& cfg) : cfg_(cfg), pool_(cfg.n_blocks) {}
+  KvCache(Device& device, const KvCacheConfig& cfg) : device_(device), cfg_(cfg), pool_(cfg.n_blocks) {}
+  Device& device_;
   KvCacheConfig cfg_;
   std::vector<Tensor> k_, v_;
   BlockPool pool_;

@@ -2,6 +2,7 @@
 // uploads it and builds the step graph from it.
 #pragma once
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -17,6 +18,9 @@ struct StepPlan {
   std::vector<int32_t> block_tables;  // [S, max_blocks] row-major, unused entries 0
   int32_t max_blocks = 0;
   std::vector<int32_t> logit_rows;    // rows of [T] whose logits are needed (in this order)
+  // (src, dst) KV blocks to copy before the step runs: copy-on-write of a shared partial block.
+  // The engine applies them (KvCache::copy_block), so a ModelRunner never sees them.
+  std::vector<std::pair<int32_t, int32_t>> block_copies;
 
   int32_t n_tokens() const { return int32_t(tokens.size()); }
   int32_t n_seqs() const { return int32_t(seq_lens.size()); }
