@@ -38,8 +38,12 @@ Status matmul_id(ThreadPool& pool, const Graph& g, const Node& n) {
       if (r != &route_w[size_t(t * k)]) std::memcpy(&route_w[size_t(t * k)], r, size_t(k) * 4);
     }
   }
-  // Weighted: acc[t] = sum_j w[t, j] * y; else y goes to row t*k + j.
-  std::vector<float> acc(size_t((weighted ? T : T * k) * N), 0.0f);
+  // Unweighted: y goes to row t*k + j of |acc|. Weighted: wacc[t] = sum_j w[t, j] * y_j in
+  // double, rounded to f32 once (as the reference does). Rounding after every term would make
+  // identical experts with weights summing to one differ from the dense FFN by an ulp, and the
+  // int8 activation quantisation of the next matmuls amplifies an ulp to ~1e-2 over a deep model.
+  std::vector<float> acc(weighted ? 0 : size_t(T * k * N));
+  std::vector<double> wacc(weighted ? size_t(T * N) : 0, 0.0);
   // NOTE: a non-dense float expert weight cannot occur: Graph::matmul_id takes w as given and
   // the loader always provides dense rows; checked here rather than assumed.
   if (!last_dim_dense(w))
@@ -62,15 +66,23 @@ Status matmul_id(ThreadPool& pool, const Graph& g, const Node& n) {
       const int64_t s = slots[size_t(i)];
       const float* src = &y[size_t(i * N)];
       if (weighted) {
-        float* dst = &acc[size_t((s / k) * N)];
-        const float rw = route_w[size_t(s)];
+        double* dst = &wacc[size_t((s / k) * N)];
+        const double rw = route_w[size_t(s)];
         for (int64_t c = 0; c < N; ++c) dst[c] += rw * src[c];
       } else {
         std::memcpy(&acc[size_t(s * N)], src, size_t(N) * 4);
       }
     }
   }
-  for (int64_t r = 0; r < out.rows(); ++r) store_row_f32(out, r, &acc[size_t(r * N)]);
+  if (weighted) {
+    acc.resize(size_t(N));
+    for (int64_t r = 0; r < out.rows(); ++r) {
+      for (int64_t c = 0; c < N; ++c) acc[size_t(c)] = float(wacc[size_t(r * N + c)]);
+      store_row_f32(out, r, acc.data());
+    }
+  } else {
+    for (int64_t r = 0; r < out.rows(); ++r) store_row_f32(out, r, &acc[size_t(r * N)]);
+  }
   return OkStatus();
 }
 
