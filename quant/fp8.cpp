@@ -10,7 +10,7 @@
 namespace tessera {
 namespace {
 
-// A small-float format with |kMan| mantissa bits and exponent bias |kBias|; |max_code| is the
+// A small-float format with |man_bits| mantissa bits and exponent bias |bias|; |max_code| is the
 // bit pattern (without sign) of the largest finite value.
 struct Fp8Format {
   int man_bits;
