@@ -218,7 +218,7 @@ std::string format_table(const DeviceReport& d) {
            fmt("%10.1f ", c.value.median) + c.unit + fmt("  spread %5.1f%%", 100 * c.value.spread) +
            (c.value.noisy ? "  NOISY" : "") + "  (" + c.method + ")\n";
   out += fmt("  roofline: bandwidth %.1f GB/s", d.bandwidth_gbs);
-  for (const auto& [name, g] : d.compute_gflops) out += ", " + name + fmt(" %.0f GFLOP/s", g);
+  for (const auto& [name, g] : d.compute_gflops) out += ", " + name + fmt(" %.3g GFLOP/s", g);
   out += "\n";
   char line[320];
   std::snprintf(line, sizeof line, "  %-46s %-10s %10s %9s %8s %9s %7s %6s %s\n", "kernel", "op", "time_us",

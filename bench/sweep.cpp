@@ -322,6 +322,7 @@ Status measure_case(Device& device, const KernelCase& c, const BufferPtr& slab, 
   TimingBudget budget;
   budget.budget_s = o.budget_s;
   budget.max_samples = o.quick ? 5 : 9;
+  budget.min_sample_s = o.quick ? 0.002 : 0.01;  // longer samples average over scheduler noise
   std::string note;
   auto call = [&](int64_t i) { return device.compute(graphs[size_t(i) % graphs.size()]); };
   auto finish = [&] { return device.synchronize(); };
