@@ -100,7 +100,7 @@ void Recorder::barrier_if_needed(const std::vector<Span>& reads, const std::vect
 }
 
 Status Recorder::dispatch_at(const std::string& kernel, const std::vector<uint32_t>& spec, uint64_t params_addr,
-                             const uint32_t (&groups)[3], const std::vector<Span>& reads, const std::vector<Span>& writes) {
+                             const std::array<uint32_t, 3>& groups, const std::vector<Span>& reads, const std::vector<Span>& writes) {
   if (n_dispatch_ >= max_dispatches_) return Internal("vulkan: more dispatches than planned");
   TS_ASSIGN_OR_RETURN(VkPipeline p, device_.pipeline(kernel, spec));
   const DeviceApi& api = device_.ctx_->api;
