@@ -26,6 +26,10 @@ uint64_t address_of(const Tensor& t) {
   return static_cast<const VulkanBuffer*>(t.buffer.get())->address() + t.offset;
 }
 
+// shaders/types.glsl reads dtypes by these values (DT_F32 ...).
+static_assert(uint32_t(DType::kF32) == 0 && uint32_t(DType::kF16) == 1 && uint32_t(DType::kBF16) == 2 &&
+              uint32_t(DType::kI8) == 3 && uint32_t(DType::kI32) == 4);
+
 TensorRef ref_of(const Tensor& t) {
   TensorRef r;
   r.addr = address_of(t);
