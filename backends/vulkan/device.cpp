@@ -67,26 +67,10 @@ int find_memory_type(const VkPhysicalDeviceMemoryProperties& mp, uint32_t bits, 
 }
 }  // namespace
 
-Status VulkanDevice::init(std::shared_ptr<Instance> instance, VkPhysicalDevice physical, int index,
-                          const Capabilities& caps, DeviceOptions options) {
-  caps_ = caps;
-  caps_.fp64 = caps.fp64 && !options.disable_fp64;
-  options_ = options;
+Status VulkanDevice::create_logical_device(const std::shared_ptr<Instance>& instance, VkPhysicalDevice physical) {
   const InstanceApi& ia = instance->api();
-  // A queue family with compute.
-  uint32_t nq = 0;
-  ia.vkGetPhysicalDeviceQueueFamilyProperties(physical, &nq, nullptr);
-  std::vector<VkQueueFamilyProperties> qf(nq);
-  ia.vkGetPhysicalDeviceQueueFamilyProperties(physical, &nq, qf.data());
-  bool found = false;
-  for (uint32_t i = 0; i < nq && !found; ++i)
-    if (qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) {
-      queue_family_ = i;
-      caps_.timestamp_bits = qf[i].timestampValidBits;
-      found = true;
-    }
-  if (!found) return Unavailable("no compute queue");
-
+  const Capabilities& caps = caps_;
+  const DeviceOptions& options = options_;
   VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
   f12.bufferDeviceAddress = VK_TRUE;
   f12.storageBuffer8BitAccess = VK_TRUE;
@@ -95,7 +79,7 @@ Status VulkanDevice::init(std::shared_ptr<Instance> instance, VkPhysicalDevice p
   f11.pNext = &f12;
   VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
   f2.features.shaderInt64 = VK_TRUE;
-  f2.features.shaderFloat64 = caps_.fp64;  // optional: rope's exact angles
+  f2.features.shaderFloat64 = caps.fp64;  // optional: rope's exact angles
   f2.features.robustBufferAccess = (options.robust_access || instance->validation()) && caps.robust_buffer_access;
   f2.pNext = &f11;
   const float priority = 1.0f;
@@ -116,6 +100,51 @@ Status VulkanDevice::init(std::shared_ptr<Instance> instance, VkPhysicalDevice p
   if (!ctx_->api.fn) return Unavailable("the driver lacks " #fn);
   TS_VK_DEVICE_FUNCS(TS_VK_LOAD_DEVICE)
 #undef TS_VK_LOAD_DEVICE
+  return OkStatus();
+}
+
+Result<size_t> VulkanDevice::choose_memory_types(const InstanceApi& ia, VkPhysicalDevice physical) {
+  // Memory types: device-local (mapped too when it is host-visible, as on lavapipe and
+  // resizable-BAR GPUs), and host-visible coherent for staging and the params ring.
+  VkPhysicalDeviceMemoryProperties mp;
+  ia.vkGetPhysicalDeviceMemoryProperties(physical, &mp);
+  const int mappable = find_memory_type(mp, ~0u, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT |
+                                                     VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT |
+                                                     VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
+  const int local = find_memory_type(mp, ~0u, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
+  const int host = find_memory_type(mp, ~0u, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
+  if (host < 0) return Unavailable("no host-visible coherent memory type");
+  device_mappable_ = mappable >= 0 && !options_.force_staging;
+  device_type_ = uint32_t(mappable >= 0 ? mappable : local >= 0 ? local : host);
+  host_visible_type_ = uint32_t(host);
+  size_t heap = 0;  // the largest device-local heap
+  for (uint32_t i = 0; i < mp.memoryHeapCount; ++i)
+    if (mp.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) heap = std::max<size_t>(heap, mp.memoryHeaps[i].size);
+
+  return heap;
+}
+
+Status VulkanDevice::init(std::shared_ptr<Instance> instance, VkPhysicalDevice physical, int index,
+                          const Capabilities& caps, DeviceOptions options) {
+  caps_ = caps;
+  caps_.fp64 = caps.fp64 && !options.disable_fp64;
+  options_ = options;
+  const InstanceApi& ia = instance->api();
+  // A queue family with compute.
+  uint32_t nq = 0;
+  ia.vkGetPhysicalDeviceQueueFamilyProperties(physical, &nq, nullptr);
+  std::vector<VkQueueFamilyProperties> qf(nq);
+  ia.vkGetPhysicalDeviceQueueFamilyProperties(physical, &nq, qf.data());
+  bool found = false;
+  for (uint32_t i = 0; i < nq && !found; ++i)
+    if (qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) {
+      queue_family_ = i;
+      caps_.timestamp_bits = qf[i].timestampValidBits;
+      found = true;
+    }
+  if (!found) return Unavailable("no compute queue");
+
+  TS_RETURN_IF_ERROR(create_logical_device(instance, physical));
   const DeviceApi& api = ctx_->api;
   VkDevice dev = ctx_->device;
   api.vkGetDeviceQueue(dev, queue_family_, 0, &queue_);
@@ -140,23 +169,7 @@ Status VulkanDevice::init(std::shared_ptr<Instance> instance, VkPhysicalDevice p
   lci.pPushConstantRanges = &range;
   TS_VK_RETURN_IF_ERROR(api.vkCreatePipelineLayout(dev, &lci, nullptr, &layout_), "vkCreatePipelineLayout");
 
-  // Memory types: device-local (mapped too when it is host-visible, as on lavapipe and
-  // resizable-BAR GPUs), and host-visible coherent for staging and the params ring.
-  VkPhysicalDeviceMemoryProperties mp;
-  ia.vkGetPhysicalDeviceMemoryProperties(physical, &mp);
-  const int mappable = find_memory_type(mp, ~0u, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT |
-                                                     VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT |
-                                                     VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
-  const int local = find_memory_type(mp, ~0u, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
-  const int host = find_memory_type(mp, ~0u, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
-  if (host < 0) return Unavailable("no host-visible coherent memory type");
-  device_mappable_ = mappable >= 0 && !options.force_staging;
-  device_type_ = uint32_t(mappable >= 0 ? mappable : local >= 0 ? local : host);
-  host_visible_type_ = uint32_t(host);
-  size_t heap = 0;
-  for (uint32_t i = 0; i < mp.memoryHeapCount; ++i)
-    if (mp.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) heap = std::max<size_t>(heap, mp.memoryHeaps[i].size);
-
+  TS_ASSIGN_OR_RETURN(const size_t heap, choose_memory_types(ia, physical));
   VkPhysicalDeviceProperties props;
   ia.vkGetPhysicalDeviceProperties(physical, &props);
   info_.id = "vulkan:" + std::to_string(index);

@@ -101,6 +101,9 @@ class VulkanDevice final : public Device {
   VulkanDevice() = default;
   Status init(std::shared_ptr<Instance> instance, VkPhysicalDevice physical, int index, const Capabilities& caps,
               DeviceOptions options);
+  Status create_logical_device(const std::shared_ptr<Instance>& instance, VkPhysicalDevice physical);
+  // Picks the device and host-visible memory types; returns the device-local heap size.
+  Result<size_t> choose_memory_types(const InstanceApi& ia, VkPhysicalDevice physical);
   Result<VkPipeline> pipeline(const std::string& kernel, const std::vector<uint32_t>& spec);
   Result<std::shared_ptr<VulkanBuffer>> make_buffer(size_t bytes, bool host_visible);
   // Runs |record| in a one-shot command buffer and waits (staging copies).

@@ -1,11 +1,14 @@
 // embed, matmul and matmul_id -> embed.comp and matmul.comp (one SPIR-V per weight format).
+#include <algorithm>
+#include <array>
+
 #include "backends/vulkan/recorder.h"
 #include "core/reference/reference.h"
 
 namespace tessera::vulkan {
 
 namespace {
-constexpr uint32_t kVecWorkgroup = 64;
+constexpr uint32_t kVecWorkgroup = 64;  // matmul.comp GEMV: one output column per subgroup
 constexpr int64_t kTiledMinRows = 4;  // below this the GEMV reads each weight row fewer times
 
 // Ids the shader will index with, checked on the host when they are inputs it can read (mapped
@@ -27,6 +30,12 @@ Status check_ids(const Graph& g, ValueId v, int64_t limit, const char* op, const
 Status check_contiguous_i32(const Tensor& t, const char* op) {
   if (!t.is_contiguous()) return Unimplemented(std::string("vulkan: ") + op + " needs contiguous ids, got " + t.shape_string());
   return OkStatus();
+}
+
+// GEMV grid: columns over workgroups of (workgroup / subgroup) subgroups, rows over y.
+std::array<uint32_t, 3> vec_groups(const Recorder& rec, const MatmulParams& p) {
+  const uint32_t per_group = std::max<uint32_t>(1, kVecWorkgroup / std::max<uint32_t>(1, rec.caps().subgroup_size));
+  return {groups_for(p.N, per_group), groups_for(p.M, 1), 1};
 }
 
 std::string kernel(const char* family, DType w) { return std::string(family) + "_" + weight_kernel_suffix(w); }
@@ -74,12 +83,11 @@ Status record_matmul(Recorder& rec, const Graph& g, const Node& n) {
     reads.push_back(span_of(b));
   }
   if (x.rows() >= kTiledMinRows) {
-    const uint32_t groups[3] = {uint32_t((p.N + 31) / 32), uint32_t((p.M + 31) / 32), 1};
+    const std::array<uint32_t, 3> groups = {uint32_t((p.N + 31) / 32), uint32_t((p.M + 31) / 32), 1};
     if (groups[0] > 65535 || groups[1] > 65535) return Unimplemented("vulkan: matmul too large for one dispatch: " + x.shape_string());
     return rec.dispatch(kernel("matmul_tiled", w.dtype), {}, p, groups, reads, {span_of(out)});
   }
-  return rec.dispatch(kernel("matmul_vec", w.dtype), {kVecWorkgroup}, p, {groups_for(p.N, 1), groups_for(p.M, 1), 1},
-                      reads, {span_of(out)});
+  return rec.dispatch(kernel("matmul_vec", w.dtype), {kVecWorkgroup}, p, vec_groups(rec, p), reads, {span_of(out)});
 }
 
 Status record_matmul_id(Recorder& rec, const Graph& g, const Node& n) {
@@ -111,8 +119,7 @@ Status record_matmul_id(Recorder& rec, const Graph& g, const Node& n) {
     p.flags |= kMatmulWeighted;
     reads.push_back(span_of(wt));
   }
-  return rec.dispatch(kernel("matmul_vec", w.dtype), {kVecWorkgroup}, p, {groups_for(p.N, 1), groups_for(p.M, 1), 1},
-                      reads, {span_of(out)});
+  return rec.dispatch(kernel("matmul_vec", w.dtype), {kVecWorkgroup}, p, vec_groups(rec, p), reads, {span_of(out)});
 }
 
 }  // namespace tessera::vulkan

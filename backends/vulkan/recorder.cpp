@@ -26,6 +26,10 @@ uint64_t address_of(const Tensor& t) {
   return static_cast<const VulkanBuffer*>(t.buffer.get())->address() + t.offset;
 }
 
+// shaders/types.glsl reads dtypes by these values (DT_F32 ...).
+static_assert(uint32_t(DType::kF32) == 0 && uint32_t(DType::kF16) == 1 && uint32_t(DType::kBF16) == 2 &&
+              uint32_t(DType::kI8) == 3 && uint32_t(DType::kI32) == 4);
+
 TensorRef ref_of(const Tensor& t) {
   TensorRef r;
   r.addr = address_of(t);
@@ -100,7 +104,7 @@ void Recorder::barrier_if_needed(const std::vector<Span>& reads, const std::vect
 }
 
 Status Recorder::dispatch_at(const std::string& kernel, const std::vector<uint32_t>& spec, uint64_t params_addr,
-                             const uint32_t (&groups)[3], const std::vector<Span>& reads, const std::vector<Span>& writes) {
+                             const std::array<uint32_t, 3>& groups, const std::vector<Span>& reads, const std::vector<Span>& writes) {
   if (n_dispatch_ >= max_dispatches_) return Internal("vulkan: more dispatches than planned");
   TS_ASSIGN_OR_RETURN(VkPipeline p, device_.pipeline(kernel, spec));
   const DeviceApi& api = device_.ctx_->api;

@@ -2,6 +2,7 @@
 // barrier only where a dispatch touches memory an earlier, unbarriered dispatch wrote (or writes
 // what one read), and timestamp queries around every dispatch.
 #pragma once
+#include <array>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,7 @@ class Recorder {
   // workgroups, with |params| in the params ring.
   template <class P>
   Status dispatch(const std::string& kernel, const std::vector<uint32_t>& spec, const P& params,
-                  const uint32_t (&groups)[3], const std::vector<Span>& reads, const std::vector<Span>& writes) {
+                  const std::array<uint32_t, 3>& groups, const std::vector<Span>& reads, const std::vector<Span>& writes) {
     TS_ASSIGN_OR_RETURN(const uint64_t addr, put(&params, sizeof(P)));
     return dispatch_at(kernel, spec, addr, groups, reads, writes);
   }
@@ -41,7 +42,7 @@ class Recorder {
 
  private:
   Status dispatch_at(const std::string& kernel, const std::vector<uint32_t>& spec, uint64_t params_addr,
-                     const uint32_t (&groups)[3], const std::vector<Span>& reads, const std::vector<Span>& writes);
+                     const std::array<uint32_t, 3>& groups, const std::vector<Span>& reads, const std::vector<Span>& writes);
   void barrier_if_needed(const std::vector<Span>& reads, const std::vector<Span>& writes);
 
   VulkanDevice& device_;
