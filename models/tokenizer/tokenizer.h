@@ -1,0 +1,122 @@
+// Tokenizers built from plain vocabulary data (GGUF tokenizer.ggml.* metadata or an HF
+// tokenizer.json): byte-level BPE ("gpt2": GPT-2, Llama 3, Qwen2, SmolLM) and SentencePiece
+// BPE ("llama": Llama 2 style, scores, "▁" for spaces, <0xNN> byte fallback).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "core/status.h"
+#include "models/tokenizer/pretokenize.h"
+
+namespace tessera {
+
+// GGUF token types (tokenizer.ggml.token_type).
+enum TokenType : int32_t {
+  kTokenUndefined = 0,
+  kTokenNormal = 1,
+  kTokenUnknown = 2,
+  kTokenControl = 3,
+  kTokenUserDefined = 4,
+  kTokenUnused = 5,
+  kTokenByte = 6,
+};
+
+struct TokenizerData {                 // what GGUF metadata (tokenizer.ggml.*) or tokenizer.json provide
+  std::string model;                   // "gpt2" (byte-level BPE) or "llama" (SentencePiece BPE)
+  std::string pre;                     // pre-tokenizer: "smollm", "llama-bpe", "qwen2", "gpt2", "default", ...
+  std::vector<std::string> tokens;
+  std::vector<float> scores;           // SentencePiece scores (may be empty)
+  std::vector<int32_t> token_types;    // 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte
+  std::vector<std::string> merges;     // "a b" pairs, BPE rank = index
+  int32_t bos = -1, eos = -1, eot = -1, unk = -1, pad = -1;
+  bool add_bos = false, add_eos = false, add_space_prefix = false;
+};
+
+// Immutable after create(); every const method is safe to call from several threads.
+class Tokenizer {
+ public:
+  // Validates |data| (token ids in range, array lengths agree, merges name known tokens) and
+  // builds the lookup tables. Errors name the field and the offending value.
+  static Result<std::unique_ptr<Tokenizer>> create(TokenizerData data);
+
+  // |add_special|: BOS/EOS per the model's flags; |parse_special|: special tokens written in the
+  // text (e.g. "<|im_start|>") become their ids, else they are tokenised as plain text.
+  // User-defined tokens (type 4) are always matched, as Hugging Face does for non-special
+  // added tokens. Invalid UTF-8 is tokenised byte by byte, never rejected.
+  std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
+  // Concatenated raw bytes of |ids| (unknown ids are skipped). |skip_special| drops control
+  // tokens. For SentencePiece vocabularies with add_space_prefix, the leading space that
+  // encoding added is removed, so decode(encode(s)) == s.
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special = false) const;
+  std::string token_to_piece(int32_t id) const;  // raw bytes of one token ("" if out of range)
+
+  int32_t vocab_size() const { return static_cast<int32_t>(pieces_.size()); }
+  int32_t bos() const { return data_.bos; }
+  int32_t eos() const { return data_.eos; }
+  int32_t eot() const { return data_.eot; }
+  bool add_bos() const { return data_.add_bos; }
+  const std::string& model() const { return data_.model; }
+  bool is_eog(int32_t id) const;   // end of generation: eos, eot, <|im_end|>, ...
+  bool is_control(int32_t id) const;
+  // True when decoding drops one leading space (SentencePiece with add_space_prefix).
+  bool strips_leading_space() const { return spm_ && data_.add_space_prefix; }
+  std::optional<int32_t> find_token(std::string_view piece) const;  // by vocabulary spelling
+
+ // Implementation types shared by the tokenizer's .cpp files.
+  struct Merge {
+    int32_t rank;
+    int32_t result;
+  };
+  using MergeTable = std::unordered_map<uint64_t, Merge>;  // (left id, right id) -> merge
+  static uint64_t merge_key(int32_t left, int32_t right) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+  }
+
+ private:
+  explicit Tokenizer(TokenizerData data) : data_(std::move(data)) {}
+  Status build();
+  Status build_bpe_merges();
+  void build_pieces();
+  int32_t type_of(int32_t id) const;
+  // Splits |text| on special tokens (longest match first); fragments with id -1 are text.
+  void split_special(std::string_view text, bool parse_special,
+                     std::vector<std::pair<std::string_view, int32_t>>& out) const;
+  void encode_bpe(std::string_view piece, std::vector<int32_t>& out) const;   // bpe.cpp
+  void encode_spm(std::string_view text, bool add_prefix, std::vector<int32_t>& out) const;  // spm.cpp
+  void push_byte(uint8_t b, std::vector<int32_t>& out) const;
+
+  TokenizerData data_;
+  bool spm_ = false;
+  bool ignore_merges_ = false;  // Llama 3: a piece that is a whole vocabulary entry is kept as is
+  PreTokenizer pre_ = PreTokenizer::kNone;
+  std::vector<std::string> pieces_;                    // raw bytes per id
+  std::unordered_map<std::string, int32_t> vocab_;     // vocabulary spelling -> id
+  MergeTable merges_;
+  int32_t byte_ids_[256];                              // token for each single byte, or -1
+  std::vector<std::pair<std::string, int32_t>> specials_;  // sorted by length, longest first
+  bool special_first_byte_[256] = {};  // whether some special token starts with this byte
+  std::unordered_set<int32_t> eog_;
+};
+
+// Streams text out token by token without splitting a UTF-8 character across callbacks.
+class StreamDecoder {
+ public:
+  explicit StreamDecoder(const Tokenizer& t, bool skip_special = false)
+      : tok_(t), skip_special_(skip_special) {}
+  std::string push(int32_t id);  // the complete UTF-8 text that |id| finishes (maybe empty)
+  std::string flush();           // whatever is left (invalid trailing bytes -> U+FFFD)
+
+ private:
+  const Tokenizer& tok_;
+  bool skip_special_;
+  bool started_ = false;  // whether any text has been emitted (for the leading-space rule)
+  std::string pending_;
+};
+
+}  // namespace tessera

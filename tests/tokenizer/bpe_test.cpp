@@ -1,0 +1,225 @@
+// Byte-level BPE against Hugging Face `tokenizers` goldens for SmolLM2's own vocabulary
+// (tests/data/tokenizer_golden.txt, from gen_golden.py), plus error handling and streaming.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <random>
+
+#include "models/tokenizer/tokenizer.h"
+#include "models/tokenizer/unicode.h"
+#include "tests/tokenizer/gguf_meta.h"
+#include "tests/tokenizer/golden.h"
+
+namespace tessera {
+namespace {
+
+using testing::read_golden;
+
+std::string model_path() {
+  const char* dir = std::getenv("TESSERA_MODELS");
+  return std::string(dir ? dir : "models-cache") + "/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+class SmolLM2Tokenizer : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto vocab = testing::read_gguf_vocab(model_path());
+    if (!vocab.ok()) {
+      skip_reason_ = new std::string(vocab.status().to_string());
+      return;
+    }
+    auto tok = Tokenizer::create(std::move(vocab->data));
+    ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+    tok_ = std::move(tok).value().release();
+  }
+  static void TearDownTestSuite() {
+    delete tok_;
+    delete skip_reason_;
+    tok_ = nullptr;
+    skip_reason_ = nullptr;
+  }
+  void SetUp() override {
+    if (!tok_) GTEST_SKIP() << "SmolLM2 GGUF unavailable: " << (skip_reason_ ? *skip_reason_ : "");
+  }
+  static const Tokenizer* tok_;
+  static std::string* skip_reason_;
+};
+const Tokenizer* SmolLM2Tokenizer::tok_ = nullptr;
+std::string* SmolLM2Tokenizer::skip_reason_ = nullptr;
+
+std::string ids_str(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (int32_t id : ids) s += std::to_string(id) + " ";
+  return s;
+}
+
+TEST_F(SmolLM2Tokenizer, MatchesHuggingFaceIds) {
+  const auto records = read_golden(testing::test_data_path("tokenizer_golden.txt"));
+  int checked = 0;
+  for (const auto& r : records) {
+    if (r.tag != "E") continue;
+    const bool parse_special = r.arg == "1";
+    std::vector<int32_t> want;
+    for (const auto& f : r.fields) want.push_back(std::stoi(f));
+    const auto got = tok_->encode(r.text, /*add_special=*/false, parse_special);
+    EXPECT_EQ(ids_str(got), ids_str(want)) << "text: '" << r.text << "' parse_special=" << parse_special;
+    EXPECT_EQ(tok_->decode(got), r.text);
+    ++checked;
+  }
+  EXPECT_GE(checked, 200);
+}
+
+TEST_F(SmolLM2Tokenizer, SpecialTokens) {
+  const int32_t im_start = tok_->find_token("<|im_start|>").value_or(-1);
+  const int32_t im_end = tok_->find_token("<|im_end|>").value_or(-1);
+  ASSERT_EQ(im_start, 1);
+  ASSERT_EQ(im_end, 2);
+  const auto ids = tok_->encode("<|im_start|>user\nhi<|im_end|>", false, true);
+  ASSERT_GE(ids.size(), 3u);
+  EXPECT_EQ(ids.front(), im_start);
+  EXPECT_EQ(ids.back(), im_end);
+  // As plain text the marker is several ordinary tokens.
+  const auto plain = tok_->encode("<|im_start|>", false, false);
+  EXPECT_GT(plain.size(), 1u);
+  EXPECT_EQ(tok_->decode(plain), "<|im_start|>");
+  EXPECT_TRUE(tok_->is_eog(im_end));
+  EXPECT_TRUE(tok_->is_eog(tok_->eos()));
+  EXPECT_FALSE(tok_->is_eog(im_start));
+  EXPECT_EQ(tok_->decode(ids, /*skip_special=*/true), "user\nhi");
+  EXPECT_EQ(tok_->vocab_size(), 49152);
+  // add_special follows the file's flags: SmolLM2 adds no BOS.
+  EXPECT_EQ(tok_->encode("hi", true, true), tok_->encode("hi", false, true));
+}
+
+TEST_F(SmolLM2Tokenizer, RoundTripsRandomBytes) {
+  // SmolLM2's vocabulary has no token for 21 bytes (0xC0, 0xF5..0xFF, a few controls); every
+  // other byte sequence, valid UTF-8 or not, must survive encode -> decode.
+  std::vector<char> spellable;
+  for (int b = 0; b < 256; ++b) {
+    std::string spelled;
+    utf8_append(spelled, byte_to_codepoint(static_cast<uint8_t>(b)));
+    if (tok_->find_token(spelled)) spellable.push_back(static_cast<char>(b));
+  }
+  EXPECT_EQ(spellable.size(), 256u - 21u);
+  std::mt19937 rng(7);
+  for (int iter = 0; iter < 200; ++iter) {
+    std::string s(std::uniform_int_distribution<size_t>(0, 64)(rng), '\0');
+    for (char& c : s) c = spellable[std::uniform_int_distribution<size_t>(0, spellable.size() - 1)(rng)];
+    EXPECT_EQ(tok_->decode(tok_->encode(s, false, false)), s) << "iteration " << iter;
+  }
+  // A byte the vocabulary cannot spell becomes the unknown token (id 0), not a crash.
+  EXPECT_EQ(ids_str(tok_->encode("\xFF", false, false)), "0 ");
+}
+
+TEST_F(SmolLM2Tokenizer, StreamDecoderKeepsCharactersWhole) {
+  const std::string text = "ok 🤗 日本 👨‍👩‍👧 done";
+  const auto ids = tok_->encode(text, false, false);
+  StreamDecoder stream(*tok_);
+  std::string joined;
+  int partial_tokens = 0;
+  for (int32_t id : ids) {
+    const std::string piece = tok_->token_to_piece(id);
+    const std::string out = stream.push(id);
+    if (out.empty() && !piece.empty()) ++partial_tokens;
+    for (size_t p = 0; p < out.size();) {
+      const size_t len = utf8_valid_len(out, p);
+      ASSERT_GT(len, 0u) << "chunk splits a UTF-8 character: token " << id;
+      p += len;
+    }
+    joined += out;
+  }
+  joined += stream.flush();
+  EXPECT_EQ(joined, text);
+  EXPECT_GT(partial_tokens, 0) << "no token ended mid-character; the test proves nothing";
+}
+
+TEST_F(SmolLM2Tokenizer, StreamDecoderFlushReplacesBrokenTail) {
+  const auto ids = tok_->encode("\xF0\x9F", false, false);  // first half of an emoji
+  StreamDecoder stream(*tok_);
+  std::string out;
+  for (int32_t id : ids) out += stream.push(id);
+  EXPECT_EQ(out, "");
+  EXPECT_EQ(stream.flush(), "\xEF\xBF\xBD\xEF\xBF\xBD");
+}
+
+TEST(PreTokenizer, MatchesHuggingFaceSplits) {
+  const auto records = read_golden(testing::test_data_path("tokenizer_golden.txt"));
+  int checked = 0;
+  for (const auto& r : records) {
+    if (r.tag != "P") continue;
+    auto kind = pre_tokenizer_from_name(r.arg);
+    ASSERT_TRUE(kind.ok()) << kind.status().to_string();
+    std::vector<std::string_view> pieces;
+    pre_tokenize(*kind, r.text, pieces);
+    std::string got, want;
+    for (auto p : pieces) got += "[" + std::string(p) + "]";
+    for (const auto& f : r.fields) want += "[" + testing::unhex(f) + "]";
+    EXPECT_EQ(got, want) << r.arg << " on '" << r.text << "'";
+    ++checked;
+  }
+  EXPECT_GE(checked, 400);
+}
+
+TokenizerData tiny_bpe() {
+  TokenizerData d;
+  d.model = "gpt2";
+  d.pre = "gpt2";
+  for (int b = 0; b < 256; ++b) {
+    std::string s;
+    utf8_append(s, byte_to_codepoint(static_cast<uint8_t>(b)));
+    d.tokens.push_back(s);
+  }
+  d.tokens.push_back("ab");
+  d.tokens.push_back("abab");
+  d.merges = {"a b", "ab ab"};
+  return d;
+}
+
+TEST(BpeTokenizer, MergesByRank) {
+  auto tok = Tokenizer::create(tiny_bpe());
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  EXPECT_EQ(ids_str((*tok)->encode("ababa", false, false)), "257 97 ");
+  EXPECT_EQ(ids_str((*tok)->encode("aab", false, false)), "97 256 ");
+}
+
+TEST(BpeTokenizer, RejectsBadData) {
+  TokenizerData d = tiny_bpe();
+  d.eos = 1000;
+  auto r = Tokenizer::create(d);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("eos id 1000"), std::string::npos) << r.status().message();
+
+  d = tiny_bpe();
+  d.merges.push_back("zz qq");
+  r = Tokenizer::create(d);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("merge 2 'zz qq'"), std::string::npos) << r.status().message();
+
+  d = tiny_bpe();
+  d.merges.push_back("nospace");
+  EXPECT_FALSE(Tokenizer::create(d).ok());
+
+  d = tiny_bpe();
+  d.pre = "klingon";
+  r = Tokenizer::create(d);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(r.status().message().find("klingon"), std::string::npos);
+
+  d = tiny_bpe();
+  d.model = "wordpiece";
+  EXPECT_FALSE(Tokenizer::create(d).ok());
+
+  d = tiny_bpe();
+  d.token_types.assign(3, 1);
+  EXPECT_FALSE(Tokenizer::create(d).ok());
+
+  d = tiny_bpe();
+  d.tokens.clear();
+  d.merges.clear();
+  EXPECT_FALSE(Tokenizer::create(d).ok());
+}
+
+}  // namespace
+}  // namespace tessera
