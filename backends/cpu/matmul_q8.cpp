@@ -25,12 +25,6 @@
 #endif
 
 HWY_BEFORE_NAMESPACE();
-#if HWY_TARGET == HWY_AVX3_DL
-// NOTE: Highway 1.0.3's AVX3_DL target string enables the VEX "avxvnni" but not the EVEX
-// "avx512vnni" that its CPU detection requires; ask for the EVEX form so Ice Lake (AVX-512 VNNI,
-// no AVX-VNNI) gets an instruction it has.
-#pragma GCC target("avx512vnni")
-#endif
 namespace tessera::cpu::HWY_NAMESPACE {
 
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
@@ -39,7 +33,12 @@ namespace tessera::cpu::HWY_NAMESPACE {
 // Sum over 4-byte groups of u8(w) * s8(x), as 8 i32 lanes.
 HWY_INLINE __m256i dot_u8s8(__m256i w, __m256i x) {
 #if HWY_TARGET == HWY_AVX3_DL
-  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x);
+  // NOTE: Highway 1.0.3's AVX3_DL target string enables the VEX-only "avxvnni" while its CPU
+  // detection checks AVX512-VNNI, so the intrinsic would assemble to {vex} vpdpbusd and fault on
+  // Ice Lake / Zen 4 (AVX512-VNNI without AVX-VNNI). Spell out the EVEX form.
+  __m256i acc = _mm256_setzero_si256();
+  asm("%{evex%} vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(w), "v"(x));
+  return acc;
 #else
   return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
 #endif

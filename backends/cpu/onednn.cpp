@@ -45,6 +45,8 @@ bool onednn_gemm(const PackedAct& act, const WeightMat& w, float* out, int64_t l
     const auto key = std::make_tuple(M, N, K, ldw, ldo);
     auto it = e.cache.find(key);
     if (it == e.cache.end()) {
+      // Prefill chunks vary M; bound the cache rather than keep every shape ever seen.
+      if (e.cache.size() >= 64) e.cache.clear();
       const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wei, dst), e.engine);
       it = e.cache.emplace(key, dnnl::matmul(pd)).first;
     }
