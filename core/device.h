@@ -60,6 +60,13 @@ class Device {
   // Waits for all submitted work.
   virtual Status synchronize() = 0;
 
+  // (optional) Wraps host memory that outlives the buffer through |keepalive| (a mapped model
+  // file) as a read-only device buffer without copying. Devices that cannot address host memory
+  // return Unimplemented and callers fall back to alloc + upload.
+  virtual Result<BufferPtr> map_host(const void* ptr, size_t bytes, std::shared_ptr<const void> keepalive) {
+    return Unimplemented(info().id + ": cannot map host memory");
+  }
+
  protected:
   Device() = default;
 };

@@ -262,8 +262,9 @@ std::pair<ValueId, ValueId> Graph::topk_route(ValueId logits, const TopkRoutePar
     if (!check(b.rank == 1 && b.shape[0] == E && b.dtype == DType::kF32, op, "bias must be [E] f32, got " + desc(b)))
       return {kNoValue, kNoValue};
   }
-  const ValueId ids = add_node(op, {logits, bias}, Tensor::make(DType::kI32, {l.shape[0], p.k}), p);
-  const ValueId w = new_value(Tensor::make(DType::kF32, {l.shape[0], p.k}), Value::Kind::kIntermediate,
+  const int64_t T = l.shape[0];  // |l| dangles once add_node grows values_
+  const ValueId ids = add_node(op, {logits, bias}, Tensor::make(DType::kI32, {T, p.k}), p);
+  const ValueId w = new_value(Tensor::make(DType::kF32, {T, p.k}), Value::Kind::kIntermediate,
                               int32_t(nodes_.size() - 1));
   nodes_.back().outputs.push_back(w);
   return {ids, w};

@@ -79,6 +79,11 @@ Status CpuDevice::download(const Tensor& src, void* dst, size_t bytes) {
   return OkStatus();
 }
 
+Result<BufferPtr> CpuDevice::map_host(const void* ptr, size_t bytes, std::shared_ptr<const void> keepalive) {
+  // NOTE: the memory may be a read-only file mapping; kernels never write weights.
+  return BufferPtr(HostBuffer::wrap(this, const_cast<void*>(ptr), bytes, std::move(keepalive)));
+}
+
 bool CpuDevice::supports(OpKind op, DType act, DType weight) const { return kernels_support(op, act, weight); }
 
 Status CpuDevice::compute(Graph& graph) {

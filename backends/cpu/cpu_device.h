@@ -19,6 +19,7 @@ class CpuDevice final : public Device {
   bool supports(OpKind op, DType act, DType weight) const override;
   Status compute(Graph& graph) override;
   Status synchronize() override { return OkStatus(); }
+  Result<BufferPtr> map_host(const void* ptr, size_t bytes, std::shared_ptr<const void> keepalive) override;
 
   ThreadPool& pool() { return pool_; }
   const GraphArena& arena() const { return arena_; }

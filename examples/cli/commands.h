@@ -5,6 +5,9 @@ namespace tessera::cli {
 
 // Each adds one subcommand whose callback runs it and records the exit code.
 void add_info_command(CLI::App& app);
+void add_generate_commands(CLI::App& app);  // run, chat
+void add_token_commands(CLI::App& app);     // tokenize, eval, perplexity
+void add_serve_command(CLI::App& app);      // serve (OpenAI-compatible HTTP)
 
 void set_exit_code(int code);
 int exit_code();

@@ -1,8 +1,11 @@
 // `tessera info`: the devices found and, for each backend compiled in but unusable, why.
 #include <cstdio>
+#include <map>
+#include <memory>
 #include <string>
 
 #include "core/registry.h"
+#include "models/gguf/gguf.h"
 #include "examples/cli/commands.h"
 
 namespace tessera::cli {
@@ -30,12 +33,65 @@ void print_devices() {
 }
 }  // namespace
 
+std::string value_string(const gguf::Value& v) {
+  using T = gguf::ValueType;
+  switch (v.type) {
+    case T::kString: return v.s.size() > 120 ? "\"" + v.s.substr(0, 117) + "...\" (" + std::to_string(v.s.size()) + " bytes)" : "\"" + v.s + "\"";
+    case T::kArray: {
+      std::string out = "[";
+      for (size_t i = 0; i < v.array.size() && i < 4; ++i) out += (i ? ", " : "") + value_string(v.array[i]);
+      if (v.array.size() > 4) out += ", ... (" + std::to_string(v.array.size()) + " items)";
+      return out + "]";
+    }
+    case T::kBool: return v.b ? "true" : "false";
+    case T::kF32:
+    case T::kF64: return std::to_string(v.f);
+    case T::kU8: case T::kU16: case T::kU32: case T::kU64: return std::to_string(v.u);
+    default: return std::to_string(v.i);
+  }
+}
+
+void print_model(const std::string& path, bool all_tensors) {
+  auto f = gguf::File::open(path);
+  if (!f.ok()) {
+    std::fprintf(stderr, "error: %s\n", f.status().to_string().c_str());
+    set_exit_code(1);
+    return;
+  }
+  std::printf("%s: GGUF v%u, %zu metadata keys, %zu tensors, %.1f MB\n", path.c_str(), (*f)->version(),
+              (*f)->metadata().size(), (*f)->tensors().size(), double((*f)->file_size()) / 1e6);
+  for (const auto& [key, value] : (*f)->metadata()) std::printf("  %-44s %s\n", key.c_str(), value_string(value).c_str());
+  std::map<std::string, std::pair<int, uint64_t>> by_type;
+  for (const auto& t : (*f)->tensors()) {
+    auto& e = by_type[dtype_name(t.dtype)];
+    e.first++;
+    e.second += t.nbytes;
+  }
+  std::printf("tensors by type:\n");
+  for (const auto& [name, e] : by_type) std::printf("  %-6s %4d tensors %9.1f MB\n", name.c_str(), e.first, double(e.second) / 1e6);
+  const size_t show = all_tensors ? (*f)->tensors().size() : std::min<size_t>(12, (*f)->tensors().size());
+  std::printf("tensors%s:\n", all_tensors ? "" : " (first 12; --tensors for all)");
+  for (size_t i = 0; i < show; ++i) {
+    const auto& t = (*f)->tensors()[i];
+    std::string shape;
+    for (int d = 0; d < t.rank; ++d) shape += (d ? ", " : "") + std::to_string(t.shape[size_t(d)]);
+    std::printf("  %-36s %-6s [%s]\n", t.name.c_str(), dtype_name(t.dtype), shape.c_str());
+  }
+}
+
 void set_exit_code(int code) { g_exit_code = code; }
 int exit_code() { return g_exit_code; }
 
 void add_info_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("info", "List the devices found and why any compiled-in backend is unusable");
-  cmd->callback([] { print_devices(); });
+  auto* cmd = app.add_subcommand("info", "List the devices found (and why a compiled-in backend is unusable), or describe a model file");
+  auto path = std::make_shared<std::string>();
+  auto all = std::make_shared<bool>(false);
+  cmd->add_option("model", *path, "a GGUF file: print its metadata and tensor table");
+  cmd->add_flag("--tensors", *all, "list every tensor");
+  cmd->callback([path, all] {
+    if (path->empty()) print_devices();
+    else print_model(*path, *all);
+  });
 }
 
 }  // namespace tessera::cli

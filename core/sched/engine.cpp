@@ -1,0 +1,279 @@
+#include "core/sched/engine.h"
+
+#include <algorithm>
+
+namespace tessera {
+
+using Clock = std::chrono::steady_clock;
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNone: return "none";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
+  }
+  return "unknown";
+}
+
+struct Engine::Active {
+  RequestId id;          // the sequence
+  RequestId request;     // the user's request (== id for choice 0)
+  int index = 0;         // choice index
+  int forks_pending = 0; // choices still to fork from this one at its first sample
+  GenerationRequest req;
+  std::unique_ptr<Sampler> sampler;
+  Clock::time_point submitted, first_token, last_token;
+  RequestMetrics metrics;
+  std::string pending_bytes;  // bytes not yet emitted: partial UTF-8 or a possible stop prefix
+};
+
+Engine::Engine(ModelRunner& model, KvCache& kv, TextCodec codec, EngineConfig cfg)
+    : model_(model), kv_(kv), codec_(std::move(codec)), cfg_(cfg), scheduler_([&] {
+        SchedulerConfig s = cfg.scheduler;
+        s.block_size = kv.config().block_size;
+        return s;
+      }(), kv.pool()) {}
+
+Engine::~Engine() = default;
+
+Status Engine::validate(const GenerationRequest& req) const {
+  if (req.prompt.empty()) return InvalidArgument("the prompt is empty (at least one token is needed)");
+  const int32_t ctx = model_.context_length();
+  if (int32_t(req.prompt.size()) >= ctx)
+    return InvalidArgument("the prompt has " + std::to_string(req.prompt.size()) + " tokens, the context holds " +
+                           std::to_string(ctx) + " (including at least one generated token)");
+  const int64_t capacity = int64_t(kv_.config().n_blocks) * kv_.config().block_size;
+  if (int64_t(req.prompt.size()) >= capacity)
+    return ResourceExhausted("the prompt has " + std::to_string(req.prompt.size()) + " tokens but the whole KV cache holds " +
+                             std::to_string(capacity));
+  for (int32_t t : req.prompt)
+    if (t < 0 || t >= model_.vocab_size())
+      return InvalidArgument("token id " + std::to_string(t) + " outside the vocabulary [0, " +
+                             std::to_string(model_.vocab_size()) + ")");
+  if (req.max_tokens <= 0) return InvalidArgument("max_tokens must be positive, got " + std::to_string(req.max_tokens));
+  if (req.n < 1 || req.n > 128) return InvalidArgument("n must be in [1, 128], got " + std::to_string(req.n));
+  return req.sampling.validate();
+}
+
+Result<RequestId> Engine::submit(GenerationRequest req) {
+  const RequestId id = reserve_id();
+  TS_RETURN_IF_ERROR(submit_as(id, std::move(req)));
+  return id;
+}
+
+Status Engine::submit_as(RequestId id, GenerationRequest req) {
+  TS_RETURN_IF_ERROR(validate(req));
+  auto a = std::make_unique<Active>();
+  a->id = a->request = id;
+  a->forks_pending = req.n - 1;
+  a->submitted = Clock::now();
+  a->sampler = std::make_unique<Sampler>(req.sampling);
+  a->metrics.prompt_tokens = int32_t(req.prompt.size());
+  auto seq = std::make_unique<Sequence>();
+  seq->id = id;
+  seq->priority = req.priority;
+  seq->arrival = arrivals_++;
+  seq->tokens = req.prompt;
+  seq->n_prompt = int32_t(req.prompt.size());
+  a->req = std::move(req);
+  active_[id] = std::move(a);
+  scheduler_.add(std::move(seq));
+  return OkStatus();
+}
+
+Status Engine::step() {
+  const auto scheduled = scheduler_.plan(&plan_);
+  if (scheduled.empty()) {
+    // Work left but nothing could be scheduled: a lone sequence outgrew the whole KV pool. It
+    // ends as if it reached its length limit (its text so far is kept).
+    if (!scheduler_.idle()) {
+      auto it = active_.find(scheduler_.blocked());
+      if (it != active_.end()) finish(*it->second, FinishReason::kLength);
+      else scheduler_.finish(scheduler_.blocked());  // no owner: never expected, but never spin
+    }
+    return OkStatus();
+  }
+  std::vector<RequestId> ids;
+  for (const auto& sc : scheduled) ids.push_back(sc.seq->id);
+  Status s = OkStatus();
+  for (const auto& [src, dst] : plan_.block_copies)
+    if (s.ok()) s = kv_.copy_block(src, dst);
+  if (s.ok()) s = model_.forward(plan_, kv_, &logits_);
+  if (!s.ok()) {
+    // A failed step fails the requests in it (the error names why), never silently.
+    for (RequestId id : ids)
+      if (active_.count(id)) finish(*active_[id], FinishReason::kError, s.to_string());
+    return s;
+  }
+  scheduler_.commit(scheduled);
+  const size_t vocab = size_t(model_.vocab_size());
+  size_t row = 0;
+  for (size_t i = 0; i < scheduled.size(); ++i)
+    if (scheduled[i].samples) sample_and_emit(ids[i], logits_.data() + row++ * vocab);
+  return OkStatus();
+}
+
+void Engine::sample_and_emit(RequestId seq_id, const float* logits) {
+  auto it = active_.find(seq_id);
+  if (it == active_.end()) return;
+  Active& a = *it->second;
+  if (a.forks_pending > 0) fork_choices(a, logits);
+  Sequence* seq = scheduler_.find(seq_id);
+  const SampleResult r = a.sampler->sample(logits, model_.vocab_size(), seq->tokens);
+  emit_token(a, *seq, r);
+}
+
+void Engine::fork_choices(Active& parent, const float* logits) {
+  // The prompt is computed: each further choice shares its blocks and samples its own first
+  // token from the same logits row.
+  const int n = parent.forks_pending;
+  parent.forks_pending = 0;
+  for (int k = 1; k <= n; ++k) {
+    auto a = std::make_unique<Active>();
+    a->id = reserve_id();
+    a->request = parent.request;
+    a->index = k;
+    a->req = parent.req;
+    a->req.n = 1;
+    if (a->req.sampling.seed != 0) a->req.sampling.seed += uint64_t(k);
+    a->sampler = std::make_unique<Sampler>(a->req.sampling);
+    a->submitted = parent.submitted;
+    a->metrics.prompt_tokens = parent.metrics.prompt_tokens;
+    auto seq = std::make_unique<Sequence>();
+    seq->id = a->id;
+    seq->priority = parent.req.priority;
+    seq->arrival = arrivals_++;
+    if (!scheduler_.fork(parent.id, std::move(seq))) return;
+    const RequestId id = a->id;
+    active_[id] = std::move(a);
+    sample_and_emit(id, logits);
+  }
+}
+
+void Engine::emit_token(Active& a, Sequence& s, const SampleResult& r) {
+  const auto now = Clock::now();
+  const bool first = a.metrics.generated_tokens == 0;
+  if (first) {
+    a.first_token = now;
+    a.metrics.ttft_ms = std::chrono::duration<double, std::milli>(now - a.submitted).count();
+  } else {
+    a.metrics.max_itl_ms = std::max(a.metrics.max_itl_ms, std::chrono::duration<double, std::milli>(now - a.last_token).count());
+  }
+  a.last_token = now;
+  a.metrics.generated_tokens++;
+  a.metrics.preemptions = s.n_preemptions;
+  a.metrics.cached_tokens = s.n_cached;
+  ++generated_tokens_;
+  s.tokens.push_back(r.token);
+
+  const bool eog = !a.req.ignore_eos && codec_.is_eog && codec_.is_eog(r.token);
+  std::string text;
+  if (!eog && codec_.piece) a.pending_bytes += codec_.piece(r.token);
+  const bool stopped = check_stop(a, &text);
+  TokenEvent ev{a.request, a.index, r.token, std::move(text), r.logprob, r.top};
+  if (a.req.on_token) a.req.on_token(ev);
+  if (eog || stopped) return finish(a, FinishReason::kStop);
+  if (a.metrics.generated_tokens >= a.req.max_tokens || int32_t(s.tokens.size()) >= model_.context_length())
+    return finish(a, FinishReason::kLength);
+}
+
+namespace {
+// Length of the longest prefix of |s| that is complete UTF-8.
+size_t complete_utf8(const std::string& s) {
+  size_t i = s.size();
+  for (size_t back = 1; back <= 4 && back <= s.size(); ++back) {
+    const unsigned char c = static_cast<unsigned char>(s[s.size() - back]);
+    if ((c & 0xC0) == 0x80) continue;  // continuation byte
+    const size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+    if (len > back) i = s.size() - back;
+    break;
+  }
+  return i;
+}
+}  // namespace
+
+bool Engine::check_stop(Active& a, std::string* text) {
+  std::string& buf = a.pending_bytes;
+  for (const std::string& stop : a.req.stop) {
+    if (stop.empty()) continue;
+    const size_t at = buf.find(stop);
+    if (at != std::string::npos) {
+      *text = buf.substr(0, at);
+      buf.clear();
+      return true;
+    }
+  }
+  // Hold back any suffix that could begin a stop string, and incomplete UTF-8.
+  size_t emit = complete_utf8(buf);
+  for (const std::string& stop : a.req.stop)
+    for (size_t k = std::min(stop.size() - 1, buf.size()); k > 0; --k)
+      if (buf.compare(buf.size() - k, k, stop, 0, k) == 0) { emit = std::min(emit, buf.size() - k); break; }
+  *text = buf.substr(0, emit);
+  buf.erase(0, emit);
+  return false;
+}
+
+void Engine::finish(Active& a, FinishReason reason, const std::string& error) {
+  const auto now = Clock::now();
+  a.metrics.e2e_ms = std::chrono::duration<double, std::milli>(now - a.submitted).count();
+  if (a.metrics.generated_tokens > 1)
+    a.metrics.tpot_ms = std::chrono::duration<double, std::milli>(a.last_token - a.first_token).count() /
+                        double(a.metrics.generated_tokens - 1);
+  TokenEvent ev{a.request, a.index, -1, {}, 0.0f, {}};
+  ev.finish = reason;
+  ev.error = error;
+  ev.metrics = &a.metrics;
+  if (reason != FinishReason::kStop) ev.text = std::move(a.pending_bytes);  // flush what was held back
+  const RequestId id = a.id;
+  auto cb = a.req.on_token;
+  scheduler_.finish(id);
+  ++requests_finished_;
+  if (cb) cb(ev);
+  // Choices never forked (the request ended before its prompt was computed) finish too, so
+  // every choice gets exactly one finish event.
+  for (int k = 1; k <= a.forks_pending && cb; ++k) {
+    TokenEvent unforked = ev;
+    unforked.index = k;
+    unforked.text.clear();
+    cb(unforked);
+  }
+  active_.erase(id);
+}
+
+void Engine::cancel(RequestId id) {
+  std::vector<RequestId> seqs;
+  for (const auto& [sid, a] : active_)
+    if (a->request == id) seqs.push_back(sid);
+  for (RequestId sid : seqs) finish(*active_[sid], FinishReason::kCancelled);
+}
+
+void Engine::cancel_all() {
+  while (!active_.empty()) finish(*active_.begin()->second, FinishReason::kCancelled);
+}
+
+EngineStats Engine::stats() const {
+  EngineStats st;
+  const SchedulerStats& ss = scheduler_.stats();
+  st.steps = ss.steps;
+  st.preemptions = ss.preemptions;
+  st.prompt_tokens = ss.admitted_tokens;
+  st.cached_tokens = ss.cached_tokens;
+  st.prefix_lookups = kv_.pool().stats().lookups;
+  st.prefix_hits = kv_.pool().stats().hits;
+  st.generated_tokens = generated_tokens_;
+  st.requests_finished = requests_finished_;
+  st.running = int32_t(scheduler_.n_running());
+  st.waiting = int32_t(scheduler_.n_waiting());
+  st.kv = scheduler_.kv_usage();
+  st.kv_blocks_total = kv_.config().n_blocks;
+  return st;
+}
+
+Status Engine::run_until_idle() {
+  while (!scheduler_.idle()) TS_RETURN_IF_ERROR(step());
+  return OkStatus();
+}
+
+}  // namespace tessera

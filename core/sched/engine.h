@@ -1,0 +1,138 @@
+// Engine: owns the step loop over one model on one device: scheduler, KV cache, sampling,
+// stop conditions, callbacks and per-request metrics. Single-threaded: call submit/step/cancel
+// from one thread; EngineThread (core/sched/engine_thread.h) runs it on a background thread
+// behind a thread-safe queue. validate() and reserve_id() are the exceptions: they are safe from
+// any thread.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/kv/kv_cache.h"
+#include "core/sched/sampler.h"
+#include "core/sched/scheduler.h"
+#include "core/sched/step_plan.h"
+
+namespace tessera {
+
+enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "cancelled", "error"
+
+struct RequestMetrics {
+  double ttft_ms = 0;   // submit -> first token
+  double e2e_ms = 0;    // submit -> finish
+  double tpot_ms = 0;   // mean time per output token after the first
+  double max_itl_ms = 0;  // worst inter-token latency
+  int32_t prompt_tokens = 0;
+  int32_t cached_tokens = 0;  // prompt tokens taken from the prefix cache (not computed)
+  int32_t generated_tokens = 0;
+  int32_t preemptions = 0;
+};
+
+struct TokenEvent {
+  RequestId id;
+  int index = 0;           // which of the request's n choices
+  int32_t token;           // -1 on a finish event without a token
+  std::string text;        // the text this token completes (UTF-8 safe; stop strings removed)
+  float logprob = 0.0f;
+  std::vector<TokenLogprob> top_logprobs;
+  FinishReason finish = FinishReason::kNone;  // set on the last event of a request
+  std::string error;       // when finish == kError
+  const RequestMetrics* metrics = nullptr;    // on the last event
+};
+// Runs on the engine thread; must not block.
+using TokenCallback = std::function<void(const TokenEvent&)>;
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  int32_t max_tokens = 256;
+  bool ignore_eos = false;
+  std::vector<std::string> stop;  // stop strings (not included in the output)
+  int priority = 0;
+  int n = 1;  // parallel samples: the choices fork after the prompt and share its KV blocks
+  TokenCallback on_token;
+};
+
+// Engine-wide counters and gauges (a snapshot).
+struct EngineStats {
+  int64_t steps = 0;
+  int64_t preemptions = 0;
+  int64_t prompt_tokens = 0;      // admitted (including re-admissions after preemption)
+  int64_t cached_tokens = 0;      // of which came from the prefix cache
+  int64_t prefix_lookups = 0;     // block lookups
+  int64_t prefix_hits = 0;
+  int64_t generated_tokens = 0;
+  int64_t requests_finished = 0;
+  int32_t running = 0;            // sequences holding blocks
+  int32_t waiting = 0;            // sequences queued for admission
+  KvUsage kv;
+  int32_t kv_blocks_total = 0;
+  double prefix_hit_rate() const { return prompt_tokens ? double(cached_tokens) / double(prompt_tokens) : 0.0; }
+};
+
+// The tokenizer functions the engine needs, kept abstract (core never includes models/).
+struct TextCodec {
+  std::function<std::string(int32_t)> piece;    // raw bytes of one token
+  std::function<bool(int32_t)> is_eog;          // end of generation (EOS, EOT, <|im_end|>)
+};
+
+struct EngineConfig {
+  SchedulerConfig scheduler;
+};
+
+class Engine {
+ public:
+  Engine(ModelRunner& model, KvCache& kv, TextCodec codec, EngineConfig cfg = {});
+  ~Engine();
+
+  // Validates (empty prompt, prompt longer than the context or than the whole KV pool, bad
+  // sampling settings) and queues the request.
+  Result<RequestId> submit(GenerationRequest req);
+  // The checks of submit. Thread-safe: reads only the model's and cache's fixed configuration.
+  Status validate(const GenerationRequest& req) const;
+  // A fresh request id for submit_as. Thread-safe.
+  RequestId reserve_id() { return next_id_.fetch_add(1); }
+  // submit under an id from reserve_id.
+  Status submit_as(RequestId id, GenerationRequest req);
+  // Runs one scheduler step (a batch of decodes and prefill chunks). OK with nothing to do.
+  Status step();
+  // Steps until every request has finished.
+  Status run_until_idle();
+  // Finishes every choice of |id| with FinishReason::kCancelled and frees their blocks (no-op if
+  // unknown).
+  void cancel(RequestId id);
+  void cancel_all();
+  bool idle() const { return scheduler_.idle(); }
+  EngineStats stats() const;
+
+  const Scheduler& scheduler() const { return scheduler_; }
+  const KvCache& kv() const { return kv_; }
+
+ private:
+  struct Active;
+  void emit_token(Active& a, Sequence& s, const SampleResult& r);
+  void fork_choices(Active& parent, const float* logits);
+  void sample_and_emit(RequestId seq_id, const float* logits);
+  void finish(Active& a, FinishReason reason, const std::string& error = {});
+  bool check_stop(Active& a, std::string* text);
+
+  ModelRunner& model_;
+  KvCache& kv_;
+  TextCodec codec_;
+  EngineConfig cfg_;
+  Scheduler scheduler_;
+  std::map<RequestId, std::unique_ptr<Active>> active_;
+  std::atomic<RequestId> next_id_{1};
+  int64_t generated_tokens_ = 0;
+  int64_t requests_finished_ = 0;
+  uint64_t arrivals_ = 0;
+  StepPlan plan_;
+  std::vector<float> logits_;
+};
+
+}  // namespace tessera

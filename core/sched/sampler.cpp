@@ -1,0 +1,106 @@
+#include "core/sched/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <unordered_map>
+
+namespace tessera {
+
+Status SamplingParams::validate() const {
+  if (!(temperature >= 0.0f) || !std::isfinite(temperature)) return InvalidArgument("temperature must be >= 0, got " + std::to_string(temperature));
+  if (!(top_p > 0.0f && top_p <= 1.0f)) return InvalidArgument("top_p must be in (0, 1], got " + std::to_string(top_p));
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) return InvalidArgument("min_p must be in [0, 1], got " + std::to_string(min_p));
+  if (!(repetition_penalty > 0.0f)) return InvalidArgument("repetition_penalty must be > 0, got " + std::to_string(repetition_penalty));
+  if (logprobs < 0 || logprobs > 20) return InvalidArgument("logprobs must be in [0, 20], got " + std::to_string(logprobs));
+  return OkStatus();
+}
+
+Sampler::Sampler(const SamplingParams& params) : p_(params), rng_(params.seed ? params.seed : std::random_device{}()) {}
+
+namespace {
+// log-softmax of |x| (in place to log-probabilities).
+void log_softmax(std::vector<float>& x) {
+  const float mx = *std::max_element(x.begin(), x.end());
+  double sum = 0.0;
+  for (float v : x) sum += std::exp(double(v - mx));
+  const float lse = mx + float(std::log(sum));
+  for (float& v : x) v -= lse;
+}
+}  // namespace
+
+SampleResult Sampler::sample(const float* logits_in, int32_t vocab, const std::vector<int32_t>& history) {
+  std::vector<float> logits(logits_in, logits_in + vocab);
+  SampleResult out;
+  // Log-probabilities as the model gives them (before penalties and temperature), for reporting.
+  std::vector<float> model_lp = logits;
+  log_softmax(model_lp);
+  // Penalties over the recent history.
+  if (p_.repetition_penalty != 1.0f || p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f) {
+    std::unordered_map<int32_t, int> counts;
+    const size_t n = p_.penalty_last_n < 0 ? history.size() : std::min(history.size(), size_t(p_.penalty_last_n));
+    for (size_t i = history.size() - n; i < history.size(); ++i) counts[history[i]]++;
+    for (auto [tok, c] : counts) {
+      if (tok < 0 || tok >= vocab) continue;
+      float& l = logits[size_t(tok)];
+      l = l > 0.0f ? l / p_.repetition_penalty : l * p_.repetition_penalty;
+      l -= p_.presence_penalty + p_.frequency_penalty * float(c);
+    }
+  }
+  if (p_.temperature <= 0.0f) {
+    out.token = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  } else {
+    scratch_.clear();
+    for (int32_t i = 0; i < vocab; ++i) scratch_.push_back({logits[size_t(i)] / p_.temperature, i});
+    auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+    size_t keep = scratch_.size();
+    if (p_.top_k > 0 && size_t(p_.top_k) < keep) {
+      keep = size_t(p_.top_k);
+      std::partial_sort(scratch_.begin(), scratch_.begin() + long(keep), scratch_.end(), by_logit);
+    } else {
+      std::sort(scratch_.begin(), scratch_.end(), by_logit);
+    }
+    scratch_.resize(keep);
+    // Softmax over the kept candidates.
+    const float mx = scratch_[0].first;
+    std::vector<double> prob(keep);
+    double sum = 0.0;
+    for (size_t i = 0; i < keep; ++i) { prob[i] = std::exp(double(scratch_[i].first - mx)); sum += prob[i]; }
+    for (double& q : prob) q /= sum;
+    // top-p: the smallest prefix whose mass reaches top_p (at least one token).
+    if (p_.top_p < 1.0f) {
+      double acc = 0.0;
+      size_t n = 0;
+      while (n < keep) { acc += prob[n++]; if (acc >= p_.top_p) break; }
+      keep = std::max<size_t>(1, n);
+    }
+    // min-p: drop tokens below min_p times the best one's probability.
+    if (p_.min_p > 0.0f) {
+      size_t n = 1;
+      while (n < keep && prob[n] >= p_.min_p * prob[0]) ++n;
+      keep = n;
+    }
+    double mass = 0.0;
+    for (size_t i = 0; i < keep; ++i) mass += prob[i];
+    std::uniform_real_distribution<double> u(0.0, mass);
+    double r = u(rng_);
+    size_t pick = 0;
+    for (; pick + 1 < keep; ++pick) {
+      r -= prob[pick];
+      if (r <= 0.0) break;
+    }
+    out.token = scratch_[pick].second;
+  }
+  out.logprob = model_lp[size_t(out.token)];
+  if (p_.logprobs > 0) {
+    std::vector<int32_t> idx(static_cast<size_t>(vocab));
+    for (int32_t i = 0; i < vocab; ++i) idx[size_t(i)] = i;
+    const size_t k = std::min<size_t>(size_t(p_.logprobs), size_t(vocab));
+    std::partial_sort(idx.begin(), idx.begin() + long(k), idx.end(),
+                      [&](int32_t a, int32_t b) { return model_lp[size_t(a)] > model_lp[size_t(b)]; });
+    for (size_t i = 0; i < k; ++i) out.top.push_back({idx[i], model_lp[size_t(idx[i])]});
+  }
+  return out;
+}
+
+}  // namespace tessera

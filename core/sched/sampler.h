@@ -1,0 +1,56 @@
+// Sampler: picks the next token from one row of logits, on the host. Per request, so one batch
+// mixes settings. Order (as in common engines): penalties -> temperature -> top-k -> top-p ->
+// min-p -> draw. temperature <= 0 is greedy.
+#pragma once
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "core/status.h"
+
+namespace tessera {
+
+struct SamplingParams {
+  float temperature = 0.8f;
+  int top_k = 40;               // <= 0: off
+  float top_p = 0.95f;          // >= 1: off
+  float min_p = 0.05f;          // <= 0: off
+  float repetition_penalty = 1.0f;   // 1: off (divides positive logits, multiplies negative)
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  int penalty_last_n = 64;      // tokens of history the penalties look at (<0: all)
+  uint64_t seed = 0;            // 0: a random seed per request
+  int logprobs = 0;             // how many top log-probabilities to report per token (0: none)
+
+  static SamplingParams greedy() {
+    SamplingParams p;
+    p.temperature = 0.0f;
+    return p;
+  }
+  Status validate() const;
+};
+
+struct TokenLogprob {
+  int32_t token;
+  float logprob;
+};
+
+struct SampleResult {
+  int32_t token = -1;
+  float logprob = 0.0f;              // of the chosen token under the model's distribution
+  std::vector<TokenLogprob> top;     // the |logprobs| most likely tokens
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& params);
+  // |history|: the sequence's tokens so far (prompt + generated) for the penalties.
+  SampleResult sample(const float* logits, int32_t vocab, const std::vector<int32_t>& history);
+
+ private:
+  SamplingParams p_;
+  std::mt19937_64 rng_;
+  std::vector<std::pair<float, int32_t>> scratch_;
+};
+
+}  // namespace tessera

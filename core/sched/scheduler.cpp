@@ -1,0 +1,251 @@
+#include "core/sched/scheduler.h"
+
+#include <algorithm>
+#include <span>
+
+namespace tessera {
+
+Scheduler::Scheduler(const SchedulerConfig& cfg, BlockPool& pool) : cfg_(cfg), pool_(pool) {}
+
+namespace {
+// Priority first, then arrival: the order in which sequences are served.
+bool before(const Sequence& a, const Sequence& b) {
+  return a.priority != b.priority ? a.priority > b.priority : a.arrival < b.arrival;
+}
+}  // namespace
+
+void Scheduler::add(std::unique_ptr<Sequence> seq) {
+  auto it = std::find_if(waiting_.begin(), waiting_.end(), [&](const auto& w) { return before(*seq, *w); });
+  waiting_.insert(it, std::move(seq));
+}
+
+Sequence* Scheduler::find(RequestId id) {
+  for (auto& s : running_)
+    if (s->id == id) return s.get();
+  for (auto& s : waiting_)
+    if (s->id == id) return s.get();
+  return nullptr;
+}
+
+bool Scheduler::fork(RequestId parent, std::unique_ptr<Sequence> child) {
+  auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& r) { return r->id == parent; });
+  if (it == running_.end()) return false;
+  const Sequence& p = **it;
+  child->tokens = p.tokens;
+  child->n_prompt = p.n_prompt;
+  child->n_computed = p.n_computed;
+  child->blocks = p.blocks;
+  child->block_hashes = p.block_hashes;
+  child->n_cached = p.n_cached;
+  child->admitted = true;
+  for (BlockId b : child->blocks) pool_.retain(b);
+  running_.push_back(std::move(child));
+  return true;
+}
+
+RequestId Scheduler::blocked() const {
+  if (!running_.empty()) return running_.front()->id;
+  return waiting_.empty() ? 0 : waiting_.front()->id;
+}
+
+KvUsage Scheduler::kv_usage() const {
+  KvUsage u;
+  u.blocks_used = pool_.n_used();
+  u.blocks_cached = pool_.n_cached_free();
+  u.slots_allocated = int64_t(u.blocks_used) * cfg_.block_size;
+  // Slots holding a token: each sequence's computed tokens, counting a shared block once. Shared
+  // blocks (forks, prefix hits) are full except a fork's partial last block, so the sharers of a
+  // block beyond the first add nothing.
+  std::vector<int32_t> filled(size_t(pool_.n_blocks()), 0);
+  for (const auto& s : running_)
+    for (size_t i = 0; i < s->blocks.size(); ++i) {
+      const int32_t in_block = std::clamp(s->n_computed - int32_t(i) * cfg_.block_size, 0, cfg_.block_size);
+      filled[size_t(s->blocks[i])] = std::max(filled[size_t(s->blocks[i])], in_block);
+    }
+  int64_t used = 0;
+  for (int32_t f : filled) used += f;
+  u.slots_waste = u.slots_allocated - used;
+  return u;
+}
+
+bool Scheduler::copy_on_write(Sequence& s) {
+  // Only the block holding position n_computed can be shared and still written: full blocks are
+  // never written again, and blocks past it are this sequence's own fresh ones.
+  const size_t i = size_t(s.n_computed / cfg_.block_size);
+  if (s.n_computed % cfg_.block_size == 0 || i >= s.blocks.size() || pool_.refcount(s.blocks[i]) <= 1) return true;
+  auto fresh = pool_.allocate();
+  if (!fresh) return false;
+  copies_.push_back({s.blocks[i], *fresh});
+  pool_.release(s.blocks[i]);
+  s.blocks[i] = *fresh;
+  ++stats_.cow_copies;
+  return true;
+}
+
+bool Scheduler::ensure_blocks(Sequence& s, int32_t n_tokens) {
+  if (!copy_on_write(s)) return false;
+  const size_t need = size_t((n_tokens + cfg_.block_size - 1) / cfg_.block_size);
+  while (s.blocks.size() < need) {
+    auto b = pool_.allocate();
+    if (!b) return false;
+    s.blocks.push_back(*b);
+  }
+  return true;
+}
+
+void Scheduler::free_blocks(Sequence& s) {
+  for (BlockId b : s.blocks) pool_.release(b);
+  s.blocks.clear();
+  s.block_hashes.clear();
+}
+
+void Scheduler::match_prefix(Sequence& s) {
+  if (!cfg_.prefix_caching || !s.blocks.empty()) return;
+  // The last token is always computed, so the step has logits to sample from.
+  const int32_t bs = cfg_.block_size;
+  const int32_t max_blocks = (int32_t(s.tokens.size()) - 1) / bs;
+  BlockHash parent = 0;
+  for (int32_t i = 0; i < max_blocks; ++i) {
+    const std::span<const int32_t> toks(s.tokens.data() + size_t(i) * size_t(bs), size_t(bs));
+    const BlockHash h = hash_block(parent, toks);
+    auto b = pool_.lookup(h, parent, toks);
+    if (!b) break;
+    s.blocks.push_back(*b);
+    s.block_hashes.push_back(h);
+    parent = h;
+  }
+  s.n_computed = int32_t(s.blocks.size()) * bs;
+}
+
+void Scheduler::register_full_blocks(Sequence& s) {
+  if (!cfg_.prefix_caching) return;
+  const int32_t bs = cfg_.block_size;
+  for (size_t k = s.block_hashes.size(); int32_t(k + 1) * bs <= s.n_computed && k < s.blocks.size(); ++k) {
+    const BlockHash parent = k == 0 ? 0 : s.block_hashes[k - 1];
+    const std::span<const int32_t> toks(s.tokens.data() + k * size_t(bs), size_t(bs));
+    const BlockHash h = hash_block(parent, toks);
+    pool_.register_full(s.blocks[k], h, parent, toks);
+    s.block_hashes.push_back(h);
+  }
+}
+
+void Scheduler::preempt(Sequence& s) {
+  // Recompute policy: drop the cache, keep the tokens (prompt + generated) to re-prefill. Its
+  // full blocks stay in the prefix cache, so the re-prefill often finds them again.
+  free_blocks(s);
+  s.n_computed = 0;
+  ++s.n_preemptions;
+  ++stats_.preemptions;
+  auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& r) { return r.get() == &s; });
+  std::unique_ptr<Sequence> owned = std::move(*it);
+  running_.erase(it);
+  add(std::move(owned));
+}
+
+Sequence* Scheduler::pick_victim(const Sequence* keep) {
+  Sequence* victim = nullptr;
+  for (auto& r : running_)
+    if (r.get() != keep && (!victim || before(*victim, *r))) victim = r.get();
+  return victim;
+}
+
+void Scheduler::schedule_running(std::vector<ScheduledSeq>* out, int32_t* budget) {
+  std::sort(running_.begin(), running_.end(), [](const auto& a, const auto& b) { return before(*a, *b); });
+  for (size_t i = 0; i < running_.size() && *budget > 0 && int32_t(out->size()) < cfg_.max_seqs; ++i) {
+    Sequence& s = *running_[i];
+    const int32_t n = std::min(s.n_pending(), *budget);
+    if (n <= 0) continue;
+    bool ok = ensure_blocks(s, s.n_computed + n);
+    while (!ok) {
+      Sequence* victim = pick_victim(&s);
+      if (!victim || before(*victim, s)) break;  // never preempt someone more important
+      // Remove the victim from this step if it was already scheduled.
+      for (auto it = out->begin(); it != out->end(); ++it)
+        if (it->seq == victim) { *budget += it->n_new; out->erase(it); break; }
+      const size_t vi = size_t(std::find_if(running_.begin(), running_.end(), [&](auto& r) { return r.get() == victim; }) - running_.begin());
+      preempt(*victim);
+      if (vi < i) --i;
+      ok = ensure_blocks(s, s.n_computed + n);
+    }
+    if (!ok) {  // nobody to take blocks from: s itself waits (recompute) unless it is alone
+      if (running_.size() > 1) { preempt(s); --i; }
+      continue;
+    }
+    out->push_back({&s, n, s.n_computed + n == int32_t(s.tokens.size())});
+    *budget -= n;
+  }
+}
+
+void Scheduler::admit_waiting(std::vector<ScheduledSeq>* out, int32_t* budget) {
+  while (!waiting_.empty() && *budget > 0 && int32_t(out->size()) < cfg_.max_seqs) {
+    Sequence& s = *waiting_.front();
+    match_prefix(s);
+    const int32_t n = std::min(s.n_pending(), *budget);
+    if (!ensure_blocks(s, s.n_computed + n)) {
+      free_blocks(s);  // no partial admission: wait for blocks
+      s.n_computed = 0;
+      break;
+    }
+    if (!s.admitted) {
+      s.admitted = true;
+      s.n_cached = s.n_computed;
+    }
+    stats_.admitted_tokens += int64_t(s.tokens.size());
+    stats_.cached_tokens += s.n_computed;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+    out->push_back({&s, n, s.n_computed + n == int32_t(s.tokens.size())});
+    *budget -= n;
+  }
+}
+
+std::vector<ScheduledSeq> Scheduler::plan(StepPlan* plan) {
+  std::vector<ScheduledSeq> out;
+  int32_t budget = cfg_.max_batch_tokens;
+  copies_.clear();
+  schedule_running(&out, &budget);  // decodes (and unfinished prefill chunks) first
+  admit_waiting(&out, &budget);     // then prefill chunks of waiting sequences
+  fill(plan, out);
+  plan->block_copies = std::move(copies_);
+  copies_.clear();
+  if (!out.empty()) ++stats_.steps;
+  return out;
+}
+
+void Scheduler::fill(StepPlan* plan, const std::vector<ScheduledSeq>& scheduled) const {
+  *plan = StepPlan{};
+  plan->query_start.push_back(0);
+  int32_t max_blocks = 1;
+  for (const auto& sc : scheduled) max_blocks = std::max(max_blocks, int32_t(sc.seq->blocks.size()));
+  plan->max_blocks = max_blocks;
+  for (const auto& sc : scheduled) {
+    const Sequence& s = *sc.seq;
+    for (int32_t i = 0; i < sc.n_new; ++i) {
+      const int32_t pos = s.n_computed + i;
+      plan->tokens.push_back(s.tokens[size_t(pos)]);
+      plan->positions.push_back(pos);
+      plan->slot_mapping.push_back(s.blocks[size_t(pos / cfg_.block_size)] * cfg_.block_size + pos % cfg_.block_size);
+    }
+    plan->query_start.push_back(plan->query_start.back() + sc.n_new);
+    plan->seq_lens.push_back(s.n_computed + sc.n_new);
+    for (int32_t b = 0; b < max_blocks; ++b)
+      plan->block_tables.push_back(b < int32_t(s.blocks.size()) ? s.blocks[size_t(b)] : 0);
+    if (sc.samples) plan->logit_rows.push_back(plan->query_start.back() - 1);
+  }
+}
+
+void Scheduler::commit(const std::vector<ScheduledSeq>& scheduled) {
+  for (const auto& sc : scheduled) {
+    sc.seq->n_computed += sc.n_new;
+    register_full_blocks(*sc.seq);
+  }
+}
+
+void Scheduler::finish(RequestId id) {
+  for (auto it = running_.begin(); it != running_.end(); ++it)
+    if ((*it)->id == id) { free_blocks(**it); running_.erase(it); return; }
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it)
+    if ((*it)->id == id) { free_blocks(**it); waiting_.erase(it); return; }
+}
+
+}  // namespace tessera

@@ -1,0 +1,120 @@
+// Scheduler: iteration-level (continuous) batching over the paged KV cache. Each step has a
+// token budget; running decodes go first, then chunks of waiting prefills (chunked prefill).
+// When blocks run out, the lowest-priority, latest-arrived running sequence is preempted
+// (recompute: its blocks are freed and it re-prefills later). No request is dropped because of
+// KV pressure alone. With prefix caching, a sequence entering the running set takes its leading
+// full blocks from the cache when their content hash matches, and computes only the rest (at
+// least its last token, so the step has logits for it). Forks share blocks; the first write into
+// a shared partial block copies it (StepPlan::block_copies).
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "core/kv/block_pool.h"
+#include "core/sched/step_plan.h"
+#include "core/status.h"
+
+namespace tessera {
+
+using RequestId = int64_t;
+
+struct Sequence {
+  RequestId id = 0;
+  int priority = 0;          // higher runs first and is preempted last
+  uint64_t arrival = 0;      // submission order
+  std::vector<int32_t> tokens;  // prompt followed by generated tokens
+  int32_t n_prompt = 0;
+  int32_t n_computed = 0;    // leading tokens whose K/V are in the cache
+  std::vector<BlockId> blocks;
+  std::vector<BlockHash> block_hashes;  // hashes of the leading full blocks registered in the pool
+  int32_t n_cached = 0;      // tokens taken from the prefix cache at the first admission
+  bool admitted = false;     // has been admitted once (n_cached is final)
+  int32_t n_preemptions = 0;
+  bool finished = false;
+
+  int32_t n_generated() const { return int32_t(tokens.size()) - n_prompt; }
+  int32_t n_pending() const { return int32_t(tokens.size()) - n_computed; }
+};
+
+struct SchedulerConfig {
+  int32_t max_batch_tokens = 512;  // token budget per step
+  int32_t max_seqs = 64;           // sequences per step
+  int32_t block_size = 16;
+  bool prefix_caching = true;
+};
+
+// One scheduled sequence of a step: its rows in the plan and whether it samples a token.
+struct ScheduledSeq {
+  Sequence* seq;
+  int32_t n_new;       // tokens computed this step
+  bool samples;        // the step completes its pending tokens: sample the next one
+};
+
+struct SchedulerStats {
+  int64_t preemptions = 0;
+  int64_t steps = 0;
+  int64_t admitted_tokens = 0;  // tokens of sequences at admission (prompt, or more after preemption)
+  int64_t cached_tokens = 0;    // of which came from the prefix cache
+  int64_t cow_copies = 0;       // shared partial blocks copied on write
+};
+
+// A snapshot of KV occupancy. Waste: allocated slots that hold no token (the partial last block
+// of each sequence; shared blocks are counted once).
+struct KvUsage {
+  int32_t blocks_used = 0;      // blocks owned by some sequence
+  int32_t blocks_cached = 0;    // free blocks that still hold reusable prefix content
+  int64_t slots_allocated = 0;  // blocks_used * block_size
+  int64_t slots_waste = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& cfg, BlockPool& pool);
+
+  // Takes ownership; the sequence waits until planned.
+  void add(std::unique_ptr<Sequence> seq);
+  // Plans one step into |plan|; returns the scheduled sequences (empty when idle).
+  std::vector<ScheduledSeq> plan(StepPlan* plan);
+  // After the step ran: marks the computed tokens.
+  void commit(const std::vector<ScheduledSeq>& scheduled);
+  // Frees the blocks of a finished or cancelled sequence and forgets it.
+  void finish(RequestId id);
+  Sequence* find(RequestId id);
+  // Adds |child| as a fork of running sequence |parent|: it shares all of the parent's blocks
+  // (retained) and its computed state. Returns false when |parent| is not running.
+  bool fork(RequestId parent, std::unique_ptr<Sequence> child);
+  KvUsage kv_usage() const;
+
+  bool idle() const { return running_.empty() && waiting_.empty(); }
+  // The sequence to give up on when a step could schedule nothing although work is left: the
+  // running one that cannot grow (it is alone and the pool is exhausted), else the head of the
+  // queue. 0 when idle.
+  RequestId blocked() const;
+  size_t n_waiting() const { return waiting_.size(); }
+  size_t n_running() const { return running_.size(); }
+  const SchedulerStats& stats() const { return stats_; }
+  const BlockPool& pool() const { return pool_; }
+
+ private:
+  bool ensure_blocks(Sequence& s, int32_t n_tokens);
+  bool copy_on_write(Sequence& s);
+  void match_prefix(Sequence& s);
+  void register_full_blocks(Sequence& s);
+  void schedule_running(std::vector<ScheduledSeq>* out, int32_t* budget);
+  void admit_waiting(std::vector<ScheduledSeq>* out, int32_t* budget);
+  void free_blocks(Sequence& s);
+  void preempt(Sequence& s);
+  Sequence* pick_victim(const Sequence* keep);
+  void fill(StepPlan* plan, const std::vector<ScheduledSeq>& scheduled) const;
+
+  SchedulerConfig cfg_;
+  BlockPool& pool_;
+  std::deque<std::unique_ptr<Sequence>> waiting_;   // by (priority, arrival)
+  std::vector<std::unique_ptr<Sequence>> running_;  // have blocks
+  SchedulerStats stats_;
+  std::vector<std::pair<int32_t, int32_t>> copies_;  // this step's copy-on-write (src, dst)
+};
+
+}  // namespace tessera

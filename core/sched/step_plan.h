@@ -1,0 +1,41 @@
+// StepPlan: everything one model step needs, as plain data. The scheduler fills it; the model
+// uploads it and builds the step graph from it.
+#pragma once
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+
+namespace tessera {
+
+struct StepPlan {
+  std::vector<int32_t> tokens;        // [T] token ids of every sequence's new tokens, flattened
+  std::vector<int32_t> positions;     // [T] position of each token in its sequence
+  std::vector<int32_t> slot_mapping;  // [T] KV slot (block * block_size + offset) for each new token
+  std::vector<int32_t> query_start;   // [S+1] rows of sequence s: query_start[s] .. query_start[s+1]
+  std::vector<int32_t> seq_lens;      // [S] context length of s including its new tokens
+  std::vector<int32_t> block_tables;  // [S, max_blocks] row-major, unused entries 0
+  int32_t max_blocks = 0;
+  std::vector<int32_t> logit_rows;    // rows of [T] whose logits are needed (in this order)
+  // (src, dst) KV blocks to copy before the step runs: copy-on-write of a shared partial block.
+  // The engine applies them (KvCache::copy_block), so a ModelRunner never sees them.
+  std::vector<std::pair<int32_t, int32_t>> block_copies;
+
+  int32_t n_tokens() const { return int32_t(tokens.size()); }
+  int32_t n_seqs() const { return int32_t(seq_lens.size()); }
+};
+
+// What the engine needs of a model: implemented in models/ (the engine never includes them).
+class KvCache;
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  virtual int32_t vocab_size() const = 0;
+  virtual int32_t context_length() const = 0;
+  // Runs |plan| through the model, writing the new K/V into |kv|, and returns the logits of
+  // plan.logit_rows as [R, vocab] f32 in |logits|.
+  virtual Status forward(const StepPlan& plan, KvCache& kv, std::vector<float>* logits) = 0;
+};
+
+}  // namespace tessera

@@ -1,0 +1,112 @@
+#include "examples/cli/common.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "core/registry.h"
+#include "examples/cli/commands.h"
+#include "models/chat_template/chat_template.h"
+
+namespace tessera::cli {
+
+void fail(const std::string& message, int code) {
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  set_exit_code(code);
+}
+void fail(const Status& s) { fail(s.to_string(), s.code() == StatusCode::kInvalidArgument ? 2 : 1); }
+
+std::string default_model_path() {
+  if (const char* env = std::getenv("TESSERA_MODEL"); env && *env) return env;
+  namespace fs = std::filesystem;
+  const char* name = "models-cache/SmolLM2-135M-Instruct.Q4_1.gguf";
+  std::error_code ec;
+  fs::path dir = fs::current_path(ec);
+  for (int i = 0; i < 4 && !dir.empty(); ++i, dir = dir.parent_path())
+    if (fs::exists(dir / name, ec)) return (dir / name).string();
+  // Beside the binary's checkout: build/bin/tessera -> ../../models-cache
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  for (int i = 0; i < 4 && !exe.empty(); ++i) {
+    exe = exe.parent_path();
+    if (fs::exists(exe / name, ec)) return (exe / name).string();
+  }
+  return name;
+}
+
+void add_model_options(CLI::App* cmd, ModelOptions* o) {
+  o->model = default_model_path();
+  cmd->add_option("-m,--model", o->model, "GGUF model file")->capture_default_str();
+  cmd->add_option("-d,--device", o->device, "device: auto (the best found), cpu, vulkan, vulkan:1, cuda:0 ...")
+      ->capture_default_str();
+  cmd->add_option("-c,--ctx", o->ctx, "KV cache capacity in tokens")->capture_default_str()->check(CLI::Range(16, 1 << 24));
+  cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache dtype: f16, bf16 or f32")->capture_default_str();
+  cmd->add_flag("-q,--quiet", o->quiet, "no progress bar");
+}
+
+void add_sampling_options(CLI::App* cmd, SamplingParams* p) {
+  cmd->add_option("--temp", p->temperature, "temperature (0: greedy)")->capture_default_str();
+  cmd->add_option("--top-k", p->top_k, "top-k (0: off)")->capture_default_str();
+  cmd->add_option("--top-p", p->top_p, "top-p (1: off)")->capture_default_str();
+  cmd->add_option("--min-p", p->min_p, "min-p (0: off)")->capture_default_str();
+  cmd->add_option("--repeat-penalty", p->repetition_penalty, "repetition penalty (1: off)")->capture_default_str();
+  cmd->add_option("--seed", p->seed, "random seed (0: random)")->capture_default_str();
+}
+
+namespace {
+struct ProgressBar {
+  bool enabled;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  int last_percent = -1;
+  void draw(size_t done, size_t total) {
+    if (!enabled || total == 0) return;
+    const int pct = int(100.0 * double(done) / double(total));
+    if (pct == last_percent) return;
+    last_percent = pct;
+    const int width = 30, filled = pct * width / 100;
+    std::string bar(size_t(filled), '#');
+    bar.resize(size_t(width), '.');
+    std::fprintf(stderr, "\rloading [%s] %3d%%  %.0f / %.0f MB", bar.c_str(), pct, double(done) / 1e6, double(total) / 1e6);
+    if (done >= total) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::fprintf(stderr, "  (%.2f s)\n", s);
+    }
+    std::fflush(stderr);
+  }
+};
+}  // namespace
+
+std::unique_ptr<Model> load_model(const ModelOptions& o, const LoadOptions& extra) {
+  auto dev = Registry::global().find(o.device);
+  if (!dev.ok()) { fail(dev.status()); return nullptr; }
+  ProgressBar bar{!o.quiet && isatty(2)};
+  LoadOptions lo = extra;
+  lo.progress = [&bar](size_t done, size_t total) { bar.draw(done, total); return true; };
+  auto m = Model::load(o.model, *dev, lo);
+  if (!m.ok()) { fail(m.status()); return nullptr; }
+  if (!o.quiet)
+    std::fprintf(stderr, "model: %s (%s, %d layers, %d tokens context) on %s\n",
+                 (*m)->config().name.empty() ? o.model.c_str() : (*m)->config().name.c_str(), (*m)->config().arch.c_str(),
+                 (*m)->config().n_layers, (*m)->config().n_ctx_train, (*dev)->info().name.c_str());
+  return std::move(m).value();
+}
+
+Result<std::string> apply_chat_template(const Model& m, const std::vector<std::pair<std::string, std::string>>& turns,
+                                        bool add_generation_prompt) {
+  if (m.chat_template().empty()) {
+    std::string raw;
+    for (const auto& t : turns) raw += t.second;
+    return raw;
+  }
+  TS_ASSIGN_OR_RETURN(auto tpl, ChatTemplate::parse(m.chat_template()));
+  std::vector<ChatMessage> msgs;
+  for (const auto& [role, content] : turns) msgs.push_back({role, content});
+  const Tokenizer& tok = m.tokenizer();
+  std::map<std::string, std::string> extra;
+  if (tok.bos() >= 0) extra["bos_token"] = tok.token_to_piece(tok.bos());
+  if (tok.eos() >= 0) extra["eos_token"] = tok.token_to_piece(tok.eos());
+  return tpl.render(msgs, add_generation_prompt, extra);
+}
+
+}  // namespace tessera::cli

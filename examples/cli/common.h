@@ -1,0 +1,42 @@
+// Options and helpers shared by the CLI subcommands.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <memory>
+#include <string>
+
+#include "core/sched/sampler.h"
+#include "models/model.h"
+
+namespace tessera::cli {
+
+struct ModelOptions {
+  std::string model;          // path to a .gguf
+  std::string device = "auto";
+  int ctx = 4096;             // KV cache capacity in tokens
+  std::string kv_dtype = "f16";
+  bool quiet = false;         // no progress bar
+};
+
+// Adds -m/--model, -d/--device, -c/--ctx, --kv-dtype, -q/--quiet to |cmd|.
+void add_model_options(CLI::App* cmd, ModelOptions* o);
+// Adds --temp, --top-k, --top-p, --min-p, --repeat-penalty, --seed.
+void add_sampling_options(CLI::App* cmd, SamplingParams* p);
+
+// The default model: $TESSERA_MODEL, else models-cache/SmolLM2-135M-Instruct.Q4_1.gguf beside
+// the working directory or the binary's checkout.
+std::string default_model_path();
+
+// Loads the model on the chosen device, drawing a progress bar on stderr. Errors are printed.
+std::unique_ptr<Model> load_model(const ModelOptions& o, const LoadOptions& extra = {});
+
+// Prints "error: <message>" to stderr and sets the exit code.
+void fail(const std::string& message, int code = 1);
+void fail(const Status& s);
+
+// Renders |prompt| as one user turn with the model's chat template (plus an optional system
+// prompt); falls back to the raw prompt when the model has no template.
+Result<std::string> apply_chat_template(const Model& m, const std::vector<std::pair<std::string, std::string>>& turns,
+                                        bool add_generation_prompt);
+
+}  // namespace tessera::cli

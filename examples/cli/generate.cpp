@@ -1,0 +1,123 @@
+// `tessera run` (one prompt -> streamed completion) and `tessera chat` (interactive).
+#include <cstdio>
+#include <iostream>
+
+#include "examples/cli/commands.h"
+#include "examples/cli/common.h"
+
+namespace tessera::cli {
+
+namespace {
+
+struct GenerateOptions {
+  ModelOptions model;
+  SamplingParams sampling;
+  std::string prompt;
+  std::string system;
+  int max_tokens = 256;
+  bool raw = false;      // no chat template
+  bool stats = false;
+};
+
+// Streams one completion of |text| to stdout; returns the generated text.
+Result<std::string> generate(Model& model, KvCache& kv, const std::string& text, const GenerateOptions& o, bool stats) {
+  const Tokenizer& tok = model.tokenizer();
+  GenerationRequest req;
+  req.prompt = tok.encode(text, /*add_special=*/true, /*parse_special=*/true);
+  req.sampling = o.sampling;
+  req.max_tokens = o.max_tokens;
+  std::string out;
+  RequestMetrics metrics;
+  std::string error;
+  req.on_token = [&](const TokenEvent& ev) {
+    std::fwrite(ev.text.data(), 1, ev.text.size(), stdout);
+    std::fflush(stdout);
+    out += ev.text;
+    if (ev.metrics) metrics = *ev.metrics;
+    if (ev.finish == FinishReason::kError) error = ev.error;
+  };
+  Engine engine(model, kv, model.codec());
+  TS_ASSIGN_OR_RETURN(RequestId id, engine.submit(std::move(req)));
+  (void)id;
+  TS_RETURN_IF_ERROR(engine.run_until_idle());
+  if (!error.empty()) return Internal(error);
+  std::printf("\n");
+  std::fflush(stdout);
+  if (stats) {
+    const double prefill_tps = metrics.ttft_ms > 0 ? 1000.0 * metrics.prompt_tokens / metrics.ttft_ms : 0;
+    const double decode_tps = metrics.tpot_ms > 0 ? 1000.0 / metrics.tpot_ms : 0;
+    std::fprintf(stderr, "stats: prompt %d tokens, TTFT %.1f ms (%.1f tok/s prefill); %d tokens generated, %.1f ms/token (%.1f tok/s decode)\n",
+                 metrics.prompt_tokens, metrics.ttft_ms, prefill_tps, metrics.generated_tokens, metrics.tpot_ms, decode_tps);
+  }
+  return out;
+}
+
+
+void run_command(const GenerateOptions& o) {
+  auto model = load_model(o.model);
+  if (!model) return;
+  const auto kvt = dtype_from_name(o.model.kv_dtype);
+  if (!kvt) return fail(InvalidArgument("unknown --kv-dtype '" + o.model.kv_dtype + "'"));
+  auto kv = model->create_kv_cache(o.model.ctx, *kvt);
+  if (!kv.ok()) return fail(kv.status());
+  std::string text = o.prompt;
+  if (!o.raw) {
+    std::vector<std::pair<std::string, std::string>> turns;
+    if (!o.system.empty()) turns.push_back({"system", o.system});
+    turns.push_back({"user", o.prompt});
+    auto r = apply_chat_template(*model, turns, true);
+    if (!r.ok()) return fail(r.status());
+    text = *r;
+  }
+  auto r = generate(*model, **kv, text, o, o.stats);
+  if (!r.ok()) fail(r.status());
+}
+
+void chat_command(const GenerateOptions& o) {
+  auto model = load_model(o.model);
+  if (!model) return;
+  const auto kvt = dtype_from_name(o.model.kv_dtype);
+  if (!kvt) return fail(InvalidArgument("unknown --kv-dtype '" + o.model.kv_dtype + "'"));
+  auto kv = model->create_kv_cache(o.model.ctx, *kvt);
+  if (!kv.ok()) return fail(kv.status());
+  std::vector<std::pair<std::string, std::string>> turns;
+  if (!o.system.empty()) turns.push_back({"system", o.system});
+  std::fprintf(stderr, "chat: type a message and press enter; an empty line or Ctrl-D ends.\n");
+  std::string line;
+  while (true) {
+    std::fprintf(stderr, "> ");
+    if (!std::getline(std::cin, line) || line.empty()) break;
+    turns.push_back({"user", line});
+    auto text = apply_chat_template(*model, turns, true);
+    if (!text.ok()) return fail(text.status());
+    auto reply = generate(*model, **kv, *text, o, o.stats);
+    if (!reply.ok()) return fail(reply.status());
+    turns.push_back({"assistant", *reply});
+  }
+}
+
+void add_generate_options(CLI::App* cmd, GenerateOptions* o) {
+  add_model_options(cmd, &o->model);
+  add_sampling_options(cmd, &o->sampling);
+  cmd->add_option("-n,--max-tokens", o->max_tokens, "tokens to generate at most")->capture_default_str();
+  cmd->add_option("-s,--system", o->system, "system prompt");
+  cmd->add_flag("--stats", o->stats, "print prefill and decode speed to stderr");
+}
+
+}  // namespace
+
+void add_generate_commands(CLI::App& app) {
+  auto o = std::make_shared<GenerateOptions>();
+  auto* run = app.add_subcommand("run", "Generate a completion for one prompt, streamed to stdout");
+  add_generate_options(run, o.get());
+  run->add_option("-p,--prompt", o->prompt, "the prompt")->required();
+  run->add_flag("--raw", o->raw, "use the prompt as is, without the model's chat template");
+  run->callback([o] { run_command(*o); });
+
+  auto c = std::make_shared<GenerateOptions>();
+  auto* chat = app.add_subcommand("chat", "Chat interactively, with the model's own chat template");
+  add_generate_options(chat, c.get());
+  chat->callback([c] { chat_command(*c); });
+}
+
+}  // namespace tessera::cli

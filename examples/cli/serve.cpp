@@ -1,0 +1,139 @@
+// `tessera serve`: an OpenAI-compatible HTTP server over one model (continuous batching through
+// the engine thread). Routes and JSON live in serve_openai.cpp; this file owns the lifecycle:
+// load, listen, and a graceful stop on SIGTERM/SIGINT (stop accepting, finish what is in
+// flight, exit 0).
+#include <httplib.h>
+#include <pthread.h>
+
+#include <atomic>
+#include <csignal>
+#include <ctime>
+#include <functional>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "core/registry.h"
+#include "examples/cli/commands.h"
+#include "examples/cli/serve_openai.h"
+
+namespace tessera::cli {
+
+namespace {
+
+struct ServeCommandOptions {
+  std::string model;
+  std::string device = "auto";
+  int ctx = 16384;  // KV cache capacity in tokens (shared by every request)
+  std::string kv_dtype = "f16";
+  ServeOptions serve;
+};
+
+void serve_fail(const std::string& message, int code = 1) {
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  set_exit_code(code);
+}
+
+// Blocks SIGTERM/SIGINT in every thread (call before starting any) and waits for them on a
+// thread of its own, which stops the server.
+class SignalWatcher {
+ public:
+  SignalWatcher() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGTERM);
+    sigaddset(&set_, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+    std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a death
+  }
+  void start(std::function<void(int)> on_signal) {
+    thread_ = std::thread([this, on_signal] {
+      int sig = 0;
+      if (sigwait(&set_, &sig) == 0 && !done_) on_signal(sig);
+    });
+  }
+  // Ends the watcher (before what on_signal refers to goes away).
+  void stop() {
+    if (!thread_.joinable()) return;
+    done_ = true;
+    pthread_kill(thread_.native_handle(), SIGTERM);  // wakes sigwait when no signal came
+    thread_.join();
+  }
+  ~SignalWatcher() { stop(); }
+
+ private:
+  std::atomic<bool> done_{false};
+  sigset_t set_;
+  std::thread thread_;
+};
+
+void serve_command(const ServeCommandOptions& o) {
+  SignalWatcher signals;  // before any thread starts, so they all inherit the mask
+  auto dev = Registry::global().find(o.device);
+  if (!dev.ok()) return serve_fail(dev.status().to_string());
+  LoadOptions lo;
+  lo.max_batch_tokens = o.serve.max_batch_tokens;
+  lo.max_seqs = o.serve.max_seqs;
+  auto model = Model::load(o.model, *dev, lo);
+  if (!model.ok()) return serve_fail(model.status().to_string());
+  const auto kvt = dtype_from_name(o.kv_dtype);
+  if (!kvt) return serve_fail("unknown --kv-dtype '" + o.kv_dtype + "' (f16, bf16 or f32)", 2);
+  auto kv = (*model)->create_kv_cache(o.ctx, *kvt);
+  if (!kv.ok()) return serve_fail(kv.status().to_string());
+
+  EngineConfig ec;
+  ec.scheduler.max_batch_tokens = o.serve.max_batch_tokens;
+  ec.scheduler.max_seqs = o.serve.max_seqs;
+  Engine engine(**model, **kv, (*model)->codec(), ec);
+  EngineThread engine_thread(engine);
+
+  ServerContext ctx{**model, engine_thread, o.serve};
+  if (ctx.opts.model_name.empty()) ctx.opts.model_name = std::filesystem::path(o.model).stem().string();
+  ctx.created_base = int64_t(std::time(nullptr));
+  httplib::Server svr;
+  const int threads = o.serve.http_threads > 0 ? o.serve.http_threads : o.serve.max_in_flight + 8;
+  svr.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+  register_routes(svr, ctx);
+  const int port = o.serve.port == 0 ? svr.bind_to_any_port(o.serve.host) : (svr.bind_to_port(o.serve.host, o.serve.port) ? o.serve.port : -1);
+  if (port < 0) return serve_fail("cannot listen on " + o.serve.host + ":" + std::to_string(o.serve.port));
+
+  signals.start([&](int sig) {
+    std::fprintf(stderr, "serve: signal %d: finishing requests in flight, then exiting\n", sig);
+    ctx.shutting_down = true;
+    svr.stop();  // stops accepting; listen returns once the handlers in flight are done
+  });
+  std::fprintf(stderr, "serve: %s (%d-token KV cache, %d blocks) on http://%s:%d\n", ctx.opts.model_name.c_str(), o.ctx,
+               (*kv)->config().n_blocks, o.serve.host.c_str(), port);
+  std::printf("listening on %s:%d\n", o.serve.host.c_str(), port);  // scripts wait for this line
+  std::fflush(stdout);
+  if (!svr.listen_after_bind()) {
+    if (!ctx.shutting_down) serve_fail("the HTTP server stopped unexpectedly");
+  }
+  signals.stop();
+  engine_thread.shutdown(/*drain=*/true);
+  std::fprintf(stderr, "serve: stopped\n");
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto o = std::make_shared<ServeCommandOptions>();
+  auto* cmd = app.add_subcommand("serve", "Serve an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions)");
+  cmd->add_option("-m,--model", o->model, "GGUF model file")->required();
+  cmd->add_option("-d,--device", o->device, "device: auto, cpu, vulkan, cuda:0 ...")->capture_default_str();
+  cmd->add_option("-c,--ctx", o->ctx, "KV cache capacity in tokens, shared by all requests")->capture_default_str()
+      ->check(CLI::Range(16, 1 << 24));
+  cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache dtype: f16, bf16 or f32")->capture_default_str();
+  cmd->add_option("--host", o->serve.host, "address to listen on")->capture_default_str();
+  cmd->add_option("--port", o->serve.port, "port (0: any free port, printed on stdout)")->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--model-name", o->serve.model_name, "the model id clients send (default: the file's stem)");
+  cmd->add_option("--max-in-flight", o->serve.max_in_flight, "requests admitted at once; more get 429 + Retry-After")
+      ->capture_default_str()->check(CLI::Range(1, 100000));
+  cmd->add_option("--max-batch-tokens", o->serve.max_batch_tokens, "token budget of one engine step")->capture_default_str()
+      ->check(CLI::Range(16, 1 << 20));
+  cmd->add_option("--max-seqs", o->serve.max_seqs, "sequences in one engine step")->capture_default_str()->check(CLI::Range(1, 4096));
+  cmd->add_option("--http-threads", o->serve.http_threads, "HTTP worker threads (0: max-in-flight + 8)")->capture_default_str();
+  cmd->callback([o] { serve_command(*o); });
+}
+
+}  // namespace tessera::cli

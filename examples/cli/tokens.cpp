@@ -1,0 +1,148 @@
+// `tessera tokenize`, `tessera eval` (token ids -> logits .npy) and `tessera perplexity`.
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "examples/cli/commands.h"
+#include "examples/cli/common.h"
+#include "models/scoring.h"
+
+namespace tessera::cli {
+
+namespace {
+
+struct TokenOptions {
+  ModelOptions model;
+  std::string text, file, tokens, out = "logits.npy", format = "lines";
+  bool no_special = false;
+  int ctx = 512;
+};
+
+Result<std::string> read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return NotFound(path + ": cannot open");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+Result<std::vector<int32_t>> parse_ids(const std::string& s) {
+  std::vector<int32_t> ids;
+  std::string cur;
+  for (size_t i = 0; i <= s.size(); ++i) {
+    const char c = i < s.size() ? s[i] : ',';
+    if (c == ',' || c == ' ' || c == '\n' || c == '\t' || c == '\r') {
+      if (cur.empty()) continue;
+      char* end = nullptr;
+      const long v = std::strtol(cur.c_str(), &end, 10);
+      if (*end != '\0' || v < 0 || v > INT32_MAX) return InvalidArgument("not a token id: '" + cur + "'");
+      ids.push_back(int32_t(v));
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  return ids;
+}
+
+// A .npy (version 1.0) file of float32 [rows, cols].
+Status write_npy(const std::string& path, const std::vector<float>& data, int64_t rows, int64_t cols) {
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ", " +
+                       std::to_string(cols) + "), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::ofstream f(path, std::ios::binary);
+  if (!f) return InvalidArgument(path + ": cannot write");
+  const uint16_t len = uint16_t(header.size());
+  f.write("\x93NUMPY\x01\x00", 8);
+  f.write(reinterpret_cast<const char*>(&len), 2);
+  f.write(header.data(), std::streamsize(header.size()));
+  f.write(reinterpret_cast<const char*>(data.data()), std::streamsize(data.size() * 4));
+  return f ? OkStatus() : DataLoss(path + ": write failed");
+}
+
+void tokenize_command(const TokenOptions& o) {
+  auto model = load_model(o.model);
+  if (!model) return;
+  std::string text = o.text;
+  if (!o.file.empty()) {
+    auto r = read_file(o.file);
+    if (!r.ok()) return fail(r.status());
+    text = *r;
+  }
+  const auto ids = model->tokenizer().encode(text, !o.no_special, !o.no_special);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (o.format == "csv") std::printf("%s%d", i ? "," : "", ids[i]);
+    else std::printf("%d\n", ids[i]);
+  }
+  if (o.format == "csv") std::printf("\n");
+}
+
+void eval_command(const TokenOptions& o) {
+  std::string src = o.tokens;
+  if (!o.file.empty()) {
+    auto r = read_file(o.file);
+    if (!r.ok()) return fail(r.status());
+    src = *r;
+  }
+  auto ids = parse_ids(src);
+  if (!ids.ok()) return fail(ids.status());
+  if (ids->empty()) return fail(InvalidArgument("eval: no token ids given (--tokens or --file)"));
+  LoadOptions lo;
+  lo.max_batch_tokens = 512;
+  auto model = load_model(o.model, lo);
+  if (!model) return;
+  std::vector<float> logits;
+  const auto kvt = dtype_from_name(o.model.kv_dtype);
+  if (!kvt) return fail(InvalidArgument("unknown --kv-dtype '" + o.model.kv_dtype + "'"));
+  const Status s = eval_logits(*model, *ids, 512, &logits, *kvt);
+  if (!s.ok()) return fail(s);
+  const Status w = write_npy(o.out, logits, int64_t(ids->size()), model->vocab_size());
+  if (!w.ok()) return fail(w);
+  if (!o.model.quiet) std::fprintf(stderr, "eval: wrote %zu x %d logits to %s\n", ids->size(), model->vocab_size(), o.out.c_str());
+}
+
+void perplexity_command(const TokenOptions& o) {
+  auto text = read_file(o.file);
+  if (!text.ok()) return fail(text.status());
+  auto model = load_model(o.model);
+  if (!model) return;
+  const auto ids = model->tokenizer().encode(*text, true, false);
+  auto r = perplexity(*model, ids, o.ctx, [&](int w, int n, double ppl) {
+    if (!o.model.quiet) std::fprintf(stderr, "\rperplexity: window %d/%d, running ppl %.4f", w, n, ppl);
+  });
+  if (!o.model.quiet) std::fprintf(stderr, "\n");
+  if (!r.ok()) return fail(r.status());
+  std::printf("perplexity %.4f over %lld tokens in %d windows of %d (mean nll %.5f)\n", r->perplexity,
+              (long long)r->scored_tokens, r->windows, o.ctx, r->mean_nll);
+}
+
+}  // namespace
+
+void add_token_commands(CLI::App& app) {
+  auto t = std::make_shared<TokenOptions>();
+  auto* tok = app.add_subcommand("tokenize", "Print the token ids of a text");
+  add_model_options(tok, &t->model);
+  tok->add_option("-p,--prompt", t->text, "text to tokenize");
+  tok->add_option("-f,--file", t->file, "read the text from a file");
+  tok->add_option("--format", t->format, "lines (one id per line) or csv")->check(CLI::IsMember({"lines", "csv"}));
+  tok->add_flag("--no-special", t->no_special, "no BOS/EOS, and special-token text stays text");
+  tok->callback([t] { tokenize_command(*t); });
+
+  auto e = std::make_shared<TokenOptions>();
+  auto* ev = app.add_subcommand("eval", "Compute the logits of every position of a prompt given as token ids (.npy)");
+  add_model_options(ev, &e->model);
+  ev->add_option("-t,--tokens", e->tokens, "token ids, comma or space separated");
+  ev->add_option("-f,--file", e->file, "read the token ids from a file");
+  ev->add_option("-o,--out", e->out, "output .npy file (float32 [tokens, vocab])")->capture_default_str();
+  ev->callback([e] { eval_command(*e); });
+
+  auto p = std::make_shared<TokenOptions>();
+  auto* pp = app.add_subcommand("perplexity", "Perplexity of a text file (non-overlapping windows, second halves scored)");
+  add_model_options(pp, &p->model);
+  pp->add_option("-f,--file", p->file, "text file")->required();
+  pp->add_option("--window", p->ctx, "window size in tokens")->capture_default_str();
+  pp->callback([p] { perplexity_command(*p); });
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,81 @@
+/* Tessera C API: a stable ABI for embedding a model in an application.
+ *
+ * Thread-safety: a tessera_model may be shared by contexts; one context must be used by one
+ * thread at a time. Errors: every function returning tessera_status leaves a message for
+ * tessera_last_error() (per thread). Strings are UTF-8. Nothing here aborts the process. */
+#ifndef TESSERA_TESSERA_H_
+#define TESSERA_TESSERA_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum tessera_status {
+  TESSERA_OK = 0,
+  TESSERA_INVALID_ARGUMENT = 1,
+  TESSERA_OUT_OF_RANGE = 2,
+  TESSERA_UNIMPLEMENTED = 3,
+  TESSERA_UNAVAILABLE = 4,
+  TESSERA_RESOURCE_EXHAUSTED = 5,
+  TESSERA_DATA_LOSS = 6,
+  TESSERA_NOT_FOUND = 7,
+  TESSERA_CANCELLED = 8,
+  TESSERA_INTERNAL = 9
+} tessera_status;
+
+typedef struct tessera_model tessera_model;
+typedef struct tessera_context tessera_context;
+
+/* The message of the last failed call on this thread ("" if none). Valid until the next call. */
+const char* tessera_last_error(void);
+/* "0.1.0" */
+const char* tessera_version(void);
+
+/* Loads a GGUF model. |device|: NULL or "auto" for the best device found, else "cpu",
+ * "vulkan", "vulkan:1", "cuda:0", ... */
+tessera_status tessera_model_load(const char* path, const char* device, tessera_model** out);
+void tessera_model_free(tessera_model* model);
+int32_t tessera_model_vocab_size(const tessera_model* model);
+int32_t tessera_model_context_length(const tessera_model* model);
+
+/* Tokenizes |text|. Writes at most |capacity| ids into |ids| and stores the total count in
+ * |*n_ids| (call with capacity 0 to size the buffer). |add_special|: BOS etc. as the model
+ * wants, and special tokens written in the text become their ids. */
+tessera_status tessera_tokenize(const tessera_model* model, const char* text, int add_special, int32_t* ids,
+                                size_t capacity, size_t* n_ids);
+
+typedef struct tessera_context_params {
+  int32_t kv_tokens;   /* KV cache capacity in tokens (0: 4096) */
+} tessera_context_params;
+tessera_context_params tessera_context_default_params(void);
+tessera_status tessera_context_create(tessera_model* model, const tessera_context_params* params,
+                                      tessera_context** out);
+void tessera_context_free(tessera_context* ctx);
+
+typedef struct tessera_generate_params {
+  int32_t max_tokens;        /* default 256 */
+  float temperature;         /* 0: greedy; default 0.8 */
+  int32_t top_k;             /* default 40 */
+  float top_p;               /* default 0.95 */
+  float min_p;               /* default 0.05 */
+  uint64_t seed;             /* 0: random */
+  int use_chat_template;     /* non-zero: |prompt| is one user message rendered with the model's
+                                own chat template (default 1) */
+} tessera_generate_params;
+tessera_generate_params tessera_generate_default_params(void);
+
+/* Called with each piece of generated text (complete UTF-8). Return non-zero to stop early. */
+typedef int (*tessera_token_callback)(const char* text, size_t length, int32_t token, void* user_data);
+
+/* Generates a completion of |prompt|, streaming it through |callback| (may be NULL). */
+tessera_status tessera_generate(tessera_context* ctx, const char* prompt, const tessera_generate_params* params,
+                                tessera_token_callback callback, void* user_data);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif  /* TESSERA_TESSERA_H_ */

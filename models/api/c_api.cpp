@@ -1,0 +1,125 @@
+// The C API (include/tessera/tessera.h): a thin layer over Model and Engine.
+#include "tessera/tessera.h"
+
+#include <memory>
+#include <string>
+
+#include "core/registry.h"
+#include "models/chat_template/chat_template.h"
+#include "models/model.h"
+#include "models/version.h"
+
+struct tessera_model {
+  std::unique_ptr<tessera::Model> model;
+};
+struct tessera_context {
+  tessera_model* model;
+  std::unique_ptr<tessera::KvCache> kv;
+};
+
+namespace {
+thread_local std::string g_last_error;
+
+tessera_status report(const tessera::Status& s) {
+  g_last_error = s.ok() ? std::string() : s.to_string();
+  return static_cast<tessera_status>(static_cast<int>(s.code()));
+}
+tessera_status invalid(const char* what) { return report(tessera::InvalidArgument(what)); }
+}  // namespace
+
+static_assert(int(tessera::StatusCode::kInternal) == TESSERA_INTERNAL, "C status codes must mirror StatusCode");
+
+extern "C" {
+
+const char* tessera_last_error(void) { return g_last_error.c_str(); }
+const char* tessera_version(void) { return tessera::version_string(); }
+
+tessera_status tessera_model_load(const char* path, const char* device, tessera_model** out) {
+  if (!path || !out) return invalid("tessera_model_load: path and out must not be NULL");
+  *out = nullptr;
+  auto dev = tessera::Registry::global().find(device ? device : "auto");
+  if (!dev.ok()) return report(dev.status());
+  auto m = tessera::Model::load(path, *dev);
+  if (!m.ok()) return report(m.status());
+  *out = new tessera_model{std::move(m).value()};
+  return report(tessera::OkStatus());
+}
+
+void tessera_model_free(tessera_model* model) { delete model; }
+int32_t tessera_model_vocab_size(const tessera_model* m) { return m ? m->model->vocab_size() : 0; }
+int32_t tessera_model_context_length(const tessera_model* m) { return m ? m->model->context_length() : 0; }
+
+tessera_status tessera_tokenize(const tessera_model* m, const char* text, int add_special, int32_t* ids, size_t capacity,
+                                size_t* n_ids) {
+  if (!m || !text || !n_ids || (capacity > 0 && !ids)) return invalid("tessera_tokenize: NULL argument");
+  const auto v = m->model->tokenizer().encode(text, add_special != 0, add_special != 0);
+  *n_ids = v.size();
+  for (size_t i = 0; i < v.size() && i < capacity; ++i) ids[i] = v[i];
+  return report(tessera::OkStatus());
+}
+
+tessera_context_params tessera_context_default_params(void) { return {4096}; }
+
+tessera_status tessera_context_create(tessera_model* model, const tessera_context_params* params, tessera_context** out) {
+  if (!model || !out) return invalid("tessera_context_create: model and out must not be NULL");
+  *out = nullptr;
+  const int32_t n = params && params->kv_tokens > 0 ? params->kv_tokens : 4096;
+  auto kv = model->model->create_kv_cache(n);
+  if (!kv.ok()) return report(kv.status());
+  *out = new tessera_context{model, std::move(kv).value()};
+  return report(tessera::OkStatus());
+}
+
+void tessera_context_free(tessera_context* ctx) { delete ctx; }
+
+tessera_generate_params tessera_generate_default_params(void) {
+  return tessera_generate_params{256, 0.8f, 40, 0.95f, 0.05f, 0, 1};
+}
+
+tessera_status tessera_generate(tessera_context* ctx, const char* prompt, const tessera_generate_params* params,
+                                tessera_token_callback callback, void* user_data) {
+  if (!ctx || !prompt) return invalid("tessera_generate: ctx and prompt must not be NULL");
+  const tessera_generate_params p = params ? *params : tessera_generate_default_params();
+  tessera::Model& model = *ctx->model->model;
+  std::string text = prompt;
+  if (p.use_chat_template && !model.chat_template().empty()) {
+    auto tpl = tessera::ChatTemplate::parse(model.chat_template());
+    if (!tpl.ok()) return report(tpl.status());
+    std::map<std::string, std::string> extra;
+    const auto& tok = model.tokenizer();
+    if (tok.bos() >= 0) extra["bos_token"] = tok.token_to_piece(tok.bos());
+    if (tok.eos() >= 0) extra["eos_token"] = tok.token_to_piece(tok.eos());
+    auto r = tpl->render({{"user", prompt}}, true, extra);
+    if (!r.ok()) return report(r.status());
+    text = *r;
+  }
+  tessera::GenerationRequest req;
+  req.prompt = model.tokenizer().encode(text, true, true);
+  req.max_tokens = p.max_tokens > 0 ? p.max_tokens : 256;
+  req.sampling.temperature = p.temperature;
+  req.sampling.top_k = p.top_k;
+  req.sampling.top_p = p.top_p;
+  req.sampling.min_p = p.min_p;
+  req.sampling.seed = p.seed;
+  tessera::Engine engine(model, *ctx->kv, model.codec());
+  tessera::RequestId id = 0;
+  bool stop = false;
+  std::string error;
+  req.on_token = [&](const tessera::TokenEvent& ev) {
+    if (ev.finish == tessera::FinishReason::kError) error = ev.error;
+    if (!stop && callback && !ev.text.empty() && callback(ev.text.data(), ev.text.size(), ev.token, user_data) != 0)
+      stop = true;
+  };
+  auto sub = engine.submit(std::move(req));
+  if (!sub.ok()) return report(sub.status());
+  id = *sub;
+  while (!engine.idle()) {
+    if (stop) engine.cancel(id);
+    const tessera::Status s = engine.step();
+    if (!s.ok()) return report(s);
+  }
+  if (!error.empty()) return report(tessera::Internal(error));
+  return report(tessera::OkStatus());
+}
+
+}  // extern "C"

@@ -1,0 +1,67 @@
+// Model: a loaded transformer (weights on a device, tokenizer, chat template) that runs engine
+// steps. One class serves every dense architecture of the llama family; the per-family graph
+// builders live in models/arch/.
+#pragma once
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/kv/kv_cache.h"
+#include "core/planner.h"
+#include "core/sched/engine.h"
+#include "core/sched/step_plan.h"
+#include "models/arch/llama.h"
+#include "models/model_config.h"
+#include "models/tokenizer/tokenizer.h"
+
+namespace tessera {
+
+namespace gguf { class File; }
+
+struct LoadOptions {
+  // Called with (bytes done, bytes total) while weights load; return false to cancel.
+  std::function<bool(size_t, size_t)> progress;
+  int max_batch_tokens = 512;  // sizes the per-step input buffers
+  int max_seqs = 64;
+};
+
+class Model final : public ModelRunner {
+ public:
+  static Result<std::unique_ptr<Model>> load(const std::string& path, DevicePtr device, const LoadOptions& opts = {});
+  ~Model() override;
+
+  const ModelConfig& config() const { return cfg_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const std::string& chat_template() const { return chat_template_; }  // Jinja source ("" if none)
+  Device& device() { return *device_; }
+  const gguf::File& file() const { return *file_; }
+  // The tokenizer functions the engine needs.
+  TextCodec codec() const;
+
+  int32_t vocab_size() const override { return cfg_.n_vocab; }
+  int32_t context_length() const override { return cfg_.n_ctx_train; }
+  Status forward(const StepPlan& plan, KvCache& kv, std::vector<float>* logits) override;
+
+  // A KV cache for |n_tokens| tokens in total (rounded up to whole blocks).
+  Result<std::unique_ptr<KvCache>> create_kv_cache(int64_t n_tokens, DType dtype = DType::kF16, int block_size = 16);
+
+ private:
+  Model() = default;
+  Status load_weights(const LoadOptions& opts);
+  Status upload_step(const StepPlan& plan, const std::vector<int32_t>& rows, StepTensors* t);
+
+  DevicePtr device_;
+  std::shared_ptr<gguf::File> file_;
+  ModelConfig cfg_;
+  LlamaWeights weights_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::string chat_template_;
+  BufferPtr weights_buffer_;   // the mapped file, when the device maps host memory
+  BufferPtr step_buffer_;      // per-step inputs (token ids, positions, block tables ...)
+  size_t step_capacity_ = 0;
+};
+
+}  // namespace tessera

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Tessera's logits vs the independent numpy forward pass (tests/python/numpy_llama.py).
+
+For random-weight tiny llama and qwen3 GGUFs written by our writer (make_tiny_model) in f32, f16,
+q8_0, q4_0 and q4_1, and for the real SmolLM2-135M-Instruct, a 64-token prompt goes through
+`tessera eval` (KV cache in f32) and through the numpy oracle (float64, weights dequantised by the
+`gguf` package). Two checks per model:
+  * normalised RMS error  sqrt(sum((ours - ref)^2) / sum(ref^2))  <= TOL[dtype]
+  * at every position where the reference's top-2 margin exceeds 2 * TOL[dtype] * rms(ref row)
+    (so no error within the tolerance could swap them), our argmax equals the reference's.
+Tolerances (stated, not fitted): f32 models 1e-4 (f32 vs f64 arithmetic); f16 1e-3 (f16 weights
+are exact in both, f16 KV is not used); q8_0 3e-2 and q4_0/q4_1 5e-2 (the CPU kernels quantise
+activations to 8 bits per 32-block before the integer dot products, the oracle does not; 30 layers
+for SmolLM2).
+Usage: compare_numpy.py TESSERA_BIN_DIR SCRATCH_DIR MODELS_DIR [--device cpu]
+Exit 77 (skip) only for the SmolLM2 part when the model file is absent.
+"""
+import argparse
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+import numpy_llama  # noqa: E402
+
+TOL = {"f32": 1e-4, "f16": 1e-3, "q8_0": 3e-2, "q4_0": 5e-2, "q4_1": 5e-2}
+N_TOKENS = 64
+
+
+def tessera_logits(bin_dir, model, ids, device, scratch):
+    out = os.path.join(scratch, "ours.npy")
+    subprocess.run([os.path.join(bin_dir, "tessera"), "eval", "-q", "-m", model, "--device", device,
+                    "--kv-dtype", "f32", "--tokens", ",".join(map(str, ids)), "-o", out], check=True)
+    return np.load(out).astype(np.float64)
+
+
+def compare(name, ours, ref, tol):
+    if ours.shape != ref.shape:
+        return [f"{name}: shape {ours.shape} != reference {ref.shape}"]
+    if not np.all(np.isfinite(ours)):
+        return [f"{name}: non-finite logits"]
+    nrmse = float(np.sqrt(np.sum((ours - ref) ** 2) / np.sum(ref ** 2)))
+    failures = []
+    checked = agree = 0
+    for t in range(ref.shape[0]):
+        top2 = np.sort(ref[t])[-2:]
+        margin = top2[1] - top2[0]
+        if margin > 2 * tol * np.sqrt(np.mean(ref[t] ** 2)):
+            checked += 1
+            if int(np.argmax(ours[t])) == int(np.argmax(ref[t])):
+                agree += 1
+            else:
+                failures.append(f"{name}: argmax differs at position {t} (ours {int(np.argmax(ours[t]))}, "
+                                f"reference {int(np.argmax(ref[t]))}, margin {margin:.4f})")
+    print(f"{name:28s} nrmse {nrmse:.3e} (tol {tol:g})  argmax agrees at {agree}/{checked} decisive positions")
+    if nrmse > tol:
+        failures.append(f"{name}: nrmse {nrmse:.3e} > tolerance {tol:g}")
+    return failures
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("bin_dir")
+    ap.add_argument("scratch")
+    ap.add_argument("models_dir")
+    ap.add_argument("--device", default="cpu")
+    args = ap.parse_args()
+    os.makedirs(args.scratch, exist_ok=True)
+    subprocess.run([os.path.join(args.bin_dir, "make_tiny_model"), "--all", args.scratch], check=True,
+                   stdout=subprocess.DEVNULL)
+    rng = np.random.default_rng(1234)
+    failures = []
+    for arch in ("llama", "qwen3"):
+        ids = [int(x) for x in rng.integers(0, 256, N_TOKENS)]
+        for dtype, tol in TOL.items():
+            path = os.path.join(args.scratch, f"tiny-{arch}-{dtype}.gguf")
+            ref = numpy_llama.forward(numpy_llama.Model(path), ids)
+            ours = tessera_logits(args.bin_dir, path, ids, args.device, args.scratch)
+            failures += compare(f"tiny {arch} {dtype}", ours, ref, tol)
+    smol = os.path.join(args.models_dir, "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if os.path.exists(smol):
+        text = ("The history of the printing press begins in the fifteenth century, when Johannes Gutenberg "
+                "combined movable metal type, oil-based ink and a wooden screw press. Within fifty years, "
+                "printing shops had spread across Europe, and books became cheaper. Scholars could compare "
+                "identical copies of a text for the first time, which changed how knowledge was checked, "
+                "argued over and passed on to the next generation of readers and writers.")
+        tok = subprocess.run([os.path.join(args.bin_dir, "tessera"), "tokenize", "-q", "-m", smol, "--format", "csv",
+                              "-p", text], check=True, capture_output=True, text=True).stdout
+        ids = [int(x) for x in tok.strip().split(",")][:N_TOKENS]
+        assert len(ids) == N_TOKENS, f"only {len(ids)} tokens"
+        ref = numpy_llama.forward(numpy_llama.Model(smol), ids)
+        ours = tessera_logits(args.bin_dir, smol, ids, args.device, args.scratch)
+        failures += compare("SmolLM2-135M q4_1", ours, ref, TOL["q4_1"])
+    else:
+        print(f"SKIP SmolLM2: {smol} not found (run .ci/fetch-model)")
+    for f in failures:
+        print("FAIL:", f)
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,465 @@
+// Engine + scheduler tests with a fake model whose next token is a function of the current token
+// and its position. The fake also checks every StepPlan for consistency (slots agree with block
+// tables, positions are contiguous, no slot is written twice by live sequences).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <set>
+
+#include "core/kv/kv_cache.h"
+#include "core/reference/reference.h"
+#include "core/sched/engine.h"
+#include "core/sched/engine_thread.h"
+
+namespace tessera {
+namespace {
+
+constexpr int32_t kVocab = 97;
+// The fake model's next token: a function of the sum of every token in the context (read back
+// from the KV cache through the block table, so wrong blocks, missed copies or a bad prefix hit
+// change the output), the position and the current token.
+int32_t next_of(int64_t context_sum, int32_t pos, int32_t tok) { return int32_t((context_sum * 31 + pos * 7 + tok * 3 + 3) % kVocab); }
+
+class FakeModel : public ModelRunner {
+ public:
+  int32_t vocab_size() const override { return kVocab; }
+  int32_t context_length() const override { return 4096; }
+  Status forward(const StepPlan& p, KvCache& kv, std::vector<float>* logits) override {
+    const int bs = kv.config().block_size;
+    ++steps;
+    tokens_computed += p.n_tokens();
+    max_tokens_in_step = std::max(max_tokens_in_step, p.n_tokens());
+    EXPECT_EQ(int(p.query_start.size()), p.n_seqs() + 1);
+    // K cache [n_blocks, bs, 1, 2] f32: element 0 of each slot holds the token.
+    float* k = static_cast<float*>(kv.k(0).host_data());
+    for (int32_t r = 0; r < p.n_tokens(); ++r) k[size_t(p.slot_mapping[size_t(r)]) * 2] = float(p.tokens[size_t(r)]);
+    std::vector<int64_t> sums(size_t(p.n_tokens()), -1);
+    std::vector<bool> wants_logits(size_t(p.n_tokens()), false);
+    for (int32_t r : p.logit_rows) wants_logits[size_t(r)] = true;
+    for (int32_t s = 0; s < p.n_seqs(); ++s) {
+      const int32_t a = p.query_start[size_t(s)], b = p.query_start[size_t(s + 1)];
+      for (int32_t r = a; r < b; ++r) {
+        const int32_t pos = p.positions[size_t(r)];
+        EXPECT_EQ(pos, p.seq_lens[size_t(s)] - (b - r)) << "positions must end at seq_len - 1";
+        const int32_t block = p.block_tables[size_t(s * p.max_blocks + pos / bs)];
+        EXPECT_EQ(p.slot_mapping[size_t(r)], block * bs + pos % bs);
+        EXPECT_GT(kv.pool().refcount(block), 0) << "a slot in a free block";
+        EXPECT_EQ(kv.pool().refcount(block), 1) << "a write into a shared block (copy-on-write missed)";
+        if (!wants_logits[size_t(r)]) continue;
+        int64_t sum = 0;  // causal: positions 0..pos
+        for (int32_t q = 0; q <= pos; ++q)
+          sum += int64_t(k[size_t(p.block_tables[size_t(s * p.max_blocks + q / bs)] * bs + q % bs) * 2]);
+        sums[size_t(r)] = sum;
+      }
+    }
+    // Two likely candidates (so sampling with temperature varies), every other token unlikely.
+    logits->assign(p.logit_rows.size() * kVocab, -20.0f);
+    for (size_t i = 0; i < p.logit_rows.size(); ++i) {
+      const size_t r = size_t(p.logit_rows[i]);
+      const int32_t want = next_of(sums[r], p.positions[r], p.tokens[r]);
+      (*logits)[i * kVocab + size_t(want)] = 10.0f;
+      (*logits)[i * kVocab + size_t((want + 1) % kVocab)] = 9.0f;
+    }
+    return OkStatus();
+  }
+  int steps = 0;
+  int64_t tokens_computed = 0;
+  int32_t max_tokens_in_step = 0;
+};
+
+// Greedy continuation of |prompt| under the fake model.
+std::vector<int32_t> expected(const std::vector<int32_t>& prompt, int n) {
+  std::vector<int32_t> seq = prompt, out;
+  int64_t sum = 0;
+  for (int32_t t : prompt) sum += t;
+  for (int i = 0; i < n; ++i) {
+    const int32_t t = next_of(sum, int32_t(seq.size()) - 1, seq.back());
+    out.push_back(t);
+    seq.push_back(t);
+    sum += t;
+  }
+  return out;
+}
+
+// Whether each token of |out| is one of the fake model's two candidates given what preceded it.
+bool plausible(const std::vector<int32_t>& prompt, const std::vector<int32_t>& out) {
+  std::vector<int32_t> seq = prompt;
+  int64_t sum = 0;
+  for (int32_t t : prompt) sum += t;
+  for (int32_t t : out) {
+    const int32_t want = next_of(sum, int32_t(seq.size()) - 1, seq.back());
+    if (t != want && t != (want + 1) % kVocab) return false;
+    seq.push_back(t);
+    sum += t;
+  }
+  return true;
+}
+
+struct Harness {
+  explicit Harness(int n_blocks, int32_t budget = 64, bool prefix_caching = true, int block_size = 4) {
+    KvCacheConfig c;
+    c.n_layers = 1; c.n_kv_heads = 1; c.head_dim = 2; c.block_size = block_size; c.n_blocks = n_blocks; c.dtype = DType::kF32;
+    kv = std::move(KvCache::create(dev, c)).value();
+    EngineConfig ec;
+    ec.scheduler.max_batch_tokens = budget;
+    ec.scheduler.prefix_caching = prefix_caching;
+    engine = std::make_unique<Engine>(model, *kv, TextCodec{}, ec);
+  }
+  RequestId submit(const std::vector<int32_t>& prompt, int max_tokens, int priority = 0, int n = 1,
+                   SamplingParams sp = SamplingParams::greedy()) {
+    GenerationRequest r;
+    r.prompt = prompt;
+    r.sampling = sp;
+    r.max_tokens = max_tokens;
+    r.priority = priority;
+    r.n = n;
+    r.on_token = [this](const TokenEvent& ev) {
+      if (ev.token >= 0) choices[{ev.id, ev.index}].push_back(ev.token);
+      if (ev.token >= 0 && ev.index == 0) out[ev.id].push_back(ev.token);
+      if (ev.finish != FinishReason::kNone && ev.index == 0) finish[ev.id] = ev.finish;
+      if (ev.metrics && ev.index == 0) metrics[ev.id] = *ev.metrics;
+      order.push_back(ev.id);
+    };
+    auto id = engine->submit(std::move(r));
+    EXPECT_TRUE(id.ok()) << id.status().to_string();
+    return *id;
+  }
+  ref::ReferenceDevice dev;
+  FakeModel model;
+  std::unique_ptr<KvCache> kv;
+  std::unique_ptr<Engine> engine;
+  std::map<RequestId, std::vector<int32_t>> out;
+  std::map<RequestId, FinishReason> finish;
+  std::map<std::pair<RequestId, int>, std::vector<int32_t>> choices;
+  std::map<RequestId, RequestMetrics> metrics;
+  std::vector<RequestId> order;  // of events
+};
+
+std::vector<int32_t> prompt_of(int len, int seed) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < len; ++i) p.push_back((seed * 13 + i * 5 + (i * i) % 7) % kVocab);
+  return p;
+}
+
+TEST(Engine, ManyRequestsBatchedGiveTheirOwnOutputs) {
+  Harness h(256);
+  std::map<RequestId, std::vector<int32_t>> want;
+  for (int i = 0; i < 16; ++i) {
+    const auto p = prompt_of(3 + i * 5, i);
+    want[h.submit(p, 10 + i)] = expected(p, 10 + i);
+  }
+  ASSERT_TRUE(h.engine->run_until_idle().ok());
+  for (auto& [id, w] : want) {
+    EXPECT_EQ(h.out[id], w) << "request " << id;
+    EXPECT_EQ(h.finish[id], FinishReason::kLength);
+  }
+  EXPECT_EQ(h.kv->pool().n_free(), 256) << "every block returns to the pool";
+}
+
+TEST(Engine, PreemptsUnderKvPressureAndStillCompletesEveryRequestExactly) {
+  Harness h(12);  // 48 slots for 6 requests of ~20 tokens each
+  std::map<RequestId, std::vector<int32_t>> want;
+  for (int i = 0; i < 6; ++i) {
+    const auto p = prompt_of(6 + i, i);
+    want[h.submit(p, 14)] = expected(p, 14);
+  }
+  ASSERT_TRUE(h.engine->run_until_idle().ok());
+  for (auto& [id, w] : want) EXPECT_EQ(h.out[id], w) << "request " << id;
+  EXPECT_GT(h.engine->scheduler().stats().preemptions, 0);
+  EXPECT_EQ(h.kv->pool().n_free(), 12);
+}
+
+TEST(Engine, ChunkedPrefillRespectsTheTokenBudget) {
+  Harness h(64, /*budget=*/8);
+  const auto p = prompt_of(45, 1);
+  const RequestId id = h.submit(p, 5);
+  const auto p2 = prompt_of(4, 2);
+  const RequestId id2 = h.submit(p2, 12);
+  ASSERT_TRUE(h.engine->run_until_idle().ok());
+  EXPECT_LE(h.model.max_tokens_in_step, 8);
+  EXPECT_EQ(h.out[id], expected(p, 5));
+  EXPECT_EQ(h.out[id2], expected(p2, 12));
+}
+
+TEST(Engine, CancelFreesBlocks) {
+  Harness h(32);
+  const RequestId a = h.submit(prompt_of(10, 3), 100);
+  ASSERT_TRUE(h.engine->step().ok());
+  EXPECT_LT(h.kv->pool().n_free(), 32);
+  h.engine->cancel(a);
+  EXPECT_EQ(h.finish[a], FinishReason::kCancelled);
+  EXPECT_EQ(h.kv->pool().n_free(), 32);
+  EXPECT_TRUE(h.engine->idle());
+}
+
+TEST(Engine, RejectsBadRequestsWithClearErrors) {
+  Harness h(4);
+  GenerationRequest r;
+  EXPECT_EQ(h.engine->submit(r).status().code(), StatusCode::kInvalidArgument);  // empty prompt
+  r.prompt = prompt_of(20, 1);  // 16 slots in the whole cache
+  EXPECT_EQ(h.engine->submit(r).status().code(), StatusCode::kResourceExhausted);
+  r.prompt = {1, 2, kVocab};
+  auto s = h.engine->submit(r);
+  EXPECT_NE(s.status().message().find("outside the vocabulary"), std::string::npos) << s.status().message();
+}
+
+TEST(Engine, StopStringsEndGenerationAndAreNotEmitted) {
+  Harness h(64);
+  // Each token is shown as a letter; stop at the text of the 3rd generated token.
+  const auto p = prompt_of(5, 4);
+  const auto want = expected(p, 10);
+  GenerationRequest r;
+  r.prompt = p;
+  r.sampling = SamplingParams::greedy();
+  r.max_tokens = 10;
+  auto piece = [](int32_t t) { return std::string(1, char('A' + t % 26)) + std::string(1, char('a' + t % 26)); };
+  r.stop = {piece(want[2])};
+  std::string text;
+  FinishReason fin = FinishReason::kNone;
+  r.on_token = [&](const TokenEvent& ev) { text += ev.text; if (ev.finish != FinishReason::kNone) fin = ev.finish; };
+  TextCodec codec;
+  codec.piece = piece;
+  codec.is_eog = [](int32_t) { return false; };
+  Engine e(h.model, *h.kv, codec);
+  ASSERT_TRUE(e.submit(std::move(r)).ok());
+  ASSERT_TRUE(e.run_until_idle().ok());
+  // The stop string may also occur earlier by coincidence; the text must end right before its first match.
+  std::string full;
+  for (int32_t t : want) full += piece(t);
+  EXPECT_EQ(text, full.substr(0, full.find(piece(want[2]))));
+  EXPECT_EQ(fin, FinishReason::kStop);
+}
+
+TEST(PrefixCache, ASecondRequestSharingAPrefixComputesOnlyItsSuffix) {
+  Harness h(256);
+  const auto shared = prompt_of(100, 7);  // 25 full blocks of 4
+  auto pa = shared;
+  pa.insert(pa.end(), {1, 2, 3});
+  auto pb = shared;
+  pb.insert(pb.end(), {4, 5, 6, 7, 8});
+  const RequestId a = h.submit(pa, 6);
+  ASSERT_TRUE(h.engine->run_until_idle().ok());
+  const int64_t before = h.model.tokens_computed;
+  EXPECT_EQ(before, int64_t(pa.size()) + 5) << "the first request computes its prompt and 5 decodes";
+  const RequestId b = h.submit(pb, 6);
+  ASSERT_TRUE(h.engine->run_until_idle().ok());
+  // 100 shared tokens come from the cache: only the 5 new prompt tokens and 5 decodes run.
+  EXPECT_EQ(h.model.tokens_computed - before, 5 + 5);
+  EXPECT_EQ(h.metrics[b].cached_tokens, 100);
+  EXPECT_EQ(h.metrics[a].cached_tokens, 0);
+  EXPECT_EQ(h.out[a], expected(pa, 6));
+  EXPECT_EQ(h.out[b], expected(pb, 6)) << "cached blocks must give the same output as computing them";
+  const EngineStats st = h.engine->stats();
+  EXPECT_GT(st.prefix_hits, 0);
+  EXPECT_NEAR(st.prefix_hit_rate(), 100.0 / double(pa.size() + pb.size()), 1e-9);
+  EXPECT_EQ(st.kv.blocks_used, 0) << "finished requests own no blocks";
+  EXPECT_GT(st.kv.blocks_cached, 0) << "their full blocks stay cached";
+}
+
+TEST(PrefixCache, AnIdenticalPromptStillComputesItsLastToken) {
+  Harness h(64);
+  const auto p = prompt_of(32, 3);  // exactly 8 full blocks
+  const RequestId a = h.submit(p, 3);
+  ASSERT_TRUE(h.engine->run_until_idle().ok());
+  const int64_t before = h.model.tokens_computed;
+  const RequestId b = h.submit(p, 3);
+  ASSERT_TRUE(h.engine->run_until_idle().ok());
+  // 7 blocks are cached; the 8th holds the last prompt token, whose logits are needed.
+  EXPECT_EQ(h.metrics[b].cached_tokens, 28);
+  EXPECT_EQ(h.model.tokens_computed - before, 4 + 2);
+  EXPECT_EQ(h.out[a], h.out[b]);
+}
+
+TEST(PrefixCache, EvictsLeastRecentlyUsedBlocksWhenThePoolIsFull) {
+  Harness h(16);  // 64 slots
+  const auto p1 = prompt_of(40, 1), p2 = prompt_of(40, 2);
+  h.submit(p1, 2);
+  ASSERT_TRUE(h.engine->run_until_idle().ok());
+  const RequestId b = h.submit(p2, 2);  // needs 11 blocks: evicts most of p1's
+  ASSERT_TRUE(h.engine->run_until_idle().ok());
+  EXPECT_EQ(h.out[b], expected(p2, 2));
+  EXPECT_GT(h.kv->pool().stats().evictions, 0);
+  const RequestId c = h.submit(p1, 2);  // whatever survived may be reused; output is exact
+  ASSERT_TRUE(h.engine->run_until_idle().ok());
+  EXPECT_EQ(h.out[c], expected(p1, 2));
+  EXPECT_EQ(h.kv->pool().n_free(), 16);
+}
+
+TEST(Fork, ParallelChoicesShareThePromptAndCopyOnWrite) {
+  Harness h(128);
+  const auto p = prompt_of(30, 5);  // 7 full blocks + a partial one shared by the forks
+  SamplingParams sp;
+  sp.temperature = 1.0f;
+  sp.top_k = 0;
+  sp.top_p = 1.0f;
+  sp.min_p = 0.0f;
+  sp.seed = 1234;
+  const RequestId id = h.submit(p, 20, 0, /*n=*/4, sp);
+  ASSERT_TRUE(h.engine->step().ok());  // the prompt, forked after it
+  EXPECT_EQ(h.engine->stats().running, 4);
+  EXPECT_LE(h.kv->pool().n_used(), 8) << "the choices share the prompt's blocks";
+  ASSERT_TRUE(h.engine->run_until_idle().ok());
+  std::set<std::vector<int32_t>> distinct;
+  for (int c = 0; c < 4; ++c) {
+    const auto& out = h.choices[{id, c}];
+    EXPECT_EQ(out.size(), 20u) << "choice " << c;
+    EXPECT_TRUE(plausible(p, out)) << "choice " << c << " read K/V that is not its own history";
+    distinct.insert(out);
+  }
+  EXPECT_GT(distinct.size(), 1u) << "seeded choices sample differently";
+  EXPECT_GE(h.engine->scheduler().stats().cow_copies, 3);
+  EXPECT_EQ(h.kv->pool().n_free(), 128);
+}
+
+TEST(Kv, SixtyFourConcurrentSequencesWasteUnderFourPercent) {
+  Harness h(64 * 40, /*budget=*/1 << 16, /*prefix_caching=*/true, /*block_size=*/16);
+  std::mt19937 rng(42);
+  std::map<RequestId, std::vector<int32_t>> want;
+  for (int i = 0; i < 64; ++i) {
+    const auto p = prompt_of(int(150 + rng() % 400), i + 11);
+    const int n = int(20 + rng() % 60);
+    want[h.submit(p, n)] = expected(p, n);
+  }
+  double worst = 0;
+  int steps = 0;
+  while (!h.engine->idle()) {
+    ASSERT_TRUE(h.engine->step().ok());
+    const EngineStats st = h.engine->stats();
+    if (st.running == 64) {
+      worst = std::max(worst, double(st.kv.slots_waste) / double(st.kv.slots_allocated));
+      ++steps;
+    }
+  }
+  EXPECT_GT(steps, 10);
+  EXPECT_LT(worst, 0.04) << "waste is only each sequence's partial last block";
+  EXPECT_GT(worst, 0.0);
+  for (auto& [id, w] : want) EXPECT_EQ(h.out[id], w) << "request " << id;
+}
+
+TEST(Engine, TinyPoolPreemptionCompletesEveryRequestExactlyAsAlone) {
+  for (bool caching : {false, true}) {
+    Harness h(10, 16, caching);  // 40 slots, many requests of up to ~30 tokens
+    std::map<RequestId, std::vector<int32_t>> want;
+    std::mt19937 rng(7);
+    for (int i = 0; i < 12; ++i) {
+      const auto p = prompt_of(int(4 + rng() % 14), i % 5);  // repeated prompts hit the cache
+      const int n = int(5 + rng() % 12);
+      want[h.submit(p, n, int(rng() % 2))] = expected(p, n);
+    }
+    ASSERT_TRUE(h.engine->run_until_idle().ok());
+    for (auto& [id, w] : want) {
+      EXPECT_EQ(h.out[id], w) << "request " << id << " caching " << caching;
+      EXPECT_EQ(h.finish[id], FinishReason::kLength);
+    }
+    EXPECT_GT(h.engine->stats().preemptions, 0);
+    EXPECT_EQ(h.kv->pool().n_free(), 10);
+  }
+}
+
+TEST(Engine, ASequenceOutgrowingTheWholePoolEndsWithLengthAndOthersContinue) {
+  Harness h(4, 64);  // 16 slots in all
+  const auto p = prompt_of(10, 1), q = prompt_of(3, 2);
+  const RequestId big = h.submit(p, 40);
+  const RequestId small = h.submit(q, 4);
+  ASSERT_TRUE(h.engine->run_until_idle().ok());
+  EXPECT_EQ(h.finish[big], FinishReason::kLength);
+  ASSERT_GE(h.out[big].size(), 1u);
+  EXPECT_LT(h.out[big].size(), 40u);
+  const auto want_big = expected(p, int(h.out[big].size()));
+  EXPECT_EQ(h.out[big], want_big) << "what it generated before the pool ran out is exact";
+  EXPECT_EQ(h.out[small], expected(q, 4));
+  EXPECT_EQ(h.kv->pool().n_free(), 4);
+}
+
+TEST(Engine, HigherPriorityIsServedFirst) {
+  Harness h(256, 8);
+  const RequestId low = h.submit(prompt_of(8, 1), 4, 0);
+  const RequestId high = h.submit(prompt_of(8, 2), 4, 5);
+  ASSERT_TRUE(h.engine->run_until_idle().ok());
+  ASSERT_FALSE(h.order.empty());
+  EXPECT_EQ(h.order.front(), high);
+  EXPECT_EQ(h.out[low].size(), 4u);
+}
+
+TEST(EngineThread, ManyThreadsSubmitAndCancelConcurrently) {
+  Harness h(512, 64);
+  EngineThread et(*h.engine);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<RequestId, std::vector<int32_t>> got;
+  std::map<RequestId, FinishReason> fin;
+  std::map<RequestId, std::vector<int32_t>> want;
+  auto submit = [&](const std::vector<int32_t>& p, int n) {
+    GenerationRequest r;
+    r.prompt = p;
+    r.sampling = SamplingParams::greedy();
+    r.max_tokens = n;
+    r.on_token = [&](const TokenEvent& ev) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (ev.token >= 0) got[ev.id].push_back(ev.token);
+      if (ev.finish != FinishReason::kNone) {
+        fin[ev.id] = ev.finish;
+        cv.notify_all();
+      }
+    };
+    auto id = et.submit(std::move(r));
+    EXPECT_TRUE(id.ok());
+    return *id;
+  };
+  std::vector<std::thread> threads;
+  std::vector<RequestId> to_cancel;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 12; ++i) {
+        const auto p = prompt_of(5 + i, t * 100 + i);
+        const int n = (i % 4 == 3) ? 4000 : 8 + i;  // every 4th would run long: cancelled
+        const RequestId id = submit(p, n);
+        std::lock_guard<std::mutex> lock(mu);
+        if (n == 4000) to_cancel.push_back(id);
+        else want[id] = expected(p, n);
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (RequestId id : to_cancel) et.cancel(id);
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return fin.size() == 48; }));
+  }
+  for (auto& [id, w] : want) {
+    EXPECT_EQ(got[id], w) << "request " << id;
+    EXPECT_EQ(fin[id], FinishReason::kLength);
+  }
+  for (RequestId id : to_cancel) EXPECT_EQ(fin[id], FinishReason::kCancelled);
+  et.shutdown(/*drain=*/true);
+  EXPECT_EQ(et.stats().kv.blocks_used, 0);
+  EXPECT_EQ(et.submit(GenerationRequest{}).status().code(), StatusCode::kInvalidArgument);
+  GenerationRequest late;
+  late.prompt = {1, 2};
+  EXPECT_EQ(et.submit(std::move(late)).status().code(), StatusCode::kUnavailable);
+}
+
+TEST(EngineThread, ShutdownWithoutDrainCancelsRunningRequests) {
+  Harness h(64, 16);
+  std::atomic<int> cancelled{0};
+  {
+    EngineThread et(*h.engine);
+    for (int i = 0; i < 3; ++i) {
+      GenerationRequest r;
+      r.prompt = prompt_of(6, i);
+      r.sampling = SamplingParams::greedy();
+      r.max_tokens = 4000;
+      r.on_token = [&](const TokenEvent& ev) { if (ev.finish == FinishReason::kCancelled) ++cancelled; };
+      ASSERT_TRUE(et.submit(std::move(r)).ok());
+    }
+  }  // the destructor cancels and joins
+  EXPECT_EQ(cancelled.load(), 3);
+  EXPECT_EQ(h.kv->pool().n_free(), 64);
+}
+
+}  // namespace
+}  // namespace tessera
