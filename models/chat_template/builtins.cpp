@@ -208,6 +208,52 @@ Result<Value> string_method(const std::string& s, const std::string& name, const
   return NotFound("string has no method '" + name + "'");
 }
 
+// Filters over a sequence's items; NotFound when |name| is not one of them.
+Result<Value> sequence_filter(const std::string& name, const Value& in, const CallArgs& a) {
+  const Value* a0 = a.get(0, "");
+  if (name == "first" || name == "last") {
+    TS_ASSIGN_OR_RETURN(List items, iterate(in));
+    if (items.empty()) return Value{};
+    return name == "first" ? items.front() : items.back();
+  }
+  if (name == "reverse") {
+    TS_ASSIGN_OR_RETURN(List items, iterate(in));
+    std::reverse(items.begin(), items.end());
+    if (in.type != Value::Type::kString) return Value::make_list(std::move(items));
+    std::string out;
+    for (const Value& c : items) out += c.s;
+    return Value::string(out);
+  }
+  if (name == "join") {
+    TS_ASSIGN_OR_RETURN(List items, iterate(in));
+    const Value* attr = a.get(1, "attribute");
+    std::string sep = a0 && a0->type == Value::Type::kString ? a0->s : "", out;
+    for (size_t k = 0; k < items.size(); ++k)
+      out += (k ? sep : "") + to_str(attr ? attribute_of(items[k], to_str(*attr)) : items[k]);
+    return Value::string(out);
+  }
+  if (name == "map") {
+    TS_ASSIGN_OR_RETURN(List items, iterate(in));
+    const Value* attr = a.get(SIZE_MAX, "attribute");  // keyword only
+    List out;
+    for (const Value& item : items) {
+      if (attr) {
+        out.push_back(attribute_of(item, to_str(*attr)));
+      } else if (a0 && a0->type == Value::Type::kString) {
+        CallArgs rest;
+        rest.pos.assign(a.pos.begin() + 1, a.pos.end());
+        TS_ASSIGN_OR_RETURN(Value v, apply_filter(a0->s, item, rest));
+        out.push_back(std::move(v));
+      } else {
+        return bad_arg("map", "needs a filter name or attribute=");
+      }
+    }
+    return Value::make_list(std::move(out));
+  }
+  if (name == "selectattr" || name == "rejectattr") return select_attr(in, a, name == "rejectattr");
+  return NotFound(name);
+}
+
 }  // namespace
 
 Result<List> iterate(const Value& v) {
@@ -281,46 +327,8 @@ Result<Value> apply_filter(const std::string& name, const Value& in, const CallA
     return Value::make_list(std::move(items));
   }
   if (name == "items") return call_method(in, "items", {});
-  if (name == "first" || name == "last") {
-    TS_ASSIGN_OR_RETURN(List items, iterate(in));
-    if (items.empty()) return Value{};
-    return name == "first" ? items.front() : items.back();
-  }
-  if (name == "reverse") {
-    TS_ASSIGN_OR_RETURN(List items, iterate(in));
-    std::reverse(items.begin(), items.end());
-    if (in.type != Value::Type::kString) return Value::make_list(std::move(items));
-    std::string out;
-    for (const Value& c : items) out += c.s;
-    return Value::string(out);
-  }
-  if (name == "join") {
-    TS_ASSIGN_OR_RETURN(List items, iterate(in));
-    const Value* attr = a.get(1, "attribute");
-    std::string sep = a0 && a0->type == Value::Type::kString ? a0->s : "", out;
-    for (size_t k = 0; k < items.size(); ++k)
-      out += (k ? sep : "") + to_str(attr ? attribute_of(items[k], to_str(*attr)) : items[k]);
-    return Value::string(out);
-  }
-  if (name == "map") {
-    TS_ASSIGN_OR_RETURN(List items, iterate(in));
-    const Value* attr = a.get(SIZE_MAX, "attribute");  // keyword only
-    List out;
-    for (const Value& item : items) {
-      if (attr) {
-        out.push_back(attribute_of(item, to_str(*attr)));
-      } else if (a0 && a0->type == Value::Type::kString) {
-        CallArgs rest;
-        rest.pos.assign(a.pos.begin() + 1, a.pos.end());
-        TS_ASSIGN_OR_RETURN(Value v, apply_filter(a0->s, item, rest));
-        out.push_back(std::move(v));
-      } else {
-        return bad_arg("map", "needs a filter name or attribute=");
-      }
-    }
-    return Value::make_list(std::move(out));
-  }
-  if (name == "selectattr" || name == "rejectattr") return select_attr(in, a, name == "rejectattr");
+  auto seq = sequence_filter(name, in, a);
+  if (seq.ok() || seq.status().code() != StatusCode::kNotFound) return seq;
   if (name == "int") {
     if (in.type == Value::Type::kInt) return in;
     if (in.type == Value::Type::kFloat) return Value::integer(static_cast<int64_t>(in.f));
