@@ -32,6 +32,16 @@ struct CompareArgs {
 };
 int run_compare(const CompareArgs& a);
 
+struct ModelBenchArgs {
+  std::string model;
+  std::vector<int> threads = {1, 2};
+  std::vector<int> concurrency = {1, 4};
+  int prompt = 128;
+  int decode = 32;
+  int repeats = 3;
+};
+int run_model_bench(const ModelBenchArgs& a);
+
 // "AMD EPYC ... , 2 CPUs, LLC 32 MiB" for reports.
 std::string host_description();
 // Current UTC time, ISO 8601.

@@ -35,7 +35,17 @@ int main(int argc, char** argv) {
   c->add_option("--device-a", cmp.device_a, "device of A (default: its first)");
   c->add_option("--device-b", cmp.device_b, "device of B (default: its first)");
 
+  ModelBenchArgs mb;
+  auto* m = app.add_subcommand("model", "prefill and decode tokens/s of a GGUF model on the CPU, as % of the rooflines");
+  m->add_option("MODEL", mb.model, "a GGUF file")->required();
+  m->add_option("--threads", mb.threads, "thread counts (repeatable)")->capture_default_str();
+  m->add_option("--concurrency", mb.concurrency, "simultaneous requests (repeatable)")->capture_default_str();
+  m->add_option("--prompt", mb.prompt, "prompt tokens per request")->capture_default_str();
+  m->add_option("--decode", mb.decode, "generated tokens per request")->capture_default_str();
+  m->add_option("--repeats", mb.repeats, "runs per figure (median)")->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
+  if (m->parsed()) return run_model_bench(mb);
   if (r->parsed()) return run_roofline(roof);
   if (g->parsed()) return run_gemv(gemv);
   if (p->parsed()) return run_plot(plot);

@@ -10,7 +10,9 @@
 // are quantisations of the same model and their logits can be compared.
 #include <cmath>
 #include <cstdint>
+#include <algorithm>
 #include <cstdio>
+#include <map>
 #include <cstring>
 #include <random>
 #include <string>
@@ -34,6 +36,7 @@ struct Config {
   int n_ctx = 256;
   bool qk_norm = false;
   bool tied_output = false;
+  int n_vocab = 260;  // 256 byte tokens + 4 specials; larger vocabularies pad with unused tokens
 };
 
 Config config_for(const std::string& arch) {
@@ -86,12 +89,16 @@ std::vector<std::string> byte_tokens() {
   return out;
 }
 
-void add_tokenizer(gguf::Writer& w) {
+void add_tokenizer(gguf::Writer& w, int n_vocab) {
   std::vector<std::string> tokens = byte_tokens();
   std::vector<int32_t> types(256, 1);  // normal
   for (const char* special : {"<|begin_of_text|>", "<|end_of_text|>", "<|im_start|>", "<|im_end|>"}) {
     tokens.emplace_back(special);
     types.push_back(3);  // control
+  }
+  while (int(tokens.size()) < n_vocab) {  // bench-sized models: unused filler tokens
+    tokens.push_back("<unused_" + std::to_string(tokens.size()) + ">");
+    types.push_back(5);
   }
   w.add_string("tokenizer.ggml.model", "gpt2");
   w.add_string("tokenizer.ggml.pre", "default");
@@ -124,7 +131,7 @@ Status add_weight(gguf::Writer& w, const std::string& name, DType dtype,
 
 Status build(const Config& c, gguf::Writer& w) {
   const std::string& a = c.arch;
-  const int n_vocab = 260;
+  const int n_vocab = c.n_vocab;
   w.add_string("general.architecture", a);
   w.add_string("general.name", "tessera-tiny-" + a);
   w.add_u32("general.file_type", static_cast<uint32_t>(dtype_traits(c.dtype).gguf_type));
@@ -140,7 +147,7 @@ Status build(const Config& c, gguf::Writer& w) {
   w.add_f32(a + ".rope.freq_base", 10000.0f);
   w.add_u32(a + ".rope.dimension_count", c.head_dim);
   w.add_u32(a + ".vocab_size", n_vocab);
-  add_tokenizer(w);
+  add_tokenizer(w, n_vocab);
 
   Gauss g(c.seed);
   const int64_t d = c.n_embd, q_dim = int64_t{c.n_head} * c.head_dim,
@@ -186,13 +193,16 @@ Status write_model(const Config& c, const std::string& path) {
 int usage() {
   std::fprintf(stderr,
                "usage: make_tiny_model --arch llama|qwen3 --dtype f32|f16|q8_0|q4_0|q4_1 "
-               "--out FILE [--seed N]\n       make_tiny_model --all DIR [--seed N]\n");
+               "--out FILE [--seed N]\n"
+               "         [--layers N --dim N --heads N --kv-heads N --ff N --vocab N --ctx N]  (bench-sized models)\n"
+               "       make_tiny_model --all DIR [--seed N]\n");
   return 2;
 }
 
 int run(int argc, char** argv) {
   std::string arch = "llama", dtype = "f32", out, all_dir;
   uint64_t seed = 1;
+  std::map<std::string, int> dims;  // shape overrides: --layers --dim --heads --kv-heads --ff --vocab --ctx
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (i + 1 >= argc) return usage();
@@ -202,7 +212,12 @@ int run(int argc, char** argv) {
     else if (arg == "--out") out = val;
     else if (arg == "--all") all_dir = val;
     else if (arg == "--seed") seed = std::strtoull(val.c_str(), nullptr, 10);
-    else return usage();
+    else if (arg == "--layers" || arg == "--dim" || arg == "--heads" || arg == "--kv-heads" || arg == "--ff" ||
+             arg == "--vocab" || arg == "--ctx") {
+      const int v = std::atoi(val.c_str());
+      if (v <= 0) return usage();
+      dims[arg] = v;
+    } else return usage();
   }
   std::vector<std::pair<std::string, std::string>> jobs;  // (arch, dtype), written to paths[k]
   std::vector<std::string> paths;
@@ -227,6 +242,14 @@ int run(int argc, char** argv) {
     Config c = config_for(jobs[k].first);
     c.dtype = *dt;
     c.seed = seed;
+    if (dims.count("--layers")) c.n_layer = dims["--layers"];
+    if (dims.count("--dim")) c.n_embd = dims["--dim"];
+    if (dims.count("--heads")) c.n_head = dims["--heads"];
+    if (dims.count("--kv-heads")) c.n_head_kv = dims["--kv-heads"];
+    if (dims.count("--ff")) c.n_ff = dims["--ff"];
+    if (dims.count("--ctx")) c.n_ctx = dims["--ctx"];
+    if (dims.count("--vocab")) c.n_vocab = std::max(260, dims["--vocab"]);
+    if (dims.count("--dim") || dims.count("--heads")) c.head_dim = c.n_embd / c.n_head;
     Status st = write_model(c, paths[k]);
     if (!st.ok()) {
       std::fprintf(stderr, "make_tiny_model: %s\n", st.to_string().c_str());
