@@ -11,6 +11,11 @@ install(TARGETS ${_tessera_libs} EXPORT tesseraTargets
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY include/tessera DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# The C++ headers (core/, quant/, models/, backends/) keep their layout under tessera/internal so
+# that C++ users can include "models/model.h" etc.; the C API in tessera/tessera.h is the stable ABI.
+foreach(dir core quant models backends)
+  install(DIRECTORY ${dir} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tessera/internal FILES_MATCHING PATTERN "*.h")
+endforeach()
 install(EXPORT tesseraTargets NAMESPACE tessera:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/tessera)
 configure_package_config_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/tesseraConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/tesseraConfig.cmake

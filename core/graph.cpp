@@ -251,7 +251,8 @@ std::pair<ValueId, ValueId> Graph::topk_route(ValueId logits, const TopkRoutePar
   const Tensor& l = tensor(logits);
   if (!check(l.rank == 2 && is_act(l.dtype), op, "logits must be [T, E] float, got " + desc(l)))
     return {kNoValue, kNoValue};
-  const int64_t E = l.shape[1];
+  // |l| points into values_, which add_node below may reallocate: keep the sizes by value.
+  const int64_t T = l.shape[0], E = l.shape[1];
   if (!check(p.k >= 1 && p.k <= E, op, "k=" + std::to_string(p.k) + " must be in [1, " + std::to_string(E) + "]") ||
       !check(p.n_groups >= 1 && E % p.n_groups == 0 && p.topk_groups >= 1 && p.topk_groups <= p.n_groups, op,
              "bad expert groups: n_groups=" + std::to_string(p.n_groups) + " topk_groups=" + std::to_string(p.topk_groups)) ||
@@ -262,8 +263,8 @@ std::pair<ValueId, ValueId> Graph::topk_route(ValueId logits, const TopkRoutePar
     if (!check(b.rank == 1 && b.shape[0] == E && b.dtype == DType::kF32, op, "bias must be [E] f32, got " + desc(b)))
       return {kNoValue, kNoValue};
   }
-  const ValueId ids = add_node(op, {logits, bias}, Tensor::make(DType::kI32, {l.shape[0], p.k}), p);
-  const ValueId w = new_value(Tensor::make(DType::kF32, {l.shape[0], p.k}), Value::Kind::kIntermediate,
+  const ValueId ids = add_node(op, {logits, bias}, Tensor::make(DType::kI32, {T, p.k}), p);
+  const ValueId w = new_value(Tensor::make(DType::kF32, {T, p.k}), Value::Kind::kIntermediate,
                               int32_t(nodes_.size() - 1));
   nodes_.back().outputs.push_back(w);
   return {ids, w};

@@ -7,8 +7,14 @@
 
 namespace tessera {
 
+enum class QkNorm : uint8_t {
+  kNone,
+  kPerHead,  // qwen3, qwen3moe: RMSNorm over each head of q and k ([head_dim] weights)
+  kFull,     // olmoe: RMSNorm over the whole q and k projections ([n_heads*head_dim] weights)
+};
+
 struct ModelConfig {
-  std::string arch;          // "llama", "qwen2", "qwen3"
+  std::string arch;          // "llama", "mistral", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe"
   std::string name;          // general.name
   int n_layers = 0;
   int n_embd = 0;
@@ -20,8 +26,17 @@ struct ModelConfig {
   int n_ctx_train = 0;
   float rms_eps = 1e-5f;
   RopeParams rope;           // n_dims, mode, base, scaling
-  bool qk_norm = false;      // qwen3: RMSNorm over each head of q and k
+  QkNorm qk_norm = QkNorm::kNone;
+  bool qkv_bias = false;     // qwen2, qwen2moe: biases on the q/k/v projections
   bool tied_output = false;  // no output.weight: the token embedding is the output head
+  // Mixture of experts (n_experts == 0: a dense FFN).
+  int n_experts = 0;
+  int n_experts_used = 0;
+  int n_ff_exp = 0;              // width of each expert's FFN
+  int n_ff_shexp = 0;            // width of the shared expert (qwen2moe); 0: none
+  bool expert_weights_norm = true;  // renormalise the chosen experts' weights to sum to 1
+
+  bool is_moe() const { return n_experts > 0; }
 };
 
 }  // namespace tessera

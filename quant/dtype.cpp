@@ -2,8 +2,12 @@
 
 #include <cstring>
 
+#include "quant/fp4.h"
+#include "quant/fp8.h"
 #include "quant/ggml_blocks.h"
 #include "quant/half.h"
+#include "quant/int_group.h"
+#include "quant/kquants.h"
 
 namespace tessera {
 namespace {
@@ -37,6 +41,20 @@ constexpr DTypeTraits kTable[] = {
     {DType::kQ8_0, "q8_0", 32, 34, 8, false, true, quantize_row_q8_0, dequantize_row_q8_0},
     {DType::kQ4_0, "q4_0", 32, 18, 2, false, true, quantize_row_q4_0, dequantize_row_q4_0},
     {DType::kQ4_1, "q4_1", 32, 20, 3, false, true, quantize_row_q4_1, dequantize_row_q4_1},
+    {DType::kQ5_0, "q5_0", 32, 22, 6, false, true, quantize_row_q5_0, dequantize_row_q5_0},
+    {DType::kQ5_1, "q5_1", 32, 24, 7, false, true, quantize_row_q5_1, dequantize_row_q5_1},
+    {DType::kQ4_K, "q4_k", 256, 144, 12, false, true, quantize_row_q4_k, dequantize_row_q4_k},
+    {DType::kQ5_K, "q5_k", 256, 176, 13, false, true, quantize_row_q5_k, dequantize_row_q5_k},
+    {DType::kQ6_K, "q6_k", 256, 210, 14, false, true, quantize_row_q6_k, dequantize_row_q6_k},
+    {DType::kMXFP4, "mxfp4", 32, 17, 39, false, true, quantize_row_mxfp4, dequantize_row_mxfp4},
+    {DType::kNVFP4, "nvfp4", 64, 36, 40, false, true, quantize_row_nvfp4, dequantize_row_nvfp4},
+    // Row-scaled: a 4-byte f32 scale heads every row; blocks of 32 keep each row 4-byte aligned.
+    {DType::kFP8_E4M3, "fp8_e4m3", 32, 32, -1, false, true, quantize_row_fp8_e4m3, dequantize_row_fp8_e4m3, 4},
+    {DType::kFP8_E5M2, "fp8_e5m2", 32, 32, -1, false, true, quantize_row_fp8_e5m2, dequantize_row_fp8_e5m2, 4},
+    {DType::kINT8_PC, "int8_pc", 32, 32, -1, false, true, quantize_row_int8_pc, dequantize_row_int8_pc, 4},
+    {DType::kINT4_G32, "int4_g32", 32, 20, -1, false, true, quantize_row_int4<32>, dequantize_row_int4<32>},
+    {DType::kINT4_G64, "int4_g64", 64, 36, -1, false, true, quantize_row_int4<64>, dequantize_row_int4<64>},
+    {DType::kINT4_G128, "int4_g128", 128, 68, -1, false, true, quantize_row_int4<128>, dequantize_row_int4<128>},
 };
 static_assert(sizeof(kTable) / sizeof(kTable[0]) == kNumDTypes, "dtype table out of sync");
 

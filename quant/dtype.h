@@ -22,12 +22,28 @@ enum class DType : uint8_t {
   kQ8_0,
   kQ4_0,
   kQ4_1,
+  kQ5_0,
+  kQ5_1,
+  kQ4_K,
+  kQ5_K,
+  kQ6_K,
+  // OCP / NVIDIA 4-bit floats, in GGUF's block layouts (GGUF types 39, 40).
+  kMXFP4,
+  kNVFP4,
+  // Row-scaled formats: each row starts with an f32 scale (see row_header_bytes).
+  kFP8_E4M3,
+  kFP8_E5M2,
+  kINT8_PC,
+  // INT4 group-wise asymmetric (AWQ/GPTQ style), one DType per group size.
+  kINT4_G32,
+  kINT4_G64,
+  kINT4_G128,
   kCount,  // keep last
 };
 
 inline constexpr int kNumDTypes = static_cast<int>(DType::kCount);
 
-// The scalar reference for one row. |n| is a multiple of block_elems.
+// The scalar reference for one whole row (header included). |n| is a multiple of block_elems.
 using QuantizeRowFn = void (*)(const float* src, void* dst, int64_t n);
 using DequantizeRowFn = void (*)(const void* src, float* dst, int64_t n);
 
@@ -41,6 +57,10 @@ struct DTypeTraits {
   bool is_quantized;      // a block format (only as a weight)
   QuantizeRowFn quantize_row;      // null for integer types
   DequantizeRowFn dequantize_row;  // null for integer types
+  // Bytes at the start of every row before its first block: the f32 per-row (per-channel) scale
+  // of the row-scaled formats (FP8, INT8_PC); 0 for everything else. A row of n elements is
+  // row_header_bytes + n / block_elems * block_bytes bytes: always use dtype_row_bytes.
+  int64_t row_header_bytes = 0;
 };
 
 const DTypeTraits& dtype_traits(DType t);
@@ -48,11 +68,12 @@ inline const char* dtype_name(DType t) { return dtype_traits(t).name; }
 std::optional<DType> dtype_from_name(std::string_view name);
 std::optional<DType> dtype_from_gguf(int gguf_type);
 
-// Bytes of |n| consecutive elements. |n| must be a multiple of the block size (checked by callers;
-// see dtype_row_check).
+// Bytes of a row of |n| elements (with its header, if the format has one). |n| must be a multiple
+// of the block size (checked by callers; see dtype_row_check). For a tensor, multiply by the
+// number of rows: never call this with numel, since row-scaled formats carry one header per row.
 inline int64_t dtype_row_bytes(DType t, int64_t n) {
   const auto& tr = dtype_traits(t);
-  return n / tr.block_elems * tr.block_bytes;
+  return tr.row_header_bytes + n / tr.block_elems * tr.block_bytes;
 }
 // Empty string when |n| elements form whole blocks, else a message naming the dtype and sizes.
 std::string dtype_row_check(DType t, int64_t n);

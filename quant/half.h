@@ -51,6 +51,14 @@ inline uint16_t f32_to_fp16(float f) {
   return uint16_t(sign | h);
 }
 
+// The smallest f16 >= |v| for finite v >= 0 (saturating at the largest finite f16). Scales are
+// rounded this way when the codes computed against them must not overflow their range.
+inline uint16_t f32_to_fp16_round_up(float v) {
+  uint16_t h = f32_to_fp16(v);
+  if (fp16_to_f32(h) < v && h < 0x7bffu) ++h;
+  return h;
+}
+
 inline float bf16_to_f32(uint16_t b) { return bits_to_f32(uint32_t(b) << 16); }
 
 inline uint16_t f32_to_bf16(float f) {

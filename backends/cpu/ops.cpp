@@ -1,17 +1,60 @@
-// Op-family dispatch for the CPU backend.
-// NOTE(skeleton): until the SIMD kernels land, every family forwards to the scalar reference.
-// This file is replaced by the per-family kernels (matmul.cpp, attention.cpp, ...).
+// Op-family dispatch for the CPU backend: one closed switch over OpKind to the kernel families
+// (matmul.cpp, moe.cpp, attention.cpp, ...), and the exact list of what they implement.
+#include <string>
+
 #include "backends/cpu/cpu_device.h"
-#include "core/reference/reference.h"
+#include "backends/cpu/kernels.h"
 
 namespace tessera::cpu {
 
+namespace {
+bool is_float(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+bool is_weight(DType t) { return is_float(t) || t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1; }
+}  // namespace
+
 bool kernels_support(OpKind op, DType act, DType weight) {
-  return dtype_traits(act).is_float || op == OpKind::kCast;
+  if (!is_float(act)) return false;
+  switch (op) {
+    case OpKind::kEmbed:
+    case OpKind::kMatmul:
+    case OpKind::kMatmulId: return is_weight(weight);
+    case OpKind::kAttention:  // weight = the KV cache dtype
+    case OpKind::kCast: return is_float(weight);
+    case OpKind::kRmsNorm:
+    case OpKind::kRope:
+    case OpKind::kGlu:
+    case OpKind::kAdd:
+    case OpKind::kMul:
+    case OpKind::kScale:
+    case OpKind::kSoftmax:
+    case OpKind::kTopkRoute:
+    case OpKind::kCopy:
+    case OpKind::kView: return true;
+    case OpKind::kCount: break;
+  }
+  return false;
 }
 
 Status run_node(ThreadPool& pool, const Graph& graph, const Node& node) {
-  return ref::run_node(graph, node);
+  switch (node.op) {
+    case OpKind::kEmbed: return embed(pool, graph, node);
+    case OpKind::kMatmul: return matmul(pool, graph, node);
+    case OpKind::kMatmulId: return matmul_id(pool, graph, node);
+    case OpKind::kRmsNorm: return rms_norm(pool, graph, node);
+    case OpKind::kRope: return rope(pool, graph, node);
+    case OpKind::kAttention: return attention(pool, graph, node);
+    case OpKind::kGlu: return glu(pool, graph, node);
+    case OpKind::kAdd:
+    case OpKind::kMul: return binary(pool, graph, node);
+    case OpKind::kScale: return scale(pool, graph, node);
+    case OpKind::kSoftmax: return softmax(pool, graph, node);
+    case OpKind::kTopkRoute: return topk_route(pool, graph, node);
+    case OpKind::kCast:
+    case OpKind::kCopy: return convert(pool, graph, node);
+    case OpKind::kView: return OkStatus();
+    case OpKind::kCount: break;
+  }
+  return Unimplemented(std::string("cpu: op ") + op_name(node.op) + " (" + std::to_string(int(node.op)) + ")");
 }
 
 }  // namespace tessera::cpu

@@ -42,6 +42,7 @@ Result<std::string> generate(Model& model, KvCache& kv, const std::string& text,
   TS_RETURN_IF_ERROR(engine.run_until_idle());
   if (!error.empty()) return Internal(error);
   std::printf("\n");
+  std::fflush(stdout);
   if (stats) {
     const double prefill_tps = metrics.ttft_ms > 0 ? 1000.0 * metrics.prompt_tokens / metrics.ttft_ms : 0;
     const double decode_tps = metrics.tpot_ms > 0 ? 1000.0 / metrics.tpot_ms : 0;

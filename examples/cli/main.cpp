@@ -10,6 +10,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("tessera ") + TESSERA_VERSION);
   tessera::cli::add_info_command(app);
+  tessera::cli::add_generate_commands(app);
+  tessera::cli::add_token_commands(app);
 #ifdef TESSERA_HAVE_SERVE
   tessera::cli::add_serve_command(app);
 #endif

@@ -1,6 +1,8 @@
 #include "models/arch/llama.h"
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #include "models/gguf/gguf.h"
 
@@ -16,13 +18,44 @@ Result<double> float_or(const gguf::File& f, const std::string& key, double fall
   if (!f.find(key)) return fallback;
   return f.get_float(key);
 }
+// Mixture-of-experts keys: {arch}.expert_count, .expert_used_count, .expert_feed_forward_length,
+// .expert_shared_feed_forward_length, .expert_weights_norm.
+Status read_moe_config(const gguf::File& f, ModelConfig* c) {
+  const std::string a = c->arch + ".";
+  int64_t v;
+  TS_ASSIGN_OR_RETURN(v, int_or(f, a + "expert_count", 0));
+  c->n_experts = int(v);
+  if (c->n_experts == 0) {
+    if (c->arch == "qwen2moe" || c->arch == "qwen3moe" || c->arch == "olmoe")
+      return NotFound(f.path() + ": key '" + a + "expert_count' is missing (required for " + c->arch + ")");
+    return OkStatus();
+  }
+  TS_ASSIGN_OR_RETURN(v, f.get_int(a + "expert_used_count"));
+  c->n_experts_used = int(v);
+  if (c->n_experts < 0 || c->n_experts_used < 1 || c->n_experts_used > c->n_experts)
+    return InvalidArgument(f.path() + ": expert_used_count " + std::to_string(c->n_experts_used) + " must be in [1, expert_count " +
+                           std::to_string(c->n_experts) + "]");
+  TS_ASSIGN_OR_RETURN(v, int_or(f, a + "expert_feed_forward_length", c->n_ff));
+  c->n_ff_exp = int(v);
+  TS_ASSIGN_OR_RETURN(v, int_or(f, a + "expert_shared_feed_forward_length", c->arch == "qwen2moe" ? c->n_ff : 0));
+  c->n_ff_shexp = int(v);
+  // Mixtral and Qwen3-MoE renormalise the top-k weights; Qwen2-MoE and OLMoE do not.
+  c->expert_weights_norm = !(c->arch == "qwen2moe" || c->arch == "olmoe");
+  if (f.find(a + "expert_weights_norm")) {
+    TS_ASSIGN_OR_RETURN(c->expert_weights_norm, f.get_bool(a + "expert_weights_norm"));
+  }
+  if (c->n_ff_exp <= 0 || c->n_ff_shexp < 0) return InvalidArgument(f.path() + ": expert FFN widths must be positive");
+  return OkStatus();
+}
+
 }  // namespace
 
 Result<ModelConfig> llama_config_from_gguf(const gguf::File& f) {
   ModelConfig c;
   TS_ASSIGN_OR_RETURN(c.arch, f.get_string("general.architecture"));
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "mistral")
-    return Unimplemented("architecture '" + c.arch + "' is not supported (llama, mistral, qwen2, qwen3)");
+  static const char* const kArchs[] = {"llama", "mistral", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe"};
+  if (std::find(std::begin(kArchs), std::end(kArchs), c.arch) == std::end(kArchs))
+    return Unimplemented("architecture '" + c.arch + "' is not supported (llama, mistral, qwen2, qwen3, qwen2moe, qwen3moe, olmoe)");
   if (f.find("general.name")) {
     TS_ASSIGN_OR_RETURN(c.name, f.get_string("general.name"));
   }
@@ -49,7 +82,7 @@ Result<ModelConfig> llama_config_from_gguf(const gguf::File& f) {
   if (!(c.rms_eps > 0.0f)) return InvalidArgument(f.path() + ": layer_norm_rms_epsilon must be positive");
 
   RopeParams& r = c.rope;
-  r.mode = (c.arch == "qwen2" || c.arch == "qwen3") ? RopeMode::kNeox : RopeMode::kNormal;
+  r.mode = (c.arch == "llama" || c.arch == "mistral") ? RopeMode::kNormal : RopeMode::kNeox;
   TS_ASSIGN_OR_RETURN(v, int_or(f, a + "rope.dimension_count", c.head_dim)); r.n_dims = int(v);
   if (r.n_dims <= 0 || r.n_dims > c.head_dim || r.n_dims % 2)
     return InvalidArgument(f.path() + ": rope.dimension_count " + std::to_string(r.n_dims) + " must be even and <= head dim");
@@ -72,46 +105,99 @@ Result<ModelConfig> llama_config_from_gguf(const gguf::File& f) {
     return Unimplemented(f.path() + ": rope scaling type '" + scaling + "'");
   }
   if (r.n_ctx_orig == 0) r.n_ctx_orig = c.n_ctx_train;
-  c.qk_norm = c.arch == "qwen3";
+  c.qk_norm = (c.arch == "qwen3" || c.arch == "qwen3moe") ? QkNorm::kPerHead : c.arch == "olmoe" ? QkNorm::kFull : QkNorm::kNone;
+  c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2moe";
+  TS_RETURN_IF_ERROR(read_moe_config(f, &c));
   return c;
 }
 
 std::vector<TensorSpec> llama_tensor_specs(const ModelConfig& c, LlamaWeights* w) {
   const int64_t D = c.n_embd, F = c.n_ff, Q = int64_t(c.n_heads) * c.head_dim, KV = int64_t(c.n_kv_heads) * c.head_dim;
-  const int64_t V = c.n_vocab;
+  const int64_t V = c.n_vocab, E = c.n_experts, Fe = c.n_ff_exp, Fs = c.n_ff_shexp;
   std::vector<TensorSpec> s = {
       {"token_embd.weight", {V, D}, true, &w->tok_embd},
       {"output_norm.weight", {D}, true, &w->output_norm},
       {"output.weight", {V, D}, false, &w->output},
       {"rope_freqs.weight", {c.rope.n_dims / 2}, false, &w->rope_freqs},
   };
+  const bool per_head = c.qk_norm == QkNorm::kPerHead, full = c.qk_norm == QkNorm::kFull;
   w->layers.resize(size_t(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
     LlamaLayer& L = w->layers[size_t(l)];
     const std::string p = "blk." + std::to_string(l) + ".";
-    const bool qwen2 = c.arch == "qwen2";
     s.insert(s.end(), {
         {p + "attn_norm.weight", {D}, true, &L.attn_norm},
         {p + "attn_q.weight", {Q, D}, true, &L.wq},
         {p + "attn_k.weight", {KV, D}, true, &L.wk},
         {p + "attn_v.weight", {KV, D}, true, &L.wv},
         {p + "attn_output.weight", {D, Q}, true, &L.wo},
-        {p + "attn_q.bias", {Q}, qwen2, &L.bq},
-        {p + "attn_k.bias", {KV}, qwen2, &L.bk},
-        {p + "attn_v.bias", {KV}, qwen2, &L.bv},
-        {p + "attn_q_norm.weight", {c.head_dim}, c.qk_norm, &L.q_norm},
-        {p + "attn_k_norm.weight", {c.head_dim}, c.qk_norm, &L.k_norm},
+        {p + "attn_q.bias", {Q}, c.qkv_bias, &L.bq},
+        {p + "attn_k.bias", {KV}, c.qkv_bias, &L.bk},
+        {p + "attn_v.bias", {KV}, c.qkv_bias, &L.bv},
+        {p + "attn_q_norm.weight", {full ? Q : c.head_dim}, per_head || full, &L.q_norm},
+        {p + "attn_k_norm.weight", {full ? KV : c.head_dim}, per_head || full, &L.k_norm},
         {p + "ffn_norm.weight", {D}, true, &L.ffn_norm},
-        {p + "ffn_gate.weight", {F, D}, true, &L.w_gate},
-        {p + "ffn_up.weight", {F, D}, true, &L.w_up},
-        {p + "ffn_down.weight", {D, F}, true, &L.w_down},
     });
+    if (!c.is_moe()) {
+      s.insert(s.end(), {
+          {p + "ffn_gate.weight", {F, D}, true, &L.w_gate},
+          {p + "ffn_up.weight", {F, D}, true, &L.w_up},
+          {p + "ffn_down.weight", {D, F}, true, &L.w_down},
+      });
+      continue;
+    }
+    s.insert(s.end(), {
+        {p + "ffn_gate_inp.weight", {E, D}, true, &L.router},
+        {p + "ffn_gate_exps.weight", {E, Fe, D}, true, &L.gate_exps},
+        {p + "ffn_up_exps.weight", {E, Fe, D}, true, &L.up_exps},
+        {p + "ffn_down_exps.weight", {E, D, Fe}, true, &L.down_exps},
+    });
+    if (Fs > 0)
+      s.insert(s.end(), {
+          {p + "ffn_gate_inp_shexp.weight", {1, D}, true, &L.shexp_gate},
+          {p + "ffn_gate_shexp.weight", {Fs, D}, true, &L.gate_shexp},
+          {p + "ffn_up_shexp.weight", {Fs, D}, true, &L.up_shexp},
+          {p + "ffn_down_shexp.weight", {D, Fs}, true, &L.down_shexp},
+      });
   }
   return s;
 }
 
 namespace {
 ValueId opt(Graph& g, const Tensor& t) { return t.buffer ? g.input(t) : kNoValue; }
+
+ValueId dense_ffn(Graph& g, const LlamaLayer& L, ValueId h) {
+  const ValueId ff = g.swiglu(g.matmul(h, g.input(L.w_gate)), g.matmul(h, g.input(L.w_up)));
+  return g.matmul(ff, g.input(L.w_down));
+}
+
+// Routed experts: top-k of the router's softmax, gate/up per chosen expert, SwiGLU, down with the
+// weighted sum. A shared expert (qwen2moe) is one more "expert" that every token uses, weighted by
+// sigmoid(x . shexp_gate): topk_route over a single logit with sigmoid scoring gives exactly that
+// weight (and expert id 0), so no extra op is needed.
+ValueId moe_ffn(Graph& g, const ModelConfig& c, const LlamaLayer& L, ValueId h) {
+  TopkRouteParams rp;
+  rp.k = c.n_experts_used;
+  rp.scoring = RouteScoring::kSoftmax;
+  rp.renormalize = c.expert_weights_norm;
+  auto [ids, weights] = g.topk_route(g.matmul(h, g.input(L.router)), rp);
+  const ValueId up = g.matmul_id(h, g.input(L.up_exps), ids);
+  const ValueId act = g.swiglu(g.matmul_id(h, g.input(L.gate_exps), ids), up);
+  ValueId y = g.matmul_id(act, g.input(L.down_exps), ids, weights);
+  if (c.n_ff_shexp > 0) {
+    TopkRouteParams sp;
+    sp.k = 1;
+    sp.scoring = RouteScoring::kSigmoid;
+    sp.renormalize = false;
+    auto [sid, sw] = g.topk_route(g.matmul(h, g.input(L.shexp_gate)), sp);
+    const ValueId sh = g.swiglu(g.matmul(h, g.input(L.gate_shexp)), g.matmul(h, g.input(L.up_shexp)));
+    const ValueId down = g.input(L.down_shexp);
+    const Tensor& dt = g.tensor(down);
+    const ValueId down3 = g.view(down, {1, dt.shape[0], dt.shape[1]}, {dt.shape[0] * dt.stride[0], dt.stride[0], dt.stride[1]}, 0);
+    y = g.add(y, g.matmul_id(sh, down3, sid, sw));
+  }
+  return y;
+}
 }  // namespace
 
 ValueId build_llama_graph(Graph& g, const ModelConfig& c, const LlamaWeights& w, const StepTensors& in,
@@ -134,9 +220,12 @@ ValueId build_llama_graph(Graph& g, const ModelConfig& c, const LlamaWeights& w,
     ValueId q = g.reshape(g.matmul(h, g.input(L.wq), opt(g, L.bq)), {T, c.n_heads, Dh});
     ValueId k = g.reshape(g.matmul(h, g.input(L.wk), opt(g, L.bk)), {T, c.n_kv_heads, Dh});
     ValueId v = g.reshape(g.matmul(h, g.input(L.wv), opt(g, L.bv)), {T, c.n_kv_heads, Dh});
-    if (c.qk_norm) {
+    if (c.qk_norm == QkNorm::kPerHead) {
       q = g.rms_norm(q, g.input(L.q_norm), c.rms_eps);
       k = g.rms_norm(k, g.input(L.k_norm), c.rms_eps);
+    } else if (c.qk_norm == QkNorm::kFull) {
+      q = g.reshape(g.rms_norm(g.reshape(q, {T, int64_t(c.n_heads) * Dh}), g.input(L.q_norm), c.rms_eps), {T, c.n_heads, Dh});
+      k = g.reshape(g.rms_norm(g.reshape(k, {T, int64_t(c.n_kv_heads) * Dh}), g.input(L.k_norm), c.rms_eps), {T, c.n_kv_heads, Dh});
     }
     q = g.rope(q, pos, c.rope, freq);
     k = g.rope(k, pos, c.rope, freq);
@@ -145,8 +234,7 @@ ValueId build_llama_graph(Graph& g, const ModelConfig& c, const LlamaWeights& w,
     x = g.add(x, g.matmul(a, g.input(L.wo)));
     // Feed-forward block.
     h = g.rms_norm(x, g.input(L.ffn_norm), c.rms_eps);
-    const ValueId ff = g.swiglu(g.matmul(h, g.input(L.w_gate)), g.matmul(h, g.input(L.w_up)));
-    x = g.add(x, g.matmul(ff, g.input(L.w_down)));
+    x = g.add(x, c.is_moe() ? moe_ffn(g, c, L, h) : dense_ffn(g, L, h));
   }
   // Only the rows that sample need the (large) output head.
   x = g.embed(x, g.input(in.logit_rows), DType::kF32);

@@ -1,5 +1,7 @@
 // The llama family graph builder: Llama 2/3, Mistral, Qwen2/2.5 (q/k/v biases), Qwen3 (QK-norm),
-// SmolLM (tied embeddings). GQA, RoPE (normal or NeoX layout, linear/YaRN/llama3 scaling).
+// SmolLM (tied embeddings), and their mixture-of-experts forms: Mixtral (llama with experts),
+// Qwen2-MoE (shared expert), Qwen3-MoE, OLMoE. GQA, RoPE (normal or NeoX layout,
+// linear/YaRN/llama3 scaling).
 #pragma once
 #include <vector>
 
@@ -15,7 +17,11 @@ struct LlamaLayer {
   Tensor attn_norm, wq, wk, wv, wo;
   Tensor bq, bk, bv;          // optional (qwen2): no buffer when absent
   Tensor q_norm, k_norm;      // optional (qwen3)
-  Tensor ffn_norm, w_gate, w_up, w_down;
+  Tensor ffn_norm, w_gate, w_up, w_down;   // dense FFN
+  // Mixture of experts: router [E, D], experts [E, F, D] / [E, D, F].
+  Tensor router, gate_exps, up_exps, down_exps;
+  // Shared expert (qwen2moe): sigmoid(x . shexp_gate) * FFN_shared(x).
+  Tensor shexp_gate, gate_shexp, up_shexp, down_shexp;
 };
 
 struct LlamaWeights {

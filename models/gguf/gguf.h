@@ -27,14 +27,18 @@ inline constexpr uint32_t kNumValueTypes = 13;
 const char* value_type_name(ValueType t);  // "u32", "string", "array", ...
 
 // Limits that keep a hostile file from making us allocate absurd memory or recurse deeply.
-// Each is far above what real models use (the largest tokenizers have ~10^6 metadata elements).
+// Each is far above what real models use (the largest tokenizers, e.g. 200k tokens + 450k
+// merges + 200k token types, hold under 10^6 metadata values). Every Value costs ~100 bytes, so
+// kMaxTotalValues caps the parsed metadata near 400 MiB however the file is built.
 inline constexpr uint64_t kMaxStringBytes = uint64_t{1} << 30;
 inline constexpr uint64_t kMaxArrayElems = uint64_t{1} << 31;
-inline constexpr uint64_t kMaxTotalValues = uint64_t{1} << 24;  // all metadata values together
+inline constexpr uint64_t kMaxTotalValues = uint64_t{1} << 22;  // all metadata values together
 inline constexpr int kMaxNestingDepth = 8;                      // array of array of ...
 inline constexpr uint64_t kMaxTensors = uint64_t{1} << 20;
 inline constexpr uint64_t kMaxKeys = uint64_t{1} << 20;
 inline constexpr uint32_t kDefaultAlignment = 32;
+// Real files use 32 or 64; a cap keeps a hostile alignment from making a rewrite pad gigabytes.
+inline constexpr uint32_t kMaxAlignment = uint32_t{1} << 20;
 
 // One metadata value. Unsigned integers live in |u|, signed in |i|, f32/f64 in |f|.
 // An array's elements all have |array_type| (arrays may nest up to kMaxNestingDepth).
@@ -125,7 +129,8 @@ class File {
 // that exists replaces its value in place.
 class Writer {
  public:
-  void set_alignment(uint32_t a);  // default 32; written as general.alignment when not 32
+  void set_alignment(uint32_t a);  // default 32, power of two <= kMaxAlignment; written as
+                                   // general.alignment when set
   void add(std::string key, Value v);
   void add_string(std::string key, std::string v);
   void add_u32(std::string key, uint32_t v);

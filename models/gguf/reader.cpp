@@ -204,6 +204,9 @@ class Parser {
                       value_type_name(v.array_type) + " needs at least " +
                       std::to_string(count * min_bytes) + " bytes at offset " +
                       std::to_string(pos_) + ", only " + std::to_string(left()) + " left");
+    if (count > kMaxTotalValues - n_values_)  // checked before resize() allocates
+      return DataLoss(what + ": array count " + std::to_string(count) + " takes the file past " +
+                      std::to_string(kMaxTotalValues) + " metadata values");
     v.array.resize(count);
     for (uint64_t e = 0; e < count; ++e) {
       Value& elem = v.array[e];
@@ -221,6 +224,9 @@ class Parser {
                       ", expected u32");
     if (a->u == 0 || (a->u & (a->u - 1)) != 0)
       return DataLoss("general.alignment " + std::to_string(a->u) + " is not a power of two");
+    if (a->u > kMaxAlignment)
+      return DataLoss("general.alignment " + std::to_string(a->u) + " exceeds the limit of " +
+                      std::to_string(kMaxAlignment));
     out_.alignment_ = static_cast<uint32_t>(a->u);
     return OkStatus();
   }

@@ -148,9 +148,9 @@ Status Writer::add_tensor(std::string name, DType dtype, std::vector<int64_t> sh
 }
 
 Result<std::vector<uint8_t>> Writer::serialize() const {
-  if (alignment_ == 0 || (alignment_ & (alignment_ - 1)) != 0)
+  if (alignment_ == 0 || (alignment_ & (alignment_ - 1)) != 0 || alignment_ > kMaxAlignment)
     return InvalidArgument("gguf writer: alignment " + std::to_string(alignment_) +
-                           " is not a power of two");
+                           " is not a power of two <= " + std::to_string(kMaxAlignment));
   std::vector<uint8_t> out;
   ByteSink sink(out);
   sink.put<uint32_t>(0x46554747);  // "GGUF"

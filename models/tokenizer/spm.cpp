@@ -27,11 +27,11 @@ struct SpmCandidate {
 
 }  // namespace
 
-void Tokenizer::encode_spm(std::string_view text, bool at_start, std::vector<int32_t>& out) const {
+void Tokenizer::encode_spm(std::string_view text, bool add_prefix, std::vector<int32_t>& out) const {
   if (text.empty()) return;
   std::string norm;
   norm.reserve(text.size() + 8);
-  if (at_start && data_.add_space_prefix) norm += "\xE2\x96\x81";
+  if (add_prefix && data_.add_space_prefix) norm += "\xE2\x96\x81";
   for (char c : text) {
     if (c == ' ') norm += "\xE2\x96\x81";
     else norm += c;

@@ -86,6 +86,7 @@ Status Tokenizer::build() {
   }
   std::stable_sort(specials_.begin(), specials_.end(),
                    [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  for (const auto& sp : specials_) special_first_byte_[static_cast<uint8_t>(sp.first[0])] = true;
   for (int32_t id : {data_.eos, data_.eot}) {
     if (id >= 0) eog_.insert(id);
   }
@@ -169,6 +170,10 @@ void Tokenizer::split_special(std::string_view text, bool parse_special,
                               std::vector<std::pair<std::string_view, int32_t>>& out) const {
   size_t text_start = 0, i = 0;
   while (i < text.size()) {
+    if (!special_first_byte_[static_cast<uint8_t>(text[i])]) {
+      ++i;
+      continue;
+    }
     int32_t found = -1;
     size_t len = 0;
     for (const auto& [s, id] : specials_) {  // longest first, so the first hit is the longest
@@ -205,13 +210,18 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special,
   if (specials_.empty()) fragments.emplace_back(text, -1);
   else split_special(text, parse_special, fragments);
   std::vector<std::string_view> pieces;
+  bool after_special = true;  // the text start counts as a boundary
   for (const auto& [frag, id] : fragments) {
     if (id >= 0) {
       out.push_back(id);
+      after_special = true;
       continue;
     }
     if (spm_) {
-      encode_spm(frag, frag.data() == text.data(), out);
+      // Like llama.cpp and HF's legacy Llama normaliser, each text run that starts the input
+      // or follows a special token gets the "▁" prefix.
+      encode_spm(frag, after_special, out);
+      after_special = false;
       continue;
     }
     pieces.clear();

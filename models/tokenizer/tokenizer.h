@@ -88,7 +88,7 @@ class Tokenizer {
   void split_special(std::string_view text, bool parse_special,
                      std::vector<std::pair<std::string_view, int32_t>>& out) const;
   void encode_bpe(std::string_view piece, std::vector<int32_t>& out) const;   // bpe.cpp
-  void encode_spm(std::string_view text, bool at_start, std::vector<int32_t>& out) const;  // spm.cpp
+  void encode_spm(std::string_view text, bool add_prefix, std::vector<int32_t>& out) const;  // spm.cpp
   void push_byte(uint8_t b, std::vector<int32_t>& out) const;
 
   TokenizerData data_;
@@ -100,6 +100,7 @@ class Tokenizer {
   MergeTable merges_;
   int32_t byte_ids_[256];                              // token for each single byte, or -1
   std::vector<std::pair<std::string, int32_t>> specials_;  // sorted by length, longest first
+  bool special_first_byte_[256] = {};  // whether some special token starts with this byte
   std::unordered_set<int32_t> eog_;
 };
 

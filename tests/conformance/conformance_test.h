@@ -13,6 +13,9 @@ struct Param {
   std::shared_ptr<Case> c;
 };
 
+// gtest prints parameters in failure messages and listings: name the case, not its bytes.
+inline void PrintTo(const Param& p, std::ostream* os) { *os << p.device->info().id << " " << p.c->name; }
+
 std::vector<Param> make_params(const std::vector<Case>& cases);
 std::string param_name(const ::testing::TestParamInfo<Param>& info);
 

@@ -132,8 +132,8 @@ TEST(GgufBadInput, TensorSizeBeyondEnd) {
 TEST(GgufBadInput, UnknownTensorType) {
   auto bytes = valid_file();
   auto f = fields_of(bytes, "a.weight");
-  poke<uint32_t>(bytes, f.type, 12);
-  EXPECT_REJECTED(bytes, "tensor 'a.weight': unsupported tensor type 12 (q4_K)");
+  poke<uint32_t>(bytes, f.type, 10);  // q2_K: a GGUF type Tessera has no DType for
+  EXPECT_REJECTED(bytes, "tensor 'a.weight': unsupported tensor type 10 (q2_K)");
   poke<uint32_t>(bytes, f.type, 0xdeadbeef);
   EXPECT_REJECTED(bytes, "tensor 'a.weight': unsupported tensor type 3735928559 (unknown)");
 }
@@ -157,6 +157,21 @@ TEST(GgufBadInput, HugeArrayCount) {
   EXPECT_REJECTED(bytes, "key 'key.arr': array count 1099511627776 exceeds the limit");
   poke<uint64_t>(bytes, count, 1u << 30);  // under the limit, more than the file holds
   EXPECT_REJECTED(bytes, "key 'key.arr': array count 1073741824 of i32 needs at least");
+}
+
+TEST(GgufBadInput, TooManyMetadataValues) {
+  // An array small in bytes (u8) but with more elements than the total-values cap allows.
+  Writer w;
+  w.add("key.bytes", Value::of_array(ValueType::kU8, {Value::of_uint(ValueType::kU8, 1)}));
+  auto ok = w.serialize();
+  ASSERT_TRUE(ok.ok());
+  std::vector<uint8_t> bytes = *ok;
+  const size_t count = find_bytes(bytes, "key.bytes") + 9 + 4 + 4;
+  ASSERT_EQ(peek<uint64_t>(bytes, count), 1u);
+  poke<uint64_t>(bytes, count, kMaxTotalValues + 1);
+  bytes.resize(count + 8 + kMaxTotalValues + 1, 7);
+  EXPECT_REJECTED(bytes, "key 'key.bytes': array count 4194305 takes the file past 4194304 "
+                         "metadata values");
 }
 
 TEST(GgufBadInput, HugeCounts) {
@@ -202,6 +217,9 @@ TEST(GgufBadInput, BadAlignmentKey) {
   EXPECT_REJECTED(*bytes, "general.alignment 48 is not a power of two");
   poke<uint32_t>(*bytes, at, 0);
   EXPECT_REJECTED(*bytes, "general.alignment 0 is not a power of two");
+  // Found by the fuzzer: 2^30 made the fuzz target's rewrite pad a gigabyte.
+  poke<uint32_t>(*bytes, at, 1u << 30);
+  EXPECT_REJECTED(*bytes, "general.alignment 1073741824 exceeds the limit of 1048576");
   poke<uint32_t>(*bytes, at - 4, uint32_t(ValueType::kI32));
   EXPECT_REJECTED(*bytes, "general.alignment is i32, expected u32");
 }

@@ -84,7 +84,9 @@ def main():
     if os.path.exists(smol):
         text = ("The history of the printing press begins in the fifteenth century, when Johannes Gutenberg "
                 "combined movable metal type, oil-based ink and a wooden screw press. Within fifty years, "
-                "printing shops had spread across Europe, and books became cheaper.")
+                "printing shops had spread across Europe, and books became cheaper. Scholars could compare "
+                "identical copies of a text for the first time, which changed how knowledge was checked, "
+                "argued over and passed on to the next generation of readers and writers.")
         tok = subprocess.run([os.path.join(args.bin_dir, "tessera"), "tokenize", "-q", "-m", smol, "--format", "csv",
                               "-p", text], check=True, capture_output=True, text=True).stdout
         ids = [int(x) for x in tok.strip().split(",")][:N_TOKENS]

@@ -182,6 +182,26 @@ TEST(BpeTokenizer, MergesByRank) {
   EXPECT_EQ(ids_str((*tok)->encode("aab", false, false)), "97 256 ");
 }
 
+TEST(BpeTokenizer, Llama3KeepsWholeVocabularyPieces) {
+  // Llama 3 (pre "llama-bpe") takes a pre-tokenized piece that is itself a vocabulary entry
+  // as one token even when no merge chain builds it; other pre-tokenizers run the merges.
+  TokenizerData d = tiny_bpe();
+  d.tokens.push_back("xyz");  // id 258, no merges lead to it
+  d.bos = 258;
+  d.eos = 257;
+  d.add_bos = true;
+  d.add_eos = true;
+  d.pre = "llama-bpe";
+  auto llama = Tokenizer::create(d);
+  ASSERT_TRUE(llama.ok()) << llama.status().to_string();
+  EXPECT_EQ(ids_str((*llama)->encode("xyz", false, false)), "258 ");
+  EXPECT_EQ(ids_str((*llama)->encode("xyz", true, false)), "258 258 257 ");
+  d.pre = "gpt2";
+  auto gpt2 = Tokenizer::create(d);
+  ASSERT_TRUE(gpt2.ok());
+  EXPECT_EQ(ids_str((*gpt2)->encode("xyz", false, false)), "120 121 122 ");
+}
+
 TEST(BpeTokenizer, RejectsBadData) {
   TokenizerData d = tiny_bpe();
   d.eos = 1000;

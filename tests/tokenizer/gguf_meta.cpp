@@ -3,36 +3,34 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
-#include <iterator>
 #include <vector>
 
 namespace tessera::testing {
 namespace {
 
+// Reads the metadata straight from the stream: it sits at the front of the file, so the
+// tensor data (most of the file) is never touched.
 class Cursor {
  public:
-  explicit Cursor(std::vector<char> bytes) : b_(std::move(bytes)) {}
+  explicit Cursor(std::ifstream& f) : f_(f) {}
   bool ok() const { return ok_; }
   template <class T>
   T get() {
     T v{};
-    if (pos_ + sizeof(T) > b_.size()) { ok_ = false; return v; }
-    std::memcpy(&v, b_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
+    if (!f_.read(reinterpret_cast<char*>(&v), sizeof(T))) ok_ = false;
     return v;
   }
   std::string str() {
     const auto n = get<uint64_t>();
-    if (!ok_ || n > b_.size() - pos_) { ok_ = false; return {}; }
-    std::string s(b_.data() + pos_, n);
-    pos_ += n;
+    if (!ok_ || n > (1u << 24)) { ok_ = false; return {}; }
+    std::string s(n, '\0');
+    if (!f_.read(s.data(), static_cast<std::streamsize>(n))) ok_ = false;
     return s;
   }
-  void skip(uint64_t n) { if (n > b_.size() - pos_) ok_ = false; else pos_ += n; }
+  void skip(uint64_t n) { if (!f_.seekg(static_cast<std::streamoff>(n), std::ios::cur)) ok_ = false; }
 
  private:
-  std::vector<char> b_;
-  size_t pos_ = 0;
+  std::ifstream& f_;
   bool ok_ = true;
 };
 
@@ -64,7 +62,7 @@ int64_t read_int(Cursor& c, uint32_t type) {
 Result<GgufVocab> read_gguf_vocab(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return NotFound(path + ": cannot open");
-  Cursor c(std::vector<char>(std::istreambuf_iterator<char>(f), {}));
+  Cursor c(f);
   if (c.get<uint32_t>() != 0x46554747u) return InvalidArgument(path + ": not a GGUF file");
   c.get<uint32_t>();  // version
   c.get<uint64_t>();  // tensor count

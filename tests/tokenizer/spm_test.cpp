@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <random>
 
 #include "models/tokenizer/tokenizer.h"
 #include "tests/tokenizer/golden.h"
@@ -68,6 +69,8 @@ TEST(SpmTokenizer, HandComputedSegmentation) {
   // A special token written in the text is its id only with parse_special.
   EXPECT_EQ(ids_str(t.encode("</s>", false, true)), "2 ");
   EXPECT_NE(ids_str(t.encode("</s>", false, false)), "2 ");
+  // Text after a special token gets the "▁" prefix again (llama.cpp, HF legacy Llama).
+  EXPECT_EQ(ids_str(t.encode("hello</s>hello", false, true)), "268 2 268 ");
   EXPECT_TRUE(t.is_eog(2));
 }
 
@@ -89,6 +92,21 @@ TEST(SpmTokenizer, StreamDecoderDropsPrefixSpace) {
   for (int32_t id : (*tok)->encode("hello h\xC3\xA9", true, false)) out += stream.push(id);
   out += stream.flush();
   EXPECT_EQ(out, "hello h\xC3\xA9");
+}
+
+TEST(SpmTokenizer, RoundTripsRandomBytes) {
+  auto tok = Tokenizer::create(tiny_spm(kHello));
+  ASSERT_TRUE(tok.ok());
+  std::mt19937 rng(11);
+  const char alphabet[] = {'h', 'e', 'l', 'o', ' ', 'w', 'x', '\n', '\xC3', '\xA9', '\xFF', '\0'};
+  for (int iter = 0; iter < 300; ++iter) {
+    std::string s(std::uniform_int_distribution<size_t>(0, 24)(rng), ' ');
+    for (char& c : s) c = alphabet[std::uniform_int_distribution<size_t>(0, sizeof(alphabet) - 1)(rng)];
+    const auto ids = (*tok)->encode(s, true, false);
+    ASSERT_FALSE(ids.empty());
+    EXPECT_EQ(ids[0], 1);  // add_bos
+    EXPECT_EQ((*tok)->decode(ids, /*skip_special=*/true), s) << "iteration " << iter;
+  }
 }
 
 TEST(SpmTokenizer, RejectsMissingScores) {

@@ -1,0 +1,161 @@
+// glu (SwiGLU / GeGLU), add and mul with trailing-dim broadcast, scale, softmax. Rows go through
+// f32 (load_row_f32 handles dtypes and strides); the math is SIMD per row.
+#include <algorithm>
+#include <cmath>
+
+#include "backends/cpu/kernels.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backends/cpu/elementwise.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "hwy/contrib/math/math-inl.h"
+#include "backends/cpu/simd-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace tessera::cpu::HWY_NAMESPACE {
+
+// NOTE: Highway's Exp is only specified up to +104; silu clamps its argument so huge negative
+// gates give 0 instead of garbage.
+HWY_INLINE VF silu(DF df, VF x) {
+  const VF e = hn::Exp(df, hn::Min(hn::Neg(x), hn::Set(df, 88.0f)));
+  return hn::Div(x, hn::Add(hn::Set(df, 1.0f), e));
+}
+HWY_INLINE VF gelu_tanh(DF df, VF x) {
+  const VF inner = hn::Mul(hn::Set(df, 0.7978845608028654f), hn::MulAdd(hn::Mul(hn::Set(df, 0.044715f), x), hn::Mul(x, x), x));
+  const VF t = hn::Tanh(df, hn::Clamp(inner, hn::Set(df, -20.0f), hn::Set(df, 20.0f)));
+  return hn::Mul(hn::Mul(hn::Set(df, 0.5f), x), hn::Add(hn::Set(df, 1.0f), t));
+}
+float silu_scalar(float x) { return x / (1.0f + std::exp(std::min(-x, 88.0f))); }
+float gelu_scalar(float x) {
+  return 0.5f * x * (1.0f + std::tanh(std::clamp(0.7978845608028654f * (x + 0.044715f * x * x * x), -20.0f, 20.0f)));
+}
+
+void GluRow(GluKind kind, const float* gate, const float* up, float* out, int64_t n) {
+  const DF df;
+  const int64_t L = int64_t(hn::Lanes(df));
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    const VF x = hn::LoadU(df, gate + i);
+    const VF a = kind == GluKind::kSilu ? silu(df, x) : gelu_tanh(df, x);
+    hn::StoreU(hn::Mul(a, hn::LoadU(df, up + i)), df, out + i);
+  }
+  for (; i < n; ++i) out[i] = (kind == GluKind::kSilu ? silu_scalar(gate[i]) : gelu_scalar(gate[i])) * up[i];
+}
+
+void BinaryRow(bool is_add, const float* a, const float* b, float* out, int64_t n) {
+  const DF df;
+  const int64_t L = int64_t(hn::Lanes(df));
+  int64_t i = 0;
+  if (is_add) {
+    for (; i + L <= n; i += L) hn::StoreU(hn::Add(hn::LoadU(df, a + i), hn::LoadU(df, b + i)), df, out + i);
+    for (; i < n; ++i) out[i] = a[i] + b[i];
+  } else {
+    for (; i + L <= n; i += L) hn::StoreU(hn::Mul(hn::LoadU(df, a + i), hn::LoadU(df, b + i)), df, out + i);
+    for (; i < n; ++i) out[i] = a[i] * b[i];
+  }
+}
+
+void ScaleRow(const float* x, float s, float* out, int64_t n) {
+  const DF df;
+  const int64_t L = int64_t(hn::Lanes(df));
+  int64_t i = 0;
+  for (; i + L <= n; i += L) hn::StoreU(hn::Mul(hn::LoadU(df, x + i), hn::Set(df, s)), df, out + i);
+  for (; i < n; ++i) out[i] = x[i] * s;
+}
+
+void SoftmaxRow(const float* x, float scale, float* out, int64_t n) {
+  const DF df;
+  const int64_t L = int64_t(hn::Lanes(df));
+  const VF vs = hn::Set(df, scale);
+  VF vmax = hn::Set(df, -HUGE_VALF);
+  int64_t i = 0;
+  for (; i + L <= n; i += L) vmax = hn::Max(vmax, hn::Mul(hn::LoadU(df, x + i), vs));
+  float mx = hn::GetLane(hn::MaxOfLanes(df, vmax));
+  for (; i < n; ++i) mx = std::max(mx, x[i] * scale);
+  const VF vm = hn::Set(df, mx);
+  VF vsum = hn::Zero(df);
+  for (i = 0; i + L <= n; i += L) {
+    const VF e = hn::Exp(df, hn::Sub(hn::Mul(hn::LoadU(df, x + i), vs), vm));
+    vsum = hn::Add(vsum, e);
+    hn::StoreU(e, df, out + i);
+  }
+  float sum = reduce_sum(df, vsum);
+  for (; i < n; ++i) {
+    out[i] = std::exp(x[i] * scale - mx);
+    sum += out[i];
+  }
+  ScaleRow(out, 1.0f / sum, out, n);
+}
+
+}  // namespace tessera::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace tessera::cpu {
+
+HWY_EXPORT(GluRow);
+HWY_EXPORT(BinaryRow);
+HWY_EXPORT(ScaleRow);
+HWY_EXPORT(SoftmaxRow);
+
+namespace {
+// Runs |row_fn(r, tmp_a, tmp_b, result)| over the rows of |out| on the pool, then stores result.
+template <class F>
+void for_rows(ThreadPool& pool, const Tensor& out, F&& row_fn) {
+  const int64_t rows = out.rows(), cols = out.cols();
+  const int64_t grain = std::max<int64_t>(1, kParallelMinElems / std::max<int64_t>(1, cols));
+  pool.parallel_for(rows, grain, [&](int64_t r0, int64_t r1, int) {
+    float* ta = thread_scratch(0, cols);
+    float* tb = thread_scratch(1, cols);
+    float* res = thread_scratch(2, cols);
+    for (int64_t r = r0; r < r1; ++r) {
+      row_fn(r, ta, tb, res);
+      store_row_f32(out, r, res);
+    }
+  });
+}
+}  // namespace
+
+Status glu(ThreadPool& pool, const Graph& g, const Node& n) {
+  const Tensor& gate = g.input_tensor(n, 0);
+  const Tensor& up = g.input_tensor(n, 1);
+  const GluKind kind = n.param<GluParams>().kind;
+  for_rows(pool, g.output_tensor(n), [&](int64_t r, float* ta, float* tb, float* res) {
+    HWY_DYNAMIC_DISPATCH(GluRow)(kind, load_row_f32(gate, r, ta), load_row_f32(up, r, tb), res, gate.cols());
+  });
+  return OkStatus();
+}
+
+Status binary(ThreadPool& pool, const Graph& g, const Node& n) {
+  const Tensor& a = g.input_tensor(n, 0);
+  const Tensor& b = g.input_tensor(n, 1);
+  const bool is_add = n.op == OpKind::kAdd;
+  const int64_t b_rows = b.rows();
+  for_rows(pool, g.output_tensor(n), [&](int64_t r, float* ta, float* tb, float* res) {
+    // b's shape is a suffix of a's, so a's flat row r maps to b's flat row r % b.rows().
+    HWY_DYNAMIC_DISPATCH(BinaryRow)(is_add, load_row_f32(a, r, ta), load_row_f32(b, r % b_rows, tb), res, a.cols());
+  });
+  return OkStatus();
+}
+
+Status scale(ThreadPool& pool, const Graph& g, const Node& n) {
+  const Tensor& x = g.input_tensor(n, 0);
+  const float s = n.param<ScaleParams>().scale;
+  for_rows(pool, g.output_tensor(n), [&](int64_t r, float* ta, float*, float* res) {
+    HWY_DYNAMIC_DISPATCH(ScaleRow)(load_row_f32(x, r, ta), s, res, x.cols());
+  });
+  return OkStatus();
+}
+
+Status softmax(ThreadPool& pool, const Graph& g, const Node& n) {
+  const Tensor& x = g.input_tensor(n, 0);
+  const float s = n.param<SoftmaxParams>().scale;
+  for_rows(pool, g.output_tensor(n), [&](int64_t r, float* ta, float*, float* res) {
+    HWY_DYNAMIC_DISPATCH(SoftmaxRow)(load_row_f32(x, r, ta), s, res, x.cols());
+  });
+  return OkStatus();
+}
+
+}  // namespace tessera::cpu
+#endif  // HWY_ONCE

@@ -1,0 +1,91 @@
+// Internal interface of the CPU kernels: one entry point per op family (dispatched from ops.cpp)
+// and the shared row helpers every family uses. Kernels assume core/ validated shapes and
+// dtypes (Graph), and validate only the data-dependent inputs they read (ids, block tables).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "backends/cpu/thread_pool.h"
+#include "core/graph.h"
+#include "core/status.h"
+
+namespace tessera::cpu {
+
+// ---- op families (one file each) ------------------------------------------------------------
+Status matmul(ThreadPool& pool, const Graph& g, const Node& n);        // matmul.cpp
+Status matmul_id(ThreadPool& pool, const Graph& g, const Node& n);     // moe.cpp
+Status topk_route(ThreadPool& pool, const Graph& g, const Node& n);    // moe.cpp
+Status embed(ThreadPool& pool, const Graph& g, const Node& n);         // embed.cpp
+Status rms_norm(ThreadPool& pool, const Graph& g, const Node& n);      // norm.cpp
+Status rope(ThreadPool& pool, const Graph& g, const Node& n);          // rope.cpp
+Status attention(ThreadPool& pool, const Graph& g, const Node& n);     // attention.cpp
+Status glu(ThreadPool& pool, const Graph& g, const Node& n);           // elementwise.cpp
+Status binary(ThreadPool& pool, const Graph& g, const Node& n);        // elementwise.cpp (add, mul)
+Status scale(ThreadPool& pool, const Graph& g, const Node& n);         // elementwise.cpp
+Status softmax(ThreadPool& pool, const Graph& g, const Node& n);       // elementwise.cpp
+Status convert(ThreadPool& pool, const Graph& g, const Node& n);       // convert.cpp (cast, copy)
+
+// ---- conversions (convert.cpp, SIMD) --------------------------------------------------------
+// Contiguous |n| elements of float dtype |t| (f32/f16/bf16) to f32 and back. Stores round to
+// nearest even, like quant/half.h.
+void to_f32(DType t, const void* src, float* dst, int64_t n);
+void from_f32(DType t, const float* src, void* dst, int64_t n);
+
+// Row |row| (flat over the leading dims) of a float tensor with any strides, as f32. Returns a
+// pointer into |t| itself when it already is contiguous f32, else converts into |scratch|
+// (cols() floats).
+const float* load_row_f32(const Tensor& t, int64_t row, float* scratch);
+// Stores cols() f32 values into row |row| of float tensor |t| (any strides).
+void store_row_f32(const Tensor& t, int64_t row, const float* src);
+// Whether the last dimension is densely packed (element stride == element size).
+bool last_dim_dense(const Tensor& t);
+// A growable per-thread f32 scratch area; |slot| separates independent uses in one kernel.
+float* thread_scratch(int slot, int64_t n_floats);
+
+// Heavy-op thresholds: below this many elements a kernel runs on the calling thread only,
+// since waking the pool costs more than the work.
+inline constexpr int64_t kParallelMinElems = 1 << 15;
+
+// ---- quantised activations (matmul.cpp) -----------------------------------------------------
+// One 32-element block of an activation row quantised to int8 for the integer dot products.
+struct ActQ8 {
+  float d;          // scale: x ~= d * qs
+  float s;          // d * sum(qs): the term Q4_1's min multiplies
+  int8_t qs[32];
+  int32_t c8[8];    // 8 * (sum of qs[4i..4i+3]): Q4_0's -8 offset, subtracted in the integer domain
+};
+static_assert(sizeof(ActQ8) == 72);
+
+// Activation rows packed for one weight dtype: contiguous f32 for float weights, ActQ8 blocks
+// for the block formats.
+struct PackedAct {
+  int64_t M = 0, K = 0;
+  bool quantized = false;
+  std::vector<float> f32;   // [M, K]
+  std::vector<ActQ8> q8;    // [M, K/32]
+};
+// Packs rows |rows[i]| (or 0..M-1 when rows is null) of activation |x| for weight dtype |w|.
+void pack_activations(ThreadPool& pool, const Tensor& x, const int64_t* rows, int64_t M, DType w, PackedAct* out);
+
+// A weight matrix [N, K] of any supported dtype: row r starts at base + r * row_stride.
+struct WeightMat {
+  DType dtype;
+  const char* base;
+  int64_t row_stride;  // bytes
+  int64_t elem_stride; // bytes between elements of a row (float dtypes; may be non-dense)
+  int64_t N, K;
+};
+// out[m, n] = sum_k act[m, k] * w[n, k] for all M x N, f32, row stride |ldo| floats. Threads
+// split N for a few rows (decode) and M x N tiles for many (prefill).
+void gemm(ThreadPool& pool, const PackedAct& act, const WeightMat& w, float* out, int64_t ldo);
+
+// Tiles on one thread: out[m, n] for m in [m0, m1), n in [n0, n1). |x| rows are |ldx| floats
+// (or ActQ8 blocks) apart; weight rows |ldw| bytes apart and dense.
+void gemm_float_tile(DType w, const float* x, int64_t ldx, int64_t m0, int64_t m1, const char* wbase, int64_t ldw,
+                     int64_t n0, int64_t n1, int64_t K, float* out, int64_t ldo);   // matmul.cpp
+void gemm_q8_tile(DType w, const ActQ8* x, int64_t ldx, int64_t m0, int64_t m1, const char* wbase, int64_t ldw,
+                  int64_t n0, int64_t n1, int64_t nb, float* out, int64_t ldo);     // matmul_q8.cpp
+// Quantises |n| floats (a multiple of 32) into n/32 ActQ8 blocks.
+void quantize_act_q8(const float* x, ActQ8* out, int64_t n);                        // matmul_q8.cpp
+
+}  // namespace tessera::cpu

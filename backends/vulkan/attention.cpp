@@ -1,0 +1,76 @@
+// attention -> attention.comp: stage 0 stores the new K/V into their cache slots, a barrier, then
+// stage 1 attends over the block tables. The metadata is validated on the host with the
+// reference's own check whenever it is readable there (mapped memory, not produced in-graph);
+// the shader bounds-checks every slot and block id regardless.
+#include <cmath>
+
+#include "backends/vulkan/recorder.h"
+#include "core/reference/reference.h"
+
+namespace tessera::vulkan {
+
+namespace {
+constexpr uint32_t kWorkgroup = 64;
+constexpr uint32_t kMaxHeadDim = 256;  // attention.comp MAX_D (shared memory for q)
+
+bool host_readable(const Graph& g, const Node& n, int input) {
+  const Value& v = g.value(n.inputs[size_t(input)]);
+  return v.kind != Value::Kind::kIntermediate && v.tensor.host_data() != nullptr;
+}
+}  // namespace
+
+Status record_attention(Recorder& rec, const Graph& g, const Node& n) {
+  const Tensor& q = g.input_tensor(n, in::kAttnQ);
+  const Tensor& k = g.input_tensor(n, in::kAttnK);
+  const Tensor& v = g.input_tensor(n, in::kAttnV);
+  const Tensor& kc = g.input_tensor(n, in::kAttnKCache);
+  const Tensor& vc = g.input_tensor(n, in::kAttnVCache);
+  const Tensor& out = g.output_tensor(n);
+  const auto& ap = n.param<AttentionParams>();
+  const int meta[] = {in::kAttnSlotMapping, in::kAttnQueryStart, in::kAttnSeqLens, in::kAttnBlockTables};
+  bool readable = true;
+  for (int i : meta) {
+    if (!g.input_tensor(n, i).is_contiguous())
+      return Unimplemented("vulkan: attention metadata must be contiguous, got " + g.input_tensor(n, i).shape_string());
+    readable = readable && host_readable(g, n, i);
+  }
+  if (readable) TS_RETURN_IF_ERROR(ref::check_attention_metadata(g, n));
+  const int64_t T = q.shape[0], Hq = q.shape[1], D = q.shape[2], Hkv = k.shape[1];
+  if (D > kMaxHeadDim) return Unimplemented("vulkan: attention head_dim " + std::to_string(D) + " > " + std::to_string(kMaxHeadDim));
+  if (T > 65535 || Hq > 65535) return Unimplemented("vulkan: attention over " + q.shape_string() + " exceeds one dispatch");
+
+  AttnParams p;
+  p.q = ref_of(q);
+  p.k = ref_of(k);
+  p.v = ref_of(v);
+  p.kc = ref_of(kc);
+  p.vc = ref_of(vc);
+  p.slots = address_of(g.input_tensor(n, in::kAttnSlotMapping));
+  p.query_start = address_of(g.input_tensor(n, in::kAttnQueryStart));
+  p.seq_lens = address_of(g.input_tensor(n, in::kAttnSeqLens));
+  p.tables = address_of(g.input_tensor(n, in::kAttnBlockTables));
+  p.dst = address_of(out);
+  p.T = uint32_t(T);
+  p.Hq = uint32_t(Hq);
+  p.Hkv = uint32_t(Hkv);
+  p.D = uint32_t(D);
+  p.block_size = uint32_t(kc.shape[1]);
+  p.n_blocks = uint32_t(kc.shape[0]);
+  p.S = uint32_t(g.input_tensor(n, in::kAttnSeqLens).shape[0]);
+  p.max_blocks = uint32_t(g.input_tensor(n, in::kAttnBlockTables).shape[1]);
+  p.scale = ap.scale > 0.0f ? ap.scale : float(1.0 / std::sqrt(double(D)));
+  p.softcap = ap.softcap;
+  p.window = ap.sliding_window;
+  p.out_dtype = uint32_t(out.dtype);
+
+  std::vector<Span> meta_spans;
+  for (int i : meta) meta_spans.push_back(span_of(g.input_tensor(n, i)));
+  std::vector<Span> store_reads = {span_of(k), span_of(v), meta_spans[0]};
+  TS_RETURN_IF_ERROR(rec.dispatch("attention_store", {kWorkgroup}, p, {groups_for(T * Hkv * D, kWorkgroup), 1, 1},
+                                  store_reads, {span_of(kc), span_of(vc)}));
+  std::vector<Span> reads = meta_spans;
+  for (const Tensor* t : {&q, &kc, &vc}) reads.push_back(span_of(*t));
+  return rec.dispatch("attention", {kWorkgroup, kMaxHeadDim}, p, {uint32_t(T), uint32_t(Hq), 1}, reads, {span_of(out)});
+}
+
+}  // namespace tessera::vulkan

@@ -1,0 +1,100 @@
+// The params structs of the compute shaders (shaders/*.comp), laid out exactly as their std430
+// blocks: the host writes one per dispatch into the params ring and passes its device address
+// in the push constants (lavapipe allows only 128 bytes of push constants, less than
+// attention's ten tensor addresses). Keep each in sync with its shader; the sizes are asserted.
+#pragma once
+#include <cstdint>
+
+namespace tessera::vulkan {
+
+// A tensor seen as rows of its last dimension (types.glsl TensorRef).
+struct TensorRef {
+  uint64_t addr = 0;       // device address of element 0
+  uint32_t shape[3] = {1, 1, 1};   // leading dims, outermost first, padded with 1s in front
+  uint32_t stride[3] = {0, 0, 0};  // bytes
+  uint32_t col_stride = 0;  // bytes between elements of the last dim (0 for block formats)
+  uint32_t dtype = 0;       // tessera::DType value
+};
+static_assert(sizeof(TensorRef) == 40);
+
+// elementwise.comp
+struct EltParams {
+  TensorRef a, b;
+  uint64_t dst = 0;
+  uint32_t rows = 0, cols = 0;
+  uint32_t out_dtype = 0;
+  float scale = 1.0f;
+  uint32_t b_rows = 1;
+  uint32_t pad = 0;
+};
+static_assert(sizeof(EltParams) == 112);
+
+// norm.comp (rms_norm, softmax)
+struct NormParams {
+  TensorRef x, w;
+  uint64_t dst = 0;
+  uint32_t rows = 0, cols = 0;
+  uint32_t out_dtype = 0;
+  float eps_or_scale = 0.0f;
+  uint32_t has_w = 0;
+  uint32_t pad = 0;
+};
+static_assert(sizeof(NormParams) == 112);
+
+// rope.comp
+struct RopeParams {
+  TensorRef x;
+  uint64_t pos = 0, freq_factors = 0, inv_freq = 0, dst = 0;
+  uint32_t rows = 0, H = 0, D = 0, n_dims = 0;
+  uint32_t neox = 0, out_dtype = 0;
+  float freq_scale = 1.0f, ext_factor = 0.0f;
+  float mscale = 1.0f;
+  float corr_lo = 0.0f, corr_hi = 0.0f;
+  uint32_t pad = 0;
+};
+static_assert(sizeof(RopeParams) == 120);
+
+// embed.comp
+struct EmbedParams {
+  TensorRef w;
+  uint64_t ids = 0, dst = 0;
+  uint32_t T = 0, D = 0, V = 0, out_dtype = 0;
+};
+static_assert(sizeof(EmbedParams) == 72);
+
+// matmul.comp (matmul and matmul_id)
+inline constexpr uint32_t kMatmulBias = 1, kMatmulIds = 2, kMatmulWeighted = 4, kMatmulXPerSlot = 8;
+struct MatmulParams {
+  TensorRef x, w;
+  uint64_t bias = 0, ids = 0, weights = 0, dst = 0;
+  uint32_t M = 0, N = 0, K = 0;
+  uint32_t k_slots = 1, n_experts = 1;
+  uint32_t flags = 0;
+  uint32_t bias_dtype = 0, out_dtype = 0;
+};
+static_assert(sizeof(MatmulParams) == 144);
+
+// attention.comp (both stages)
+struct AttnParams {
+  TensorRef q, k, v, kc, vc;
+  uint64_t slots = 0, query_start = 0, seq_lens = 0, tables = 0, dst = 0;
+  uint32_t T = 0, Hq = 0, Hkv = 0, D = 0;
+  uint32_t block_size = 0, n_blocks = 0, S = 0, max_blocks = 0;
+  float scale = 1.0f, softcap = 0.0f;
+  int32_t window = 0;
+  uint32_t out_dtype = 0;
+};
+static_assert(sizeof(AttnParams) == 288);
+
+// topk.comp
+struct TopkParams {
+  TensorRef logits;
+  uint64_t bias = 0, ids_out = 0, w_out = 0;
+  uint32_t T = 0, E = 0, k = 0, sigmoid = 0;
+  uint32_t renormalize = 0, n_groups = 1, topk_groups = 1, has_bias = 0;
+  float weight_scale = 1.0f;
+  uint32_t pad = 0;
+};
+static_assert(sizeof(TopkParams) == 104);
+
+}  // namespace tessera::vulkan

@@ -1,0 +1,229 @@
+// Graph -> one command buffer: VulkanDevice::compute, supports, and the Recorder.
+#include "backends/vulkan/recorder.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace tessera::vulkan {
+
+namespace {
+constexpr size_t kParamsChunk = size_t(1) << 20;  // params ring chunk (bytes)
+constexpr size_t kParamsAlign = 16;
+}  // namespace
+
+Span span_of(const Tensor& t) {
+  int64_t extent = t.row_bytes();
+  if (!dtype_traits(t.dtype).is_quantized) {
+    extent = dtype_traits(t.dtype).block_bytes;
+    for (int d = 0; d < t.rank; ++d) extent += (t.shape[size_t(d)] - 1) * t.stride[size_t(d)];
+  } else {
+    for (int d = 0; d < t.rank - 1; ++d) extent += (t.shape[size_t(d)] - 1) * t.stride[size_t(d)];
+  }
+  return {t.buffer.get(), int64_t(t.offset), int64_t(t.offset) + extent};
+}
+
+uint64_t address_of(const Tensor& t) {
+  return static_cast<const VulkanBuffer*>(t.buffer.get())->address() + t.offset;
+}
+
+// shaders/types.glsl reads dtypes by these values (DT_F32 ...).
+static_assert(uint32_t(DType::kF32) == 0 && uint32_t(DType::kF16) == 1 && uint32_t(DType::kBF16) == 2 &&
+              uint32_t(DType::kI8) == 3 && uint32_t(DType::kI32) == 4);
+
+TensorRef ref_of(const Tensor& t) {
+  TensorRef r;
+  r.addr = address_of(t);
+  const int lead = t.rank - 1;  // leading dims, right-aligned into the 3 slots
+  for (int i = 0; i < lead; ++i) {
+    r.shape[3 - lead + i] = uint32_t(t.shape[size_t(i)]);
+    r.stride[3 - lead + i] = uint32_t(t.stride[size_t(i)]);
+  }
+  r.col_stride = uint32_t(t.stride[size_t(t.rank - 1)]);
+  r.dtype = uint32_t(t.dtype);
+  return r;
+}
+
+uint32_t groups_for(int64_t n, int64_t per_group) {
+  return uint32_t(std::clamp<int64_t>((n + per_group - 1) / per_group, 1, 65535));
+}
+
+const char* weight_kernel_suffix(DType w) {
+  switch (w) {
+    case DType::kF32: return "f32";
+    case DType::kF16: return "f16";
+    case DType::kBF16: return "bf16";
+    case DType::kQ8_0: return "q8_0";
+    case DType::kQ4_0: return "q4_0";
+    case DType::kQ4_1: return "q4_1";
+    default: return nullptr;
+  }
+}
+
+Recorder::Recorder(VulkanDevice& device, VkCommandBuffer cmd, uint32_t max_dispatches)
+    : device_(device), cmd_(cmd), max_dispatches_(max_dispatches) {}
+
+Result<uint64_t> Recorder::put(const void* data, size_t bytes) {
+  auto& chunks = device_.params_chunks_;
+  const size_t need = (bytes + kParamsAlign - 1) / kParamsAlign * kParamsAlign;
+  if (chunk_ < chunks.size() && chunk_used_ + need > chunks[chunk_]->size()) {
+    ++chunk_;
+    chunk_used_ = 0;
+  }
+  if (chunk_ >= chunks.size() || need > chunks[chunk_]->size()) {
+    TS_ASSIGN_OR_RETURN(auto b, device_.make_buffer(std::max(kParamsChunk, need), true));
+    chunks.insert(chunks.begin() + std::ptrdiff_t(chunk_), std::move(b));
+    chunk_used_ = 0;
+  }
+  VulkanBuffer& b = *chunks[chunk_];
+  std::memcpy(static_cast<char*>(b.host_ptr()) + chunk_used_, data, bytes);
+  const uint64_t addr = b.address() + chunk_used_;
+  chunk_used_ += need;
+  return addr;
+}
+
+void Recorder::barrier_if_needed(const std::vector<Span>& reads, const std::vector<Span>& writes) {
+  auto overlaps = [](const Span& a, const std::vector<Span>& set) {
+    for (const Span& b : set)
+      if (a.buffer == b.buffer && a.begin < b.end && b.begin < a.end) return true;
+    return false;
+  };
+  bool needed = false;
+  for (const Span& r : reads) needed = needed || overlaps(r, pending_writes_);
+  for (const Span& w : writes) needed = needed || overlaps(w, pending_writes_) || overlaps(w, pending_reads_);
+  if (needed) {
+    VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_SHADER_READ_BIT;
+    mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+    device_.ctx_->api.vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                                           VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, nullptr, 0, nullptr);
+    pending_writes_.clear();
+    pending_reads_.clear();
+  }
+  pending_writes_.insert(pending_writes_.end(), writes.begin(), writes.end());
+  pending_reads_.insert(pending_reads_.end(), reads.begin(), reads.end());
+}
+
+Status Recorder::dispatch_at(const std::string& kernel, const std::vector<uint32_t>& spec, uint64_t params_addr,
+                             const std::array<uint32_t, 3>& groups, const std::vector<Span>& reads, const std::vector<Span>& writes) {
+  if (n_dispatch_ >= max_dispatches_) return Internal("vulkan: more dispatches than planned");
+  TS_ASSIGN_OR_RETURN(VkPipeline p, device_.pipeline(kernel, spec));
+  const DeviceApi& api = device_.ctx_->api;
+  barrier_if_needed(reads, writes);
+  const bool timed = device_.queries_ != VK_NULL_HANDLE;
+  if (timed) api.vkCmdWriteTimestamp(cmd_, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, device_.queries_, 2 * n_dispatch_);
+  api.vkCmdBindPipeline(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, p);
+  api.vkCmdPushConstants(cmd_, device_.layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(params_addr), &params_addr);
+  api.vkCmdDispatch(cmd_, groups[0], groups[1], groups[2]);
+  if (timed) api.vkCmdWriteTimestamp(cmd_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, device_.queries_, 2 * n_dispatch_ + 1);
+  kernels_.push_back(kernel);
+  ops_.push_back(current_op);
+  ++n_dispatch_;
+  return OkStatus();
+}
+
+bool VulkanDevice::supports(OpKind op, DType act, DType weight) const {
+  const bool float_act = act == DType::kF32 || act == DType::kF16 || act == DType::kBF16;
+  if (!float_act) return false;
+  switch (op) {
+    case OpKind::kEmbed:
+    case OpKind::kMatmul:
+    case OpKind::kMatmulId: return weight_kernel_suffix(weight) != nullptr;
+    case OpKind::kAttention:
+    case OpKind::kCast: return weight == DType::kF32 || weight == DType::kF16 || weight == DType::kBF16;
+    case OpKind::kCount: return false;
+    default: return true;
+  }
+}
+
+namespace {
+Status record_node(Recorder& rec, const Graph& g, const Node& n) {
+  rec.current_op = n.op;
+  switch (n.op) {
+    case OpKind::kEmbed: return record_embed(rec, g, n);
+    case OpKind::kMatmul: return record_matmul(rec, g, n);
+    case OpKind::kMatmulId: return record_matmul_id(rec, g, n);
+    case OpKind::kRmsNorm:
+    case OpKind::kSoftmax: return record_norm(rec, g, n);
+    case OpKind::kRope: return record_rope(rec, g, n);
+    case OpKind::kAttention: return record_attention(rec, g, n);
+    case OpKind::kGlu:
+    case OpKind::kAdd:
+    case OpKind::kMul:
+    case OpKind::kScale:
+    case OpKind::kCast:
+    case OpKind::kCopy: return record_elementwise(rec, g, n);
+    case OpKind::kTopkRoute: return record_topk_route(rec, g, n);
+    case OpKind::kView: return OkStatus();
+    case OpKind::kCount: break;
+  }
+  return Unimplemented(std::string("vulkan: op ") + op_name(n.op));
+}
+
+// Every tensor a node touches must live in this device's memory.
+Status check_buffers(const Device& device, const Graph& g) {
+  for (const Value& v : g.values()) {
+    const Buffer* b = v.tensor.buffer.get();
+    if (v.kind == Value::Kind::kExternal && (!b || b->device() != &device))
+      return InvalidArgument(device.info().id + ": input '" + v.tensor.name + "' " + v.tensor.shape_string() +
+                             " is not in this device's memory");
+  }
+  return OkStatus();
+}
+}  // namespace
+
+Status VulkanDevice::compute(Graph& graph) {
+  TS_RETURN_IF_ERROR(check_supported(*this, graph));
+  TS_RETURN_IF_ERROR(check_buffers(*this, graph));
+  TS_RETURN_IF_ERROR(arena_.prepare(*this, graph));
+  const DeviceApi& api = ctx_->api;
+  const uint32_t max_dispatches = uint32_t(graph.nodes().size()) * 2 + 2;
+  if (caps_.timestamp_bits > 0 && max_dispatches * 2 > query_capacity_) {
+    if (queries_) api.vkDestroyQueryPool(ctx_->device, queries_, nullptr);
+    queries_ = VK_NULL_HANDLE;
+    VkQueryPoolCreateInfo qci{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
+    qci.queryType = VK_QUERY_TYPE_TIMESTAMP;
+    qci.queryCount = std::max<uint32_t>(64, max_dispatches * 2);
+    TS_VK_RETURN_IF_ERROR(api.vkCreateQueryPool(ctx_->device, &qci, nullptr, &queries_), "vkCreateQueryPool");
+    query_capacity_ = qci.queryCount;
+  }
+  TS_VK_RETURN_IF_ERROR(api.vkResetCommandBuffer(cmd_, 0), "vkResetCommandBuffer");
+  VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+  bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  TS_VK_RETURN_IF_ERROR(api.vkBeginCommandBuffer(cmd_, &bi), "vkBeginCommandBuffer");
+  if (queries_) api.vkCmdResetQueryPool(cmd_, queries_, 0, query_capacity_);
+  // Staging copies and earlier graphs (other submissions) before this graph's first dispatch.
+  memory_barrier(api, cmd_, VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                 VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_SHADER_WRITE_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                 VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+  Recorder rec(*this, cmd_, max_dispatches);
+  Status recorded = OkStatus();
+  for (const Node& n : graph.nodes()) {
+    recorded = record_node(rec, graph, n);
+    if (!recorded.ok()) break;
+  }
+  // The results (outputs, the KV cache) before the host reads mapped memory or copies them out.
+  memory_barrier(api, cmd_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
+                 VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                 VK_ACCESS_HOST_READ_BIT | VK_ACCESS_TRANSFER_READ_BIT);
+  TS_VK_RETURN_IF_ERROR(api.vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
+  TS_RETURN_IF_ERROR(recorded);  // nothing was submitted: external tensors are untouched
+  VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+  si.commandBufferCount = 1;
+  si.pCommandBuffers = &cmd_;
+  TS_VK_RETURN_IF_ERROR(api.vkResetFences(ctx_->device, 1, &fence_), "vkResetFences");
+  TS_VK_RETURN_IF_ERROR(api.vkQueueSubmit(queue_, 1, &si, fence_), "vkQueueSubmit");
+  TS_VK_RETURN_IF_ERROR(api.vkWaitForFences(ctx_->device, 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
+  timings_.clear();
+  if (queries_ && rec.dispatches() > 0) {
+    std::vector<uint64_t> ts(size_t(rec.dispatches()) * 2);
+    TS_VK_RETURN_IF_ERROR(api.vkGetQueryPoolResults(ctx_->device, queries_, 0, uint32_t(ts.size()), ts.size() * 8,
+                                                    ts.data(), 8, VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
+                          "vkGetQueryPoolResults");
+    for (uint32_t i = 0; i < rec.dispatches(); ++i)
+      timings_.push_back({rec.kernels()[i], rec.ops()[i],
+                          double(ts[2 * i + 1] - ts[2 * i]) * caps_.timestamp_period_ns * 1e-3});
+  }
+  return check_validation();
+}
+
+}  // namespace tessera::vulkan

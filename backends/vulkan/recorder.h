@@ -1,0 +1,77 @@
+// Records one graph into one command buffer: params structs into the params ring, a pipeline
+// barrier only where a dispatch touches memory an earlier, unbarriered dispatch wrote (or writes
+// what one read), and timestamp queries around every dispatch.
+#pragma once
+#include <array>
+#include <string>
+#include <vector>
+
+#include "backends/vulkan/device.h"
+#include "backends/vulkan/params.h"
+
+namespace tessera::vulkan {
+
+// A byte range of a buffer that a dispatch reads or writes.
+struct Span {
+  const Buffer* buffer;
+  int64_t begin, end;
+};
+// The bytes |t| can touch (from its strides).
+Span span_of(const Tensor& t);
+
+class Recorder {
+ public:
+  Recorder(VulkanDevice& device, VkCommandBuffer cmd, uint32_t max_dispatches);
+
+  // Appends a dispatch of |kernel| (specialised by |spec|: constant_id 0, 1, ...) over |groups|
+  // workgroups, with |params| in the params ring.
+  template <class P>
+  Status dispatch(const std::string& kernel, const std::vector<uint32_t>& spec, const P& params,
+                  const std::array<uint32_t, 3>& groups, const std::vector<Span>& reads, const std::vector<Span>& writes) {
+    TS_ASSIGN_OR_RETURN(const uint64_t addr, put(&params, sizeof(P)));
+    return dispatch_at(kernel, spec, addr, groups, reads, writes);
+  }
+  // Copies |bytes| of side data (such as rope's f64 frequency table) into the params ring.
+  Result<uint64_t> put(const void* data, size_t bytes);
+
+  OpKind current_op = OpKind::kCount;  // for timings
+  const Capabilities& caps() const { return device_.caps_; }
+  uint32_t dispatches() const { return n_dispatch_; }
+  const std::vector<std::string>& kernels() const { return kernels_; }
+  const std::vector<OpKind>& ops() const { return ops_; }
+
+ private:
+  Status dispatch_at(const std::string& kernel, const std::vector<uint32_t>& spec, uint64_t params_addr,
+                     const std::array<uint32_t, 3>& groups, const std::vector<Span>& reads, const std::vector<Span>& writes);
+  void barrier_if_needed(const std::vector<Span>& reads, const std::vector<Span>& writes);
+
+  VulkanDevice& device_;
+  VkCommandBuffer cmd_;
+  uint32_t max_dispatches_;
+  uint32_t n_dispatch_ = 0;
+  size_t chunk_ = 0, chunk_used_ = 0;
+  std::vector<Span> pending_writes_, pending_reads_;
+  std::vector<std::string> kernels_;
+  std::vector<OpKind> ops_;
+};
+
+// Device address and row description of a tensor bound to a VulkanBuffer.
+uint64_t address_of(const Tensor& t);
+TensorRef ref_of(const Tensor& t);
+// Workgroups for |n| items of |per_group| each, capped at the dispatch limit (kernels loop).
+uint32_t groups_for(int64_t n, int64_t per_group);
+
+// The op families (one file each). Each validates what the shader trusts, then records.
+Status record_embed(Recorder& rec, const Graph& g, const Node& n);
+Status record_matmul(Recorder& rec, const Graph& g, const Node& n);
+Status record_matmul_id(Recorder& rec, const Graph& g, const Node& n);
+Status record_norm(Recorder& rec, const Graph& g, const Node& n);  // rms_norm, softmax
+Status record_rope(Recorder& rec, const Graph& g, const Node& n);
+Status record_attention(Recorder& rec, const Graph& g, const Node& n);
+Status record_elementwise(Recorder& rec, const Graph& g, const Node& n);  // glu add mul scale cast copy
+Status record_topk_route(Recorder& rec, const Graph& g, const Node& n);
+
+// The weight-format suffix of the per-format kernels ("f32", "q4_0"), or null if unsupported.
+const char* weight_kernel_suffix(DType w);
+
+}  // namespace tessera::vulkan

@@ -1,0 +1,43 @@
+// tessera-bench: per-device rooflines and kernel sweeps through the HAL, the quantised GEMV
+// bandwidth figure, and comparisons between runs. See docs/bench.md.
+#include <CLI/CLI.hpp>
+
+#include "bench/commands.h"
+
+int main(int argc, char** argv) {
+  using namespace tessera::bench;
+  CLI::App app{"tessera-bench: rooflines, kernel sweeps and comparisons (docs/bench.md)"};
+  app.require_subcommand(1);
+
+  RooflineArgs roof;
+  auto* r = app.add_subcommand("roofline", "ceilings and a kernel sweep per device; JSON, CSV, table, SVG");
+  r->add_option("--device", roof.devices, "all, cpu, vulkan:0, ... (repeatable)");
+  r->add_option("--out", roof.out_dir, "output folder")->capture_default_str();
+  r->add_flag("--quick", roof.quick, "small shapes and short budgets (smoke tests)");
+  r->add_flag("--hal-ceilings", roof.hal_ceilings,
+              "CPU: measure the ceilings through the HAL like any other device, not directly");
+
+  GemvArgs gemv;
+  auto* g = app.add_subcommand("gemv", "quantised GEMV (M=1) bandwidth vs the measured peak read bandwidth");
+  g->add_option("--threads", gemv.threads, "thread counts (repeatable)")->capture_default_str();
+  g->add_option("--csv", gemv.csv, "also write the rows to this CSV file");
+  g->add_flag("--quick", gemv.quick, "smaller buffers, shorter budgets");
+
+  PlotArgs plot;
+  auto* p = app.add_subcommand("plot", "redraw the SVG plots of a saved roofline.json");
+  p->add_option("JSON", plot.json, "a report written by roofline")->required();
+  p->add_option("--out", plot.out_dir, "output folder (must exist)")->capture_default_str();
+
+  CompareArgs cmp;
+  auto* c = app.add_subcommand("compare", "per-kernel time ratio between two runs or two devices");
+  c->add_option("A", cmp.a, "first report (JSON)")->required();
+  c->add_option("B", cmp.b, "second report (JSON); may be the same file as A")->required();
+  c->add_option("--device-a", cmp.device_a, "device of A (default: its first)");
+  c->add_option("--device-b", cmp.device_b, "device of B (default: its first)");
+
+  CLI11_PARSE(app, argc, argv);
+  if (r->parsed()) return run_roofline(roof);
+  if (g->parsed()) return run_gemv(gemv);
+  if (p->parsed()) return run_plot(plot);
+  return run_compare(cmp);
+}

@@ -1,0 +1,42 @@
+// Chat templates: the Jinja subset real Hugging Face chat templates use, rendered the way
+// transformers' apply_chat_template configures Jinja (trim_blocks and lstrip_blocks on,
+// loop controls, raise_exception, a JSON tojson, namespace(), strftime_now).
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace tessera {
+
+namespace jinja {
+struct Template;
+}
+
+struct ChatMessage {
+  std::string role;
+  std::string content;
+};
+
+// Immutable after parse(); render() is safe to call from several threads.
+class ChatTemplate {
+ public:
+  // Parses |jinja_source|. Syntax errors are InvalidArgument naming line:col, e.g.
+  // "chat template: 3:14: expected 'endfor', found end of template".
+  static Result<ChatTemplate> parse(std::string_view jinja_source);
+
+  // Variables: messages (list of {role, content}), add_generation_prompt, bos_token, eos_token
+  // (empty unless given in |extra|), plus |extra| strings. raise_exception(msg) in the
+  // template returns InvalidArgument(msg); other evaluation errors name line:col.
+  Result<std::string> render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                             const std::map<std::string, std::string>& extra = {}) const;
+
+ private:
+  explicit ChatTemplate(std::shared_ptr<const jinja::Template> t) : tmpl_(std::move(t)) {}
+  std::shared_ptr<const jinja::Template> tmpl_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,142 @@
+// A model file that is well-formed GGUF but wrong as a model gets a clear error naming the file,
+// the key or tensor, and the values; so do prompts the engine cannot take. The inputs are
+// edits of a valid tiny model written by make_tiny_model.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+
+#include "core/reference/reference.h"
+#include "core/registry.h"
+#include "core/sched/engine.h"
+#include "models/gguf/gguf.h"
+#include "models/model.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+
+class BadModel : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = (fs::temp_directory_path() / ("tessera_bad_model_" + std::to_string(::getpid()))).string();
+    fs::create_directories(dir_);
+    const char* bin = std::getenv("TESSERA_BIN");
+    const std::string tool = std::string(bin ? bin : "build/bin") + "/make_tiny_model";
+    const std::string cmd = tool + " --arch llama --dtype f32 --out " + dir_ + "/good.gguf > /dev/null";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+
+  // Copies good.gguf to |name| through the Writer, letting |edit| change metadata and tensors.
+  using Edit = std::function<void(std::vector<std::pair<std::string, gguf::Value>>&,
+                                  std::vector<std::pair<gguf::TensorInfo, const void*>>&)>;
+  std::string rewrite(const std::string& name, const Edit& edit) {
+    auto src = gguf::File::open(dir_ + "/good.gguf");
+    EXPECT_TRUE(src.ok());
+    auto meta = (*src)->metadata();
+    std::vector<std::pair<gguf::TensorInfo, const void*>> tensors;
+    for (const auto& t : (*src)->tensors()) tensors.push_back({t, (*src)->tensor_data(t)});
+    edit(meta, tensors);
+    gguf::Writer w;
+    for (auto& [k, v] : meta)
+      if (k != "general.alignment") w.add(k, v);
+    for (auto& [t, data] : tensors) {
+      std::vector<int64_t> shape(t.shape.begin(), t.shape.begin() + t.rank);
+      const Status s = w.add_tensor(t.name, t.dtype, shape, data, t.nbytes);
+      EXPECT_TRUE(s.ok()) << s.to_string();
+    }
+    const std::string path = dir_ + "/" + name;
+    EXPECT_TRUE(w.write(path).ok());
+    return path;
+  }
+  Status load(const std::string& path) {
+    return Model::load(path, std::make_shared<ref::ReferenceDevice>()).status();
+  }
+  static void set_int(std::vector<std::pair<std::string, gguf::Value>>& m, const std::string& key, int64_t v) {
+    for (auto& [k, val] : m)
+      if (k == key) val = gguf::Value::of_uint(gguf::ValueType::kU32, uint64_t(v));
+  }
+  static std::string dir_;
+};
+std::string BadModel::dir_;
+
+TEST_F(BadModel, TheUneditedCopyLoads) {
+  const Status s = load(rewrite("copy.gguf", [](auto&, auto&) {}));
+  EXPECT_TRUE(s.ok()) << s.to_string();
+}
+
+TEST_F(BadModel, MissingRequiredKey) {
+  const Status s = load(rewrite("nokey.gguf", [](auto& meta, auto&) {
+    std::erase_if(meta, [](const auto& kv) { return kv.first == "llama.block_count"; });
+  }));
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("llama.block_count"), std::string::npos) << s.message();
+}
+
+TEST_F(BadModel, MoreLayersThanTensors) {
+  const Status s = load(rewrite("layers.gguf", [](auto& meta, auto&) { set_int(meta, "llama.block_count", 3); }));
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("blk.2."), std::string::npos) << s.message();
+}
+
+TEST_F(BadModel, ShapeContradictsHyperparameters) {
+  const Status s = load(rewrite("shape.gguf", [](auto& meta, auto&) { set_int(meta, "llama.feed_forward_length", 96); }));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("ffn_gate.weight' has shape [128, 64] but the hyperparameters imply [96, 64]"),
+            std::string::npos)
+      << s.message();
+}
+
+TEST_F(BadModel, HeadsNotAMultipleOfKvHeads) {
+  const Status s = load(rewrite("heads.gguf", [](auto& meta, auto&) { set_int(meta, "llama.attention.head_count_kv", 3); }));
+  EXPECT_NE(s.message().find("not a multiple of head_count_kv 3"), std::string::npos) << s.message();
+}
+
+TEST_F(BadModel, UnknownArchitecture) {
+  const Status s = load(rewrite("arch.gguf", [](auto& meta, auto&) {
+    for (auto& [k, v] : meta)
+      if (k == "general.architecture") v = gguf::Value::of_string("rwkv9");
+  }));
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("'rwkv9'"), std::string::npos) << s.message();
+}
+
+TEST_F(BadModel, MissingTensor) {
+  const Status s = load(rewrite("notensor.gguf", [](auto&, auto& tensors) {
+    std::erase_if(tensors, [](const auto& t) { return t.first.name == "blk.1.ffn_up.weight"; });
+  }));
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("'blk.1.ffn_up.weight' is missing"), std::string::npos) << s.message();
+}
+
+TEST_F(BadModel, TruncatedFileNamesTheFile) {
+  const std::string path = dir_ + "/truncated.gguf";
+  fs::copy_file(dir_ + "/good.gguf", path, fs::copy_options::overwrite_existing);
+  fs::resize_file(path, fs::file_size(path) / 2);
+  const Status s = load(path);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("truncated.gguf"), std::string::npos) << s.message();
+}
+
+TEST_F(BadModel, EmptyAndOverlongPromptsAreRejected) {
+  const std::string path = rewrite("ctx.gguf", [](auto& meta, auto&) { set_int(meta, "llama.context_length", 32); });
+  auto m = Model::load(path, std::make_shared<ref::ReferenceDevice>());
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  auto kv = (*m)->create_kv_cache(256);
+  ASSERT_TRUE(kv.ok());
+  Engine engine(**m, **kv, (*m)->codec());
+  GenerationRequest r;
+  auto empty = engine.submit(r);
+  EXPECT_EQ(empty.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(empty.status().message().find("empty"), std::string::npos);
+  r.prompt.assign(40, 65);
+  auto longp = engine.submit(r);
+  EXPECT_EQ(longp.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(longp.status().message().find("40 tokens, the context holds 32"), std::string::npos) << longp.status().message();
+}
+
+}  // namespace
+}  // namespace tessera
