@@ -67,7 +67,7 @@ struct EngineStats {
   int64_t prefix_lookups = 0;     // block lookups
   int64_t prefix_hits = 0;
   int64_t generated_tokens = 0;
-  int64_t requests_finished = 0;
+  int64_t requests_finished = 0;  // choices finished (each of a request's n counts)
   int32_t running = 0;            // sequences holding blocks
   int32_t waiting = 0;            // sequences queued for admission
   KvUsage kv;

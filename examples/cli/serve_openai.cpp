@@ -200,6 +200,8 @@ std::optional<ApiError> parse_request(ServerContext& ctx, const std::string& raw
   if (auto e = parse_stop(body, &out->gen.stop)) return e;
   // An extension (as in vLLM): keep generating past end-of-generation tokens, for benchmarks.
   if (auto e = read_field(body, "ignore_eos", "a boolean", &out->gen.ignore_eos)) return e;
+  // Another: higher runs first and is preempted last.
+  if (auto e = read_field(body, "priority", "an integer", &out->gen.priority)) return e;
   if (auto e = parse_sampling(body, out)) return e;
   if (out->chat) {
     if (!body.contains("messages")) return ApiError{400, "'messages' is required", "messages"};
