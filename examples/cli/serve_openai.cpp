@@ -1,4 +1,5 @@
 #include "examples/cli/serve_openai.h"
+#include "examples/cli/common.h"
 
 #include <httplib.h>
 
@@ -85,14 +86,13 @@ std::optional<ApiError> parse_stop(const json& body, std::vector<std::string>* s
   return std::nullopt;
 }
 
-// Renders chat |messages| with the model's template. Only ChatML templates (the SmolLM2 and
-// Qwen family, and the tiny test models) are rendered as such; other models get a plain
-// "role: content" transcript.
-// TODO: render the model's own Jinja template once models/chat_template exists.
+// Renders chat |messages| with the model's own chat template (models/chat_template, through the
+// CLI's apply_chat_template; a model without one gets the turns concatenated). A template that
+// raises (e.g. roles out of order) is the client's error: 400 naming the template's message.
 std::optional<ApiError> render_chat(const Model& model, const json& messages, std::string* text) {
   if (!messages.is_array() || messages.empty())
     return ApiError{400, "'messages' must be a non-empty array", "messages"};
-  const bool chatml = model.chat_template().find("<|im_start|>") != std::string::npos;
+  std::vector<std::pair<std::string, std::string>> turns;
   for (size_t i = 0; i < messages.size(); ++i) {
     const json& m = messages[i];
     const std::string where = "messages[" + std::to_string(i) + "]";
@@ -111,10 +111,11 @@ std::optional<ApiError> render_chat(const Model& model, const json& messages, st
     } else if (!c.is_null()) {
       return ApiError{400, "'" + where + ".content' must be a string or an array of text parts", where + ".content"};
     }
-    const std::string role = m["role"].get<std::string>();
-    *text += chatml ? "<|im_start|>" + role + "\n" + content + "<|im_end|>\n" : role + ": " + content + "\n";
+    turns.emplace_back(m["role"].get<std::string>(), std::move(content));
   }
-  *text += chatml ? "<|im_start|>assistant\n" : "assistant:";
+  auto rendered = cli::apply_chat_template(model, turns, /*add_generation_prompt=*/true);
+  if (!rendered.ok()) return ApiError{400, "chat template: " + rendered.status().message(), "messages"};
+  *text = std::move(rendered).value();
   return std::nullopt;
 }
 
