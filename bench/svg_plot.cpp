@@ -153,7 +153,7 @@ void draw_ceilings(std::string& s, const Axes& a, const DeviceReport& d, const s
          num(y) + "' stroke='" + colour + "' stroke-width='2' clip-path='url(#plot)'/>\n";
     // Staggered along the line so ceilings close in value keep readable labels.
     s += "<text x='" + num(kRight - 4 - 160.0 * (index + row)) + "' y='" + num(y - 4) + "' text-anchor='end' fill='" +
-         colour + "'>" + xml_escape(prefix + name + " " + printf_str("%.3g", g) + " GFLOP/s") + "</text>\n";
+         colour + "'>" + xml_escape(prefix + name + " " + printf_str(g >= 100 ? "%.0f" : g >= 1 ? "%.1f" : "%.2g", g) + " GFLOP/s") + "</text>\n";
     ++row;
   }
 }
