@@ -170,6 +170,7 @@ int run_gemv(const GemvArgs& a) {
                 t, t > 1 ? "s" : "", read_wall, read_cpu);
     rows.push_back({t, "-", "read", read_wall, read_cpu, 100, 100});
     for (const char* dt : {"f32", "bf16", "int8"}) {
+      if (a.no_gemm) break;
       auto peak = onednn_gemm_gflops(dt, a.quick ? 1024 : 2048, t, a.quick ? 3 : 5);
       if (peak.ok()) {
         std::printf("oneDNN %-4s GEMM peak, %d thread%s: %.1f GFLOP/s (wall)\n", dt, t, t > 1 ? "s" : "", peak->median);
@@ -184,10 +185,12 @@ int run_gemv(const GemvArgs& a) {
     for (int i = 0; i < kNumDTypes; ++i) {
       const DType w = dtype_table()[i].dtype;
       if (!dtype_table()[i].quantize_row || !device.supports(OpKind::kMatmul, DType::kF32, w)) continue;
+      if (!a.dtypes.empty() && std::find(a.dtypes.begin(), a.dtypes.end(), dtype_name(w)) == a.dtypes.end()) continue;
       const double wbytes = double(dtype_row_bytes(w, K) * N);
       const int copies = int(std::clamp(working_set / wbytes + 1.0, 2.0, 64.0));
       auto gemv = time_matmul(device, w, 1, N, K, copies, reps);
-      auto gemm = time_matmul(device, w, M_prefill, N_prefill, K, 1, a.quick ? 2 : 3);
+      Result<Timing> gemm = Timing{1.0, 1.0};
+      if (!a.no_gemm) gemm = time_matmul(device, w, M_prefill, N_prefill, K, 1, a.quick ? 2 : 3);
       if (!gemv.ok() || !gemm.ok()) {
         std::printf("%-7d %-10s failed: %s\n", t, dtype_name(w),
                     (!gemv.ok() ? gemv.status() : gemm.status()).to_string().c_str());
@@ -196,10 +199,13 @@ int run_gemv(const GemvArgs& a) {
       const double gbs_w = wbytes / gemv->wall / 1e9, gbs_c = wbytes / gemv->cpu / 1e9;
       const double flops = 2.0 * double(M_prefill) * double(N_prefill) * double(K);
       const Row r{t, dtype_name(w), "gemv", gbs_w, gbs_c, 100 * gbs_w / read_wall, 100 * gbs_c / read_cpu};
-      std::printf("%-7d %-10s %8.1f / %7.1f %8.1f%% / %6.1f%% %10.1f / %9.1f\n", t, r.dtype.c_str(), gbs_w, gbs_c,
-                  r.pct_wall, r.pct_cpu, flops / gemm->wall / 1e9, flops / gemm->cpu / 1e9);
+      std::printf("%-7d %-10s %8.1f / %7.1f %8.1f%% / %6.1f%%", t, r.dtype.c_str(), gbs_w, gbs_c, r.pct_wall, r.pct_cpu);
+      if (a.no_gemm)
+        std::printf("\n");
+      else
+        std::printf(" %10.1f / %9.1f\n", flops / gemm->wall / 1e9, flops / gemm->cpu / 1e9);
       rows.push_back(r);
-      rows.push_back({t, dtype_name(w), "gemm", flops / gemm->wall / 1e9, flops / gemm->cpu / 1e9, 0, 0});
+      if (!a.no_gemm) rows.push_back({t, dtype_name(w), "gemm", flops / gemm->wall / 1e9, flops / gemm->cpu / 1e9, 0, 0});
       std::fflush(stdout);
     }
   }
