@@ -34,7 +34,7 @@ std::vector<Case> linear_cases() {
       struct Shape { int64_t M, N, K; bool bias; };
       std::vector<Shape> shapes = quantized(w)
           ? std::vector<Shape>{{1, 33, 96, false}, {7, 64, 32, true}, {3, 17, 4096, false}, {33, 40, 160, false},
-                               {70, 19, 288, false}}
+                               {130, 19, 288, false}}
           : std::vector<Shape>{{1, 33, 17, false}, {7, 64, 64, true}, {3, 17, 4096, false}, {33, 40, 31, false}};
       for (Shape s : shapes) {
         if (quantized(w)) s.K = fit_k(w, s.K);
