@@ -15,6 +15,8 @@ int run_roofline(const RooflineArgs& a);
 
 struct GemvArgs {
   std::vector<int> threads = {1, 2};
+  std::vector<std::string> dtypes;  // weight formats to measure (empty: every one the CPU supports)
+  bool no_gemm = false;             // GEMV only
   bool quick = false;
   std::string csv;  // optional output file
 };

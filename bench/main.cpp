@@ -21,6 +21,8 @@ int main(int argc, char** argv) {
   auto* g = app.add_subcommand("gemv", "quantised GEMV (M=1) bandwidth vs the measured peak read bandwidth");
   g->add_option("--threads", gemv.threads, "thread counts (repeatable)")->capture_default_str();
   g->add_option("--csv", gemv.csv, "also write the rows to this CSV file");
+  g->add_option("--dtype", gemv.dtypes, "weight formats to measure (repeatable; default: all)");
+  g->add_flag("--no-gemm", gemv.no_gemm, "skip the prefill GEMM figures");
   g->add_flag("--quick", gemv.quick, "smaller buffers, shorter budgets");
 
   PlotArgs plot;

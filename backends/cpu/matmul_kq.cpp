@@ -23,14 +23,14 @@
 HWY_BEFORE_NAMESPACE();
 namespace tessera::cpu::HWY_NAMESPACE {
 
-// The eight 6-bit scales and mins of Q4_K/Q5_K (the layout of quant/kquants.h's pack_k_scales).
-HWY_INLINE void k_scales(const uint8_t* in, uint8_t* sc, uint8_t* m) {
-  for (int i = 0; i < 4; ++i) {
-    sc[i] = in[i] & 63;
-    m[i] = in[4 + i] & 63;
-    sc[4 + i] = uint8_t((in[8 + i] & 15) | ((in[i] >> 6) << 4));
-    m[4 + i] = uint8_t((in[8 + i] >> 4) | ((in[4 + i] >> 6) << 4));
-  }
+// The eight 6-bit scales (low 8 bytes of the result) and mins of Q4_K/Q5_K, in the layout of
+// quant/kquants.h's pack_k_scales, with word arithmetic instead of 16 byte-wise unpacks.
+HWY_INLINE void k_scales(const uint8_t* in, uint64_t* sc, uint64_t* m) {
+  uint32_t u[3];
+  std::memcpy(u, in, 12);
+  const uint32_t lo6 = 0x3f3f3f3fu, lo4 = 0x0f0f0f0fu, lo2 = 0x03030303u;
+  *sc = (u[0] & lo6) | uint64_t((u[2] & lo4) | (((u[0] >> 6) & lo2) << 4)) << 32;
+  *m = (u[1] & lo6) | uint64_t(((u[2] >> 4) & lo4) | (((u[1] >> 6) & lo2) << 4)) << 32;
 }
 
 // Q4_K (kBits = 4) and Q5_K (kBits = 5): chunk c of 64 elements is qs[32c..32c+31], low nibbles
@@ -45,9 +45,13 @@ struct FmtQK : NoRowScale {
   template <int R>
   static HWY_INLINE void block(const Block& wb, const ActQ8* const* x, int64_t b0, __m256* acc0, __m256* acc1,
                                float* off) {
-    uint8_t sc[8], m[8];
-    k_scales(wb.scales, sc, m);
-    const float d = f16_scalar(wb.d), dmin = f16_scalar(wb.dmin);
+    // The eight sub-block scales and mins as floats, once per super-block (vector converts; the
+    // per-sub-block broadcasts then read them from the stack).
+    uint64_t sc8, m8;
+    k_scales(wb.scales, &sc8, &m8);
+    alignas(32) float scale[8], mins[8];
+    _mm256_store_ps(scale, _mm256_mul_ps(f16_splat(wb.d), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(sc8))))));
+    _mm256_store_ps(mins, _mm256_mul_ps(f16_splat(wb.dmin), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(m8))))));
     __m256i qh = _mm256_setzero_si256();
     if constexpr (kBits == 5) qh = load32(wb.qh);
     const __m256i one = _mm256_set1_epi8(1);
@@ -61,11 +65,12 @@ struct FmtQK : NoRowScale {
         hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4));
         qh = _mm256_srli_epi16(qh, 2);
       }
-      accum<R, false, -1>(lo, _mm256_set1_ps(d * float(sc[2 * c])), x, b0 + 2 * c, acc0);
-      accum<R, false, -1>(hi, _mm256_set1_ps(d * float(sc[2 * c + 1])), x, b0 + 2 * c + 1, acc1);
-      accum_off<R>(-dmin * float(m[2 * c]), x, b0 + 2 * c, off);
-      accum_off<R>(-dmin * float(m[2 * c + 1]), x, b0 + 2 * c + 1, off);
+      accum<R, false, -1>(lo, _mm256_broadcast_ss(&scale[2 * c]), x, b0 + 2 * c, acc0);
+      accum<R, false, -1>(hi, _mm256_broadcast_ss(&scale[2 * c + 1]), x, b0 + 2 * c + 1, acc1);
     }
+    // The mins: off -= sum_i dmin * m[i] * dx_i * sum(qx_i).
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) accum_off<R>(-mins[i], x, b0 + i, off);
   }
 #endif
 };
@@ -81,7 +86,12 @@ struct FmtQ6K : NoRowScale {
   template <int R>
   static HWY_INLINE void block(const Block& wb, const ActQ8* const* x, int64_t b0, __m256* acc0, __m256* acc1,
                                float*) {
-    const float d = f16_scalar(wb.d);
+    // The 16 per-16 scales as floats, once per super-block; sub-block j needs scales 2j and
+    // 2j+1 in lanes 0-3 and 4-7: one permute each.
+    const __m256 d = f16_splat(wb.d);
+    const __m128i sc16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.scales));
+    const __m256 scale[2] = {_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc16))),
+                             _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(sc16, sc16))))};
     const __m256i three = _mm256_set1_epi8(3);
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
@@ -93,11 +103,11 @@ struct FmtQ6K : NoRowScale {
           _mm256_or_si256(high_nibbles(l0), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), three), 4)),
           _mm256_or_si256(high_nibbles(l1), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), three), 4)),
       };
-      const int8_t* sc = wb.scales + 8 * h;
 #pragma GCC unroll 4
-      for (int t = 0; t < 4; ++t)
-        accum<R, false, 2>(q[t], split_scale(d * float(sc[2 * t]), d * float(sc[2 * t + 1])), x, b0 + 4 * h + t,
-                           t % 2 ? acc1 : acc0);
+      for (int t = 0; t < 4; ++t) {
+        const __m256i pick = _mm256_setr_epi32(2 * t, 2 * t, 2 * t, 2 * t, 2 * t + 1, 2 * t + 1, 2 * t + 1, 2 * t + 1);
+        accum<R, false, 2>(q[t], _mm256_permutevar8x32_ps(scale[h], pick), x, b0 + 4 * h + t, t % 2 ? acc1 : acc0);
+      }
     }
   }
 #endif
@@ -115,15 +125,14 @@ struct FmtNvfp4 : NoRowScale {
   template <int R>
   static HWY_INLINE void block(const Block& wb, const ActQ8* const* x, int64_t b0, __m256* acc0, __m256* acc1,
                                float*) {
-    const __m128i m4 = _mm_set1_epi8(0x0f);
-#pragma GCC unroll 2
-    for (int j = 0; j < 2; ++j) {
-      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.qs + 16 * j));
-      const __m128i lo = _mm_and_si128(v, m4), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
-      const __m256i codes = _mm256_set_m128i(_mm_unpackhi_epi64(lo, hi), _mm_unpacklo_epi64(lo, hi));
-      accum<R, true, -1>(e2m1x2(codes), split_scale(kUe4m3Half[wb.d[2 * j]], kUe4m3Half[wb.d[2 * j + 1]]), x,
-                         b0 + j, j ? acc1 : acc0);
-    }
+    // lo/hi nibbles of all 32 bytes; per 128-bit lane, unpack{lo,hi}_epi64 yields the element
+    // order of 16 bytes, and the two lanes hold sub-blocks 0 and 1 halves: recombine them.
+    const __m256i v = load32(wb.qs);
+    const __m256i lo = low_nibbles(v), hi = high_nibbles(v);
+    const __m256i a = _mm256_unpacklo_epi64(lo, hi), b = _mm256_unpackhi_epi64(lo, hi);
+    const __m256i sub0 = _mm256_permute2x128_si256(a, b, 0x20), sub1 = _mm256_permute2x128_si256(a, b, 0x31);
+    accum<R, true, -1>(e2m1x2(sub0), split_scale(kUe4m3Half[wb.d[0]], kUe4m3Half[wb.d[1]]), x, b0, acc0);
+    accum<R, true, -1>(e2m1x2(sub1), split_scale(kUe4m3Half[wb.d[2]], kUe4m3Half[wb.d[3]]), x, b0 + 1, acc1);
   }
 #endif
 };

@@ -44,7 +44,11 @@ std::vector<Case> moe_cases() {
                        const ValueId gate = g.matmul_id(x, c.input(w, {E, F, D}), ids);
                        const ValueId up = g.matmul_id(x, c.input(w, {E, F, D}), ids);
                        return V{g.matmul_id(g.swiglu(gate, up), c.input(w, {E, D, F}), ids, wts)};
-                     }});
+                     },
+                     // Two rounds of int8 activation quantisation, the second on swiglu outputs whose
+                     // heavy tails widen the block steps: measured up to 1.2e-4 on the CPU (every
+                     // int8-activation format), so 2.5x the single-matmul tolerance.
+                     2.5 * tolerance_for(DType::kF32, w)});
   return cases;
 }
 
