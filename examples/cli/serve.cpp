@@ -26,6 +26,7 @@ struct ServeCommandOptions {
   std::string device = "auto";
   int ctx = 16384;  // KV cache capacity in tokens (shared by every request)
   std::string kv_dtype = "f16";
+  bool no_prefix_caching = false;
   ServeOptions serve;
 };
 
@@ -83,6 +84,7 @@ void serve_command(const ServeCommandOptions& o) {
   EngineConfig ec;
   ec.scheduler.max_batch_tokens = o.serve.max_batch_tokens;
   ec.scheduler.max_seqs = o.serve.max_seqs;
+  ec.scheduler.prefix_caching = !o.no_prefix_caching;
   Engine engine(**model, **kv, (*model)->codec(), ec);
   EngineThread engine_thread(engine);
 
@@ -123,6 +125,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("-c,--ctx", o->ctx, "KV cache capacity in tokens, shared by all requests")->capture_default_str()
       ->check(CLI::Range(16, 1 << 24));
   cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache dtype: f16, bf16 or f32")->capture_default_str();
+  cmd->add_flag("--no-prefix-caching", o->no_prefix_caching,
+                "compute every prompt in full (a reference for the prefix cache's outputs and speed)");
   cmd->add_option("--host", o->serve.host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", o->serve.port, "port (0: any free port, printed on stdout)")->capture_default_str()
       ->check(CLI::Range(0, 65535));
