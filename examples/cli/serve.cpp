@@ -77,7 +77,7 @@ void serve_command(const ServeCommandOptions& o) {
   auto model = Model::load(o.model, *dev, lo);
   if (!model.ok()) return serve_fail(model.status().to_string());
   const auto kvt = dtype_from_name(o.kv_dtype);
-  if (!kvt) return serve_fail("unknown --kv-dtype '" + o.kv_dtype + "' (f16, bf16 or f32)", 2);
+  if (!kvt) return serve_fail("unknown --kv-dtype '" + o.kv_dtype + "' (f16, bf16, f32, fp8_e4m3 or int8_pc)", 2);
   auto kv = (*model)->create_kv_cache(o.ctx, *kvt);
   if (!kv.ok()) return serve_fail(kv.status().to_string());
 
@@ -124,7 +124,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("-d,--device", o->device, "device: auto, cpu, vulkan, cuda:0 ...")->capture_default_str();
   cmd->add_option("-c,--ctx", o->ctx, "KV cache capacity in tokens, shared by all requests")->capture_default_str()
       ->check(CLI::Range(16, 1 << 24));
-  cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache dtype: f16, bf16 or f32")->capture_default_str();
+  cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache dtype: f16, bf16, f32, fp8_e4m3 or int8_pc (8-bit: an f32 scale per token and kv head)")->capture_default_str();
   cmd->add_flag("--no-prefix-caching", o->no_prefix_caching,
                 "compute every prompt in full (a reference for the prefix cache's outputs and speed)");
   cmd->add_option("--host", o->serve.host, "address to listen on")->capture_default_str();
