@@ -71,6 +71,15 @@ struct ServeBenchArgs {
 };
 int run_serve_bench(const ServeBenchArgs& a);
 
+struct MoeBenchArgs {
+  std::string moe, dense;  // GGUF files: the MoE and a dense model of equal active parameters
+  int threads = 2;
+  int prompt = 128;
+  int decode = 32;
+  int repeats = 3;
+};
+int run_moe_bench(const MoeBenchArgs& a);
+
 // "AMD EPYC ... , 2 CPUs, LLC 32 MiB" for reports.
 std::string host_description();
 // Current UTC time, ISO 8601.
