@@ -21,6 +21,7 @@ bool kernels_support(OpKind op, DType act, DType weight) {
     case OpKind::kMatmul:
     case OpKind::kMatmulId: return is_weight(weight);
     case OpKind::kAttention:  // weight = the KV cache dtype
+      return is_float(weight) || weight == DType::kFP8_E4M3 || weight == DType::kINT8_PC;
     case OpKind::kCast: return is_float(weight);
     case OpKind::kRmsNorm:
     case OpKind::kRope:
