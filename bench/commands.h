@@ -15,6 +15,8 @@ int run_roofline(const RooflineArgs& a);
 
 struct GemvArgs {
   std::vector<int> threads = {1, 2};
+  std::vector<std::string> dtypes;  // weight formats to measure (empty: every one the CPU supports)
+  bool no_gemm = false;             // GEMV only
   bool quick = false;
   std::string csv;  // optional output file
 };
@@ -68,6 +70,15 @@ struct ServeBenchArgs {
   int decodes = 8, long_prompt = 4000;
 };
 int run_serve_bench(const ServeBenchArgs& a);
+
+struct MoeBenchArgs {
+  std::string moe, dense;  // GGUF files: the MoE and a dense model of equal active parameters
+  int threads = 2;
+  int prompt = 128;
+  int decode = 32;
+  int repeats = 3;
+};
+int run_moe_bench(const MoeBenchArgs& a);
 
 // "AMD EPYC ... , 2 CPUs, LLC 32 MiB" for reports.
 std::string host_description();

@@ -21,6 +21,8 @@ int main(int argc, char** argv) {
   auto* g = app.add_subcommand("gemv", "quantised GEMV (M=1) bandwidth vs the measured peak read bandwidth");
   g->add_option("--threads", gemv.threads, "thread counts (repeatable)")->capture_default_str();
   g->add_option("--csv", gemv.csv, "also write the rows to this CSV file");
+  g->add_option("--dtype", gemv.dtypes, "weight formats to measure (repeatable; default: all)");
+  g->add_flag("--no-gemm", gemv.no_gemm, "skip the prefill GEMM figures");
   g->add_flag("--quick", gemv.quick, "smaller buffers, shorter budgets");
 
   PlotArgs plot;
@@ -73,11 +75,22 @@ int main(int argc, char** argv) {
   s->add_option("--long-prompt", sb.long_prompt, "chunked scenario: tokens of the prompt that arrives")->capture_default_str();
 #endif
 
+  MoeBenchArgs moe;
+  auto* e = app.add_subcommand("moe", "a MoE model vs a dense model of equal active parameters: prefill/decode tokens/s, "
+                                      "cost ratio, expert load");
+  e->add_option("--moe", moe.moe, "the mixture-of-experts GGUF")->required();
+  e->add_option("--dense", moe.dense, "the dense GGUF (FFN width = k x the expert width)")->required();
+  e->add_option("--threads", moe.threads, "CPU threads")->capture_default_str();
+  e->add_option("--prompt", moe.prompt, "prompt tokens")->capture_default_str();
+  e->add_option("--decode", moe.decode, "generated tokens")->capture_default_str();
+  e->add_option("--repeats", moe.repeats, "alternating runs per model (median)")->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
 #ifdef TESSERA_BENCH_HAVE_SERVE
   if (s->parsed()) return run_serve_bench(sb);
 #endif
   if (m->parsed()) return run_model_bench(mb);
+  if (e->parsed()) return run_moe_bench(moe);
   if (r->parsed()) return run_roofline(roof);
   if (g->parsed()) return run_gemv(gemv);
   if (p->parsed()) return run_plot(plot);
