@@ -149,7 +149,8 @@ Result<json> run_chunked_scenario(const ServeBenchArgs& a) {
   const Clock::time_point done = lr.token_times.empty() ? Clock::now() : lr.token_times.front();
   // A few more plain decode steps after it, then the streams end.
   const int after = min_progress() + 8;
-  while (min_progress() < after && Clock::now() < wait_until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const auto after_until = Clock::now() + std::chrono::seconds(120);
+  while (min_progress() < after && Clock::now() < after_until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   stop = true;
   for (auto& th : threads) th.join();
   if (!lr.ok) return Unavailable("tessera-bench serve: the long request failed: " + lr.error);

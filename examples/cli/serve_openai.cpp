@@ -483,6 +483,10 @@ std::string prometheus(ServerContext& ctx) {
   metric("tessera_kv_slots_waste", "gauge", "Allocated KV slots holding no token.", double(s.kv.slots_waste));
   metric("tessera_kv_slots_allocated", "gauge", "Allocated KV slots.", double(s.kv.slots_allocated));
   metric("tessera_preemptions_total", "counter", "Sequences preempted for KV space.", double(s.preemptions));
+  metric("tessera_swap_out_total", "counter", "Preemptions that swapped KV blocks to host memory.", double(s.swap_outs));
+  metric("tessera_swap_in_total", "counter", "Swapped sequences brought back.", double(s.swap_ins));
+  metric("tessera_kv_blocks_swapped_out_total", "counter", "KV blocks copied to host memory.", double(s.blocks_swapped_out));
+  metric("tessera_kv_blocks_swapped_in_total", "counter", "KV blocks copied back from host memory.", double(s.blocks_swapped_in));
   metric("tessera_steps_total", "counter", "Engine steps run.", double(s.steps));
   metric("tessera_prompt_tokens_total", "counter", "Prompt tokens admitted.", double(s.prompt_tokens));
   metric("tessera_prompt_tokens_cached_total", "counter", "Prompt tokens served from the prefix cache.", double(s.cached_tokens));

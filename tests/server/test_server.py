@@ -254,6 +254,35 @@ class Lifecycle(unittest.TestCase):
         finally:
             server.stop()
 
+    def test_swap_preemption_with_a_too_small_pool_gives_every_request_its_solo_output(self):
+        # 192 KV slots (12 blocks) for 8 concurrent requests of 108 tokens (7 blocks) each: sequences
+        # must be preempted, and each still fits the pool alone.
+        prompts = [f"request number {i} asks for a story about the sea" for i in range(8)]
+        kwargs = dict(model="tiny", max_tokens=60, temperature=0, extra_body={"ignore_eos": True})
+        solo_server = Server("-c", "4096")
+        try:
+            want = [solo_server.client.completions.create(prompt=p, **kwargs).choices[0].text for p in prompts]
+        finally:
+            solo_server.stop()
+        server = Server("-c", "192", "--preemption", "swap", "--swap-space", "1024")
+        try:
+            got = [None] * len(prompts)
+
+            def run(i):
+                got[i] = server.client.completions.create(prompt=prompts[i], **kwargs).choices[0].text
+
+            threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(120)
+            self.assertEqual(got, want)
+            self.assertGreater(server.metric("tessera_swap_out_total"), 0, "some sequences were swapped")
+            self.assertEqual(server.metric("tessera_swap_in_total"), server.metric("tessera_swap_out_total"))
+            self.assertEqual(server.metric("tessera_kv_blocks_used"), 0)
+        finally:
+            server.stop()
+
     def test_a_full_queue_answers_429_with_retry_after(self):
         server = Server("-c", "4096", "--max-in-flight", "2")
         try:
