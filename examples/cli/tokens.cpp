@@ -139,7 +139,7 @@ Result<KlSession> open_kl_session(const TokenOptions& o, const LogitRunInfo& run
 
 void print_kl(const KlSession& k, const PerplexityResult& r) {
   const double base_ppl = std::exp(k.base->mean_nll());
-  std::printf("kl divergence: mean %.6f +/- %.6f, median %.6f, p99 %.6f, max %.6f over %lld positions\n", k.kl.mean(),
+  std::printf("kl divergence: mean %.6g +/- %.3g, median %.6g, p99 %.6g, max %.6g over %lld positions\n", k.kl.mean(),
               k.kl.stderr_mean(), k.kl.quantile(0.5), k.kl.quantile(0.99), k.kl.max(), (long long)k.kl.count());
   std::printf("top-1 agreement: %.2f %%\n", 100.0 * k.kl.top1_agreement());
   std::printf("perplexity change: %.4f -> %.4f (%+.3f %%)\n", base_ppl, r.perplexity, 100.0 * (r.perplexity / base_ppl - 1.0));

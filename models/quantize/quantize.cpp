@@ -131,17 +131,19 @@ Status check_output(const TensorSource& src, const std::string& out_path, const 
 Result<QuantizeStats> quantize_model(const TensorSource& src, const std::vector<TensorPlan>& plan,
                                      const QuantizeOptions& o, const std::string& out_path) {
   const auto start = std::chrono::steady_clock::now();
+  Progress progress;
+  progress.fn = &o.progress;
+  for (const TensorPlan& p : plan) {
+    if (p.index >= src.tensors().size() || src.tensors()[p.index].name != p.name)
+      return InvalidArgument(out_path + ": plan entry '" + p.name + "' does not match " + src.path() + "'s tensors");
+    const SourceTensor& s = src.tensors()[p.index];
+    progress.total += s.rows() * s.cols();
+  }
   const std::string tmp_path = out_path + ".part";
   TS_RETURN_IF_ERROR(check_output(src, out_path, tmp_path));
   const int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   gguf::Writer w;
   Status st = copy_metadata(src, o, &w);
-  Progress progress;
-  progress.fn = &o.progress;
-  for (const TensorPlan& p : plan) {
-    const SourceTensor& s = src.tensors().at(p.index);
-    progress.total += s.rows() * s.cols();
-  }
   std::vector<uint8_t> bytes;
   for (size_t i = 0; st.ok() && i < plan.size(); ++i) {
     const TensorPlan& p = plan[i];

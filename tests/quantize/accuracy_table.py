@@ -9,11 +9,16 @@ Each format is quantised from that baseline with the default rules, then scored 
       --model models-cache/SmolLM2-135M-Instruct.Q4_1.gguf \
       --text tests/data/text/alice_ch1.txt --work /tmp/tessera-acc --update-doc docs/quant.md
 
-Needs about 0.4 GB of disk per format at a time plus the 0.3 GB baseline logit file.
+Needs about 0.4 GB of disk per format at a time plus the 0.3 GB baseline logit file. Results
+are kept in WORK/results.json as each format finishes: --reuse keeps the baseline and the formats
+already measured, --render-only rebuilds the table from that file.
 """
 import argparse
+import json
+import math
 import os
 import re
+import struct
 import subprocess
 import sys
 import time
@@ -55,6 +60,19 @@ def perplexity(args, model, extra):
     return r
 
 
+def baseline_from_logits(path):
+    """The baseline's perplexity and scored count from a logit file's header (see logit_file.h)."""
+    with open(path, "rb") as f:
+        h = f.read(64)
+    n_scored, = struct.unpack_from("<Q", h, 32)
+    mean_nll, = struct.unpack_from("<d", h, 56)
+    return {"ppl": round(math.exp(mean_nll), 4), "tokens": n_scored, "secs": 0}
+
+
+def fmt_kl(x):
+    return f"{x:.5f}" if x >= 1e-3 else f"{x:.2e}"
+
+
 def mix_of(plan, fmt):
     """'f32 61, q4_k 30, q5_0 180, q8_0 1' -> '30 q4_k, 180 q5_0, 1 q8_0' (f32 norms left out)."""
     parts = [p.split() for p in plan.split(", ") if p]
@@ -70,31 +88,54 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--window", type=int, default=512)
     ap.add_argument("--formats", default=",".join(FORMATS))
+    ap.add_argument("--reuse", action="store_true", help="keep the baseline and the results in WORK")
+    ap.add_argument("--render-only", action="store_true", help="only print the table from WORK/results.json")
     ap.add_argument("--update-doc", help="rewrite the table between the accuracy-table markers of this file")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     base_gguf, base_logits = f"{args.work}/base-f32.gguf", f"{args.work}/base.logits"
+    results_path = f"{args.work}/results.json"
+    results = json.load(open(results_path)) if (args.reuse or args.render_only) and os.path.exists(results_path) else {}
 
-    quantize(args, args.model, base_gguf, "f32")
-    base = perplexity(args, base_gguf, ["--save-logits", base_logits])
-    print(f"baseline f32: ppl {base['ppl']:.4f} over {base['tokens']} tokens ({base['secs']:.0f} s)", file=sys.stderr)
-    rows = [("f32 (baseline)", os.path.getsize(base_gguf), base, "all f32")]
-    src = perplexity(args, args.model, ["--kl-base", base_logits])
-    rows.append(("q4_1 source file", os.path.getsize(args.model), src, "the original GGUF: 210 q4_1, 1 q8_0"))
-    for fmt in args.formats.split(","):
-        out = f"{args.work}/{fmt}.gguf"
-        try:
-            plan, qsecs = quantize(args, base_gguf, out, fmt)
-            r = perplexity(args, out, ["--kl-base", base_logits])
-            rows.append((fmt, os.path.getsize(out), r, mix_of(plan, fmt)))
-            print(f"{fmt}: ppl {r['ppl']:.4f} kl {r.get('kl', 0):.5f} top1 {r.get('top1', 0):.2f} "
-                  f"(quantize {qsecs:.0f} s, perplexity {r['secs']:.0f} s)", file=sys.stderr)
-        except RuntimeError as e:
-            rows.append((fmt, os.path.getsize(out) if os.path.exists(out) else 0, None, str(e)))
-            print(f"{fmt}: {e}", file=sys.stderr)
-        finally:
-            if os.path.exists(out):
-                os.remove(out)
+    def save():
+        json.dump(results, open(results_path, "w"), indent=1)
+
+    if not args.render_only:
+        if args.reuse and os.path.exists(base_gguf) and os.path.exists(base_logits):
+            results["base"] = {"size": os.path.getsize(base_gguf), "r": baseline_from_logits(base_logits), "mix": "all f32"}
+        else:
+            quantize(args, args.model, base_gguf, "f32")
+            r = perplexity(args, base_gguf, ["--save-logits", base_logits])
+            results = {"base": {"size": os.path.getsize(base_gguf), "r": r, "mix": "all f32"}}
+        save()
+        base = results["base"]["r"]
+        print(f"baseline f32: ppl {base['ppl']:.4f} over {base['tokens']} tokens", file=sys.stderr)
+        if "q4_1 source file" not in results:
+            r = perplexity(args, args.model, ["--kl-base", base_logits])
+            results["q4_1 source file"] = {"size": os.path.getsize(args.model), "r": r,
+                                           "mix": "the original GGUF: 210 q4_1, 1 q8_0"}
+            save()
+        for fmt in args.formats.split(","):
+            if fmt in results and results[fmt]["r"] is not None:
+                continue
+            out = f"{args.work}/{fmt}.gguf"
+            try:
+                plan, qsecs = quantize(args, base_gguf, out, fmt)
+                r = perplexity(args, out, ["--kl-base", base_logits])
+                results[fmt] = {"size": os.path.getsize(out), "r": r, "mix": mix_of(plan, fmt)}
+                print(f"{fmt}: ppl {r['ppl']:.4f} kl {fmt_kl(r.get('kl', 0))} top1 {r.get('top1', 0):.2f} "
+                      f"(quantize {qsecs:.0f} s, perplexity {r['secs']:.0f} s)", file=sys.stderr)
+            except RuntimeError as e:
+                results[fmt] = {"size": 0, "r": None, "mix": str(e)}
+                print(f"{fmt}: {e}", file=sys.stderr)
+            finally:
+                if os.path.exists(out):
+                    os.remove(out)
+            save()
+    base = results["base"]["r"]
+    order = ["base", "q4_1 source file"] + args.formats.split(",")
+    rows = [("f32 (baseline)" if k == "base" else k, results[k]["size"], results[k]["r"], results[k]["mix"])
+            for k in order if k in results]
 
     lines = ["| format | file MB | perplexity | ppl change | mean KL (± s.e.) | p99 KL | top-1 agreement | tensors (norms stay f32) |",
              "|---|---:|---:|---:|---:|---:|---:|---|"]
@@ -103,8 +144,8 @@ def main():
             lines.append(f"| {name} | | | | | | | not run: {mix} |")
             continue
         change = 100.0 * (r["ppl"] / base["ppl"] - 1.0)
-        kl = f"{r['kl']:.5f} ± {r['kl_se']:.5f}" if "kl" in r else "0 (itself)"
-        p99 = f"{r['kl_p99']:.4f}" if "kl" in r else ""
+        kl = f"{fmt_kl(r['kl'])} ± {fmt_kl(r['kl_se'])}" if "kl" in r else "0 (itself)"
+        p99 = fmt_kl(r["kl_p99"]) if "kl" in r else ""
         top1 = f"{r['top1']:.2f} %" if "top1" in r else "100 %"
         lines.append(f"| {name} | {size / 1e6:.1f} | {r['ppl']:.4f} | {change:+.2f} % | {kl} | {p99} | {top1} | {mix} |")
     table = "\n".join(lines)

@@ -107,6 +107,37 @@ TEST_F(KlDivergence, SelfIsZeroAndAPerturbedModelIsNot) {
   EXPECT_NE(q4_run->mean_nll, base_run->mean_nll);
 }
 
+// The command line end to end: save a baseline, compare a quantised model against it, and
+// refuse a baseline made from another text.
+TEST_F(KlDivergence, CommandLine) {
+  const std::string text = path("text.txt"), other = path("other.txt"), base = path("cli-base.logits");
+  std::ofstream(text) << "It was the best of times, it was the worst of times, it was the age of wisdom, it was the "
+                         "age of foolishness, it was the epoch of belief, it was the epoch of incredulity.";
+  std::ofstream(other) << "It was the best of times, it was the worst of times, it was the age of wisdom, it was the "
+                          "age of foolishness, it was the epoch of belief, it was the epoch of incredulitY.";
+  auto run = [&](const std::string& args) {
+    const std::string cmd = bin() + "/tessera perplexity -q -d cpu " + args + " > " +
+                            path("ppl.txt") + " 2>&1";
+    const int rc = std::system(cmd.c_str());
+    std::ifstream f(path("ppl.txt"));
+    std::string out((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    return std::make_pair(WEXITSTATUS(rc), out);
+  };
+  auto [rc, out] = run(path("llama.gguf") + " --window 32 -f " + text + " --save-logits " + base);
+  ASSERT_EQ(rc, 0) << out;
+  std::tie(rc, out) = run(path("llama.gguf") + " --window 32 -f " + text + " --kl-base " + base);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("kl divergence: mean 0 +/- 0,"), std::string::npos) << out;
+  EXPECT_NE(out.find("top-1 agreement: 100.00 %"), std::string::npos) << out;
+  EXPECT_NE(out.find("(+0.000 %)"), std::string::npos) << out;
+  std::tie(rc, out) = run(path("llama.gguf") + " --window 32 -f " + other + " --kl-base " + base);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("baseline does not match this run (text hash"), std::string::npos) << out;
+  std::tie(rc, out) = run(path("llama.gguf") + " -f " + text + " --window 16 --kl-base " + base);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("window 32 in the baseline, 16 now"), std::string::npos) << out;
+}
+
 TEST(KlAccumulatorMath, MatchesAHandComputedPair) {
   // p = softmax(0, ln 3) = (1/4, 3/4); q = (1/2, 1/2): KL = 1/4 ln(1/2) + 3/4 ln(3/2).
   const float base_lp[2] = {float(std::log(0.25)), float(std::log(0.75))};
