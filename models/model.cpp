@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 #include "models/gguf/gguf.h"
+#include "models/safetensors/hf_model.h"
 
 namespace tessera {
 
@@ -55,12 +57,29 @@ int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
 }  // namespace
 
+// The common tail of both loaders: vocabulary checks, weights, the per-step input buffer.
+Status Model::finish_load(const std::string& path, const TensorGetter& get, const LoadOptions& opts) {
+  if (cfg_.n_vocab != tokenizer_->vocab_size())
+    return InvalidArgument(path + ": the token embedding has " + std::to_string(cfg_.n_vocab) + " rows but the tokenizer has " +
+                           std::to_string(tokenizer_->vocab_size()) + " tokens");
+  TS_RETURN_IF_ERROR(load_weights(path, get, opts));
+  // Per-step input buffer: tokens, positions, slots, logit rows [T]; query_start [S+1];
+  // seq_lens [S]; block tables [S, max blocks of a full context].
+  const int64_t T = opts.max_batch_tokens, S = opts.max_seqs;
+  const int64_t max_blocks = (cfg_.n_ctx_train + 15) / 16 + 1;
+  step_capacity_ = size_t(4 * (4 * T + (S + 1) + S + S * max_blocks) + 7 * 256);
+  TS_ASSIGN_OR_RETURN(step_buffer_, device_->alloc(step_capacity_));
+  return OkStatus();
+}
+
 Result<std::unique_ptr<Model>> Model::load(const std::string& path, DevicePtr device, const LoadOptions& opts) {
   if (!device) return InvalidArgument("Model::load: no device");
+  if (safetensors::is_checkpoint_dir(path)) return load_checkpoint(path, std::move(device), opts);
   std::unique_ptr<Model> m(new Model());
   m->device_ = std::move(device);
-  TS_ASSIGN_OR_RETURN(m->file_, gguf::File::open(path));
-  const gguf::File& f = *m->file_;
+  std::shared_ptr<gguf::File> file;
+  TS_ASSIGN_OR_RETURN(file, gguf::File::open(path));
+  const gguf::File& f = *file;
   TS_ASSIGN_OR_RETURN(m->cfg_, llama_config_from_gguf(f));
   {
     auto td = tokenizer_data_from_gguf(f);
@@ -75,66 +94,120 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, DevicePtr de
   const gguf::TensorInfo* emb = f.find_tensor("token_embd.weight");
   if (!emb) return NotFound(path + ": tensor 'token_embd.weight' is missing");
   m->cfg_.n_vocab = int(emb->shape[0]);
-  if (m->cfg_.n_vocab != m->tokenizer_->vocab_size())
-    return InvalidArgument(path + ": token_embd.weight has " + std::to_string(m->cfg_.n_vocab) + " rows but the tokenizer has " +
-                           std::to_string(m->tokenizer_->vocab_size()) + " tokens");
   m->cfg_.tied_output = f.find_tensor("output.weight") == nullptr;
-  TS_RETURN_IF_ERROR(m->load_weights(opts));
-
-  // Per-step input buffer: tokens, positions, slots, logit rows [T]; query_start [S+1];
-  // seq_lens [S]; block tables [S, max blocks of a full context].
-  const int64_t T = opts.max_batch_tokens, S = opts.max_seqs;
-  const int64_t max_blocks = (m->cfg_.n_ctx_train + 15) / 16 + 1;
-  m->step_capacity_ = size_t(4 * (4 * T + (S + 1) + S + S * max_blocks) + 7 * 256);
-  TS_ASSIGN_OR_RETURN(m->step_buffer_, m->device_->alloc(m->step_capacity_));
+  // GGUF tensors are used as they are, in place in the mapped file.
+  auto get = [&f, file](const TensorSpec& s) -> Result<std::optional<HostTensor>> {
+    const gguf::TensorInfo* ti = f.find_tensor(s.name);
+    if (!ti) return std::optional<HostTensor>();
+    HostTensor h;
+    h.dtype = ti->dtype;
+    h.shape.assign(ti->shape.begin(), ti->shape.begin() + ti->rank);
+    h.data = f.tensor_data(*ti);
+    h.nbytes = ti->nbytes;
+    h.region = static_cast<const uint8_t*>(h.data) - ti->offset;
+    h.region_bytes = f.file_size();
+    h.keepalive = f.mapping();
+    return std::optional<HostTensor>(std::move(h));
+  };
+  TS_RETURN_IF_ERROR(m->finish_load(path, get, opts));
   return m;
 }
 
-Status Model::load_weights(const LoadOptions& opts) {
-  const gguf::File& f = *file_;
+Result<std::unique_ptr<Model>> Model::load_checkpoint(const std::string& dir, DevicePtr device, const LoadOptions& opts) {
+  std::unique_ptr<Model> m(new Model());
+  m->device_ = std::move(device);
+  safetensors::QuantConfig quant;
+  TS_ASSIGN_OR_RETURN(m->cfg_, safetensors::read_config(dir, &quant));
+  {
+    auto td = safetensors::read_tokenizer(dir, &m->chat_template_);
+    if (!td.ok()) return td.status();
+    auto tok = Tokenizer::create(std::move(td).value());
+    if (!tok.ok()) return tok.status().with_context(dir + "/tokenizer.json: ");
+    m->tokenizer_ = std::move(tok).value();
+  }
+  std::unique_ptr<safetensors::Checkpoint> ckpt;
+  TS_ASSIGN_OR_RETURN(ckpt, safetensors::Checkpoint::open(dir));
+  const safetensors::TensorRef emb = ckpt->find("model.embed_tokens.weight");
+  if (!emb.file) return NotFound(dir + ": tensor 'model.embed_tokens.weight' is missing");
+  if (emb.info->shape.size() != 2)
+    return InvalidArgument(emb.file->path() + ": tensor 'model.embed_tokens.weight' has shape " + emb.info->shape_string() +
+                           ", expected [vocab, hidden]");
+  m->cfg_.n_vocab = int(emb.info->shape[0]);
+  m->cfg_.tied_output = !ckpt->has("lm_head.weight") && !ckpt->has("lm_head.qweight") && !ckpt->has("lm_head.weight_packed");
+  safetensors::Weights weights(*ckpt, m->cfg_, quant);
+  auto get = [&weights](const TensorSpec& s) { return weights.get(s); };
+  TS_RETURN_IF_ERROR(m->finish_load(dir, get, opts));
+  return m;
+}
+
+Status Model::load_weights(const std::string& path, const TensorGetter& get, const LoadOptions& opts) {
   auto specs = llama_tensor_specs(cfg_, &weights_);
-  // Check every tensor's presence, dtype and shape before touching any data.
+  // Check every tensor's presence, dtype and shape before uploading any.
   size_t total = 0;
-  std::vector<std::pair<const gguf::TensorInfo*, Tensor*>> todo;
+  std::vector<std::pair<HostTensor, const TensorSpec*>> todo;
   for (const TensorSpec& s : specs) {
-    const gguf::TensorInfo* ti = f.find_tensor(s.name);
-    if (!ti) {
-      if (s.required) return NotFound(f.path() + ": tensor '" + s.name + "' is missing");
+    auto got = get(s);
+    if (!got.ok()) return got.status();
+    if (!got->has_value()) {
+      if (s.required) return NotFound(path + ": tensor '" + s.name + "' is missing");
       continue;
     }
-    bool same = ti->rank == int(s.shape.size());
-    for (size_t i = 0; same && i < s.shape.size(); ++i) same = ti->shape[i] == s.shape[i];
-    if (!same) {
-      std::string want, got;
+    HostTensor& h = **got;
+    if (h.shape != s.shape) {
+      std::string want, have;
       for (int64_t d : s.shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
-      for (int i = 0; i < ti->rank; ++i) got += (got.empty() ? "" : ", ") + std::to_string(ti->shape[size_t(i)]);
-      return InvalidArgument(f.path() + ": tensor '" + s.name + "' has shape [" + got + "] but the hyperparameters imply [" +
-                             want + "]");
+      for (int64_t d : h.shape) have += (have.empty() ? "" : ", ") + std::to_string(d);
+      return InvalidArgument(path + ": tensor '" + s.name + "' has shape [" + have + "] but the hyperparameters imply [" + want +
+                             "]");
     }
-    if (s.shape.size() == 1 && !dtype_traits(ti->dtype).is_float)
-      return InvalidArgument(f.path() + ": tensor '" + s.name + "' must be f32/f16/bf16, got " + dtype_name(ti->dtype));
-    todo.push_back({ti, s.slot});
-    total += ti->nbytes;
+    if (s.shape.size() == 1 && !dtype_traits(h.dtype).is_float)
+      return InvalidArgument(path + ": tensor '" + s.name + "' must be f32/f16/bf16, got " + dtype_name(h.dtype));
+    total += h.nbytes;
+    todo.push_back({std::move(h), &s});
   }
-  // CPU-like devices address the mapped file in place; the others get a copy per tensor.
-  const uint8_t* base = static_cast<const uint8_t*>(f.tensor_data(*todo.front().first)) - todo.front().first->offset;
-  auto mapped = device_->map_host(base, f.file_size(), f.mapping());
+  // CPU-like devices address the mapped file (or the repacked block) in place; the others get a
+  // copy per tensor. One mapping per region.
+  std::map<const void*, BufferPtr> mapped;
   size_t done = 0;
-  for (auto [ti, slot] : todo) {
-    Tensor t = Tensor::make(ti->dtype, ti->rank, ti->shape.data(), ti->name);
-    if (mapped.ok()) {
-      t.buffer = *mapped;
-      t.offset = size_t(ti->offset);
-    } else {
-      TS_ASSIGN_OR_RETURN(t.buffer, device_->alloc(ti->nbytes));
-      TS_RETURN_IF_ERROR(device_->upload(t, f.tensor_data(*ti), ti->nbytes));
+  for (auto& [h, s] : todo) {
+    Tensor t = Tensor::make(h.dtype, int(h.shape.size()), h.shape.data(), s->name);
+    auto it = mapped.find(h.region);
+    if (it == mapped.end()) {
+      auto b = device_->map_host(h.region, h.region_bytes, h.keepalive);
+      it = mapped.emplace(h.region, b.ok() ? *b : nullptr).first;
+      if (it->second) weights_buffers_.push_back(it->second);
     }
-    *slot = std::move(t);
-    done += ti->nbytes;
-    if (opts.progress && !opts.progress(done, total)) return Cancelled(f.path() + ": loading cancelled");
+    if (it->second) {
+      t.buffer = it->second;
+      t.offset = size_t(static_cast<const uint8_t*>(h.data) - static_cast<const uint8_t*>(h.region));
+    } else {
+      TS_ASSIGN_OR_RETURN(t.buffer, device_->alloc(h.nbytes));
+      TS_RETURN_IF_ERROR(device_->upload(t, h.data, h.nbytes));
+    }
+    if (h.out_scale != 1.0f) weights_.out_scales[s->name] = h.out_scale;
+    *s->slot = std::move(t);
+    done += h.nbytes;
+    if (opts.progress && !opts.progress(done, total)) return Cancelled(path + ": loading cancelled");
   }
-  if (mapped.ok()) weights_buffer_ = *mapped;
   return OkStatus();
+}
+
+std::vector<const Tensor*> Model::weight_tensors() const {
+  std::vector<const Tensor*> out;
+  auto add = [&](const Tensor& t) {
+    if (t.buffer) out.push_back(&t);
+  };
+  add(weights_.tok_embd);
+  add(weights_.output_norm);
+  add(weights_.output);
+  add(weights_.rope_freqs);
+  for (const LlamaLayer& L : weights_.layers) {
+    for (const Tensor* t : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.q_norm, &L.k_norm, &L.ffn_norm,
+                            &L.w_gate, &L.w_up, &L.w_down, &L.router, &L.gate_exps, &L.up_exps, &L.down_exps, &L.shexp_gate,
+                            &L.gate_shexp, &L.up_shexp, &L.down_shexp})
+      add(*t);
+  }
+  return out;
 }
 
 Status Model::upload_step(const StepPlan& p, const std::vector<int32_t>& rows, StepTensors* t) {

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,8 +20,6 @@
 
 namespace tessera {
 
-namespace gguf { class File; }
-
 struct LoadOptions {
   // Called with (bytes done, bytes total) while weights load; return false to cancel.
   std::function<bool(size_t, size_t)> progress;
@@ -30,6 +29,8 @@ struct LoadOptions {
 
 class Model final : public ModelRunner {
  public:
+  // |path|: a .gguf file, or a Hugging Face checkpoint directory (config.json, *.safetensors,
+  // tokenizer.json; see models/safetensors/hf_model.h).
   static Result<std::unique_ptr<Model>> load(const std::string& path, DevicePtr device, const LoadOptions& opts = {});
   ~Model() override;
 
@@ -37,7 +38,8 @@ class Model final : public ModelRunner {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const std::string& chat_template() const { return chat_template_; }  // Jinja source ("" if none)
   Device& device() { return *device_; }
-  const gguf::File& file() const { return *file_; }
+  // Every loaded weight (named as in GGUF), for size and parameter counts.
+  std::vector<const Tensor*> weight_tensors() const;
   // The tokenizer functions the engine needs.
   TextCodec codec() const;
 
@@ -50,16 +52,18 @@ class Model final : public ModelRunner {
 
  private:
   Model() = default;
-  Status load_weights(const LoadOptions& opts);
+  using TensorGetter = std::function<Result<std::optional<HostTensor>>(const TensorSpec&)>;
+  static Result<std::unique_ptr<Model>> load_checkpoint(const std::string& dir, DevicePtr device, const LoadOptions& opts);
+  Status finish_load(const std::string& path, const TensorGetter& get, const LoadOptions& opts);
+  Status load_weights(const std::string& path, const TensorGetter& get, const LoadOptions& opts);
   Status upload_step(const StepPlan& plan, const std::vector<int32_t>& rows, StepTensors* t);
 
   DevicePtr device_;
-  std::shared_ptr<gguf::File> file_;
   ModelConfig cfg_;
   LlamaWeights weights_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::string chat_template_;
-  BufferPtr weights_buffer_;   // the mapped file, when the device maps host memory
+  std::vector<BufferPtr> weights_buffers_;  // mapped files / repacked blocks, when the device maps host memory
   BufferPtr step_buffer_;      // per-step inputs (token ids, positions, block tables ...)
   size_t step_capacity_ = 0;
 };

@@ -1,0 +1,21 @@
+// A Hugging Face checkpoint directory -> one GGUF file (`tessera convert`).
+#pragma once
+#include <functional>
+#include <string>
+
+#include "core/status.h"
+
+namespace tessera::safetensors {
+
+struct ConvertOptions {
+  std::function<void(const std::string& tensor)> progress;  // after each tensor is added
+};
+
+// Writes |out_path| with the config as {arch}.* keys, the tokenizer as tokenizer.ggml.*, the
+// chat template, and every tensor under its GGUF name. Float weights keep their dtype, MXFP4
+// becomes GGUF type 39; FP8/INT4/NVFP4 are refused (no GGUF type holds them). llama/mistral q/k
+// rows are permuted into GGUF's rope order, so the file loads with RopeMode::kNormal and gives
+// the checkpoint's logits.
+Status convert_to_gguf(const std::string& dir, const std::string& out_path, const ConvertOptions& opts = {});
+
+}  // namespace tessera::safetensors
