@@ -1,6 +1,7 @@
 #include "models/model.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <map>
 
@@ -96,21 +97,102 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, DevicePtr de
   m->cfg_.n_vocab = int(emb->shape[0]);
   m->cfg_.tied_output = f.find_tensor("output.weight") == nullptr;
   // GGUF tensors are used as they are, in place in the mapped file.
-  auto get = [&f, file](const TensorSpec& s) -> Result<std::optional<HostTensor>> {
-    const gguf::TensorInfo* ti = f.find_tensor(s.name);
-    if (!ti) return std::optional<HostTensor>();
-    HostTensor h;
-    h.dtype = ti->dtype;
-    h.shape.assign(ti->shape.begin(), ti->shape.begin() + ti->rank);
-    h.data = f.tensor_data(*ti);
-    h.nbytes = ti->nbytes;
-    h.region = static_cast<const uint8_t*>(h.data) - ti->offset;
-    h.region_bytes = f.file_size();
-    h.keepalive = f.mapping();
-    return std::optional<HostTensor>(std::move(h));
-  };
+  auto get = [&f, file](const TensorSpec& s) { return gguf_tensor(f, s); };
   TS_RETURN_IF_ERROR(m->finish_load(path, get, opts));
   return m;
+}
+
+namespace {
+
+std::string dims_string(const int64_t* d, size_t n) {
+  std::string s;
+  for (size_t i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return "[" + s + "]";
+}
+
+bool same_dims(const gguf::TensorInfo& ti, const int64_t* want, size_t n) {
+  if (ti.rank != int(n)) return false;
+  for (size_t i = 0; i < n; ++i)
+    if (ti.shape[i] != want[i]) return false;
+  return true;
+}
+
+// The older per-expert layout of a [E, ...] weight: E tensors named by per_expert_name, each
+// shape[1:], all of one dtype. Checked completely before any data is read.
+Result<std::vector<const gguf::TensorInfo*>> find_experts(const gguf::File& f, const TensorSpec& s) {
+  const int E = int(s.shape[0]);
+  const int64_t* each = s.shape.data() + 1;
+  const size_t rank = s.shape.size() - 1;
+  std::vector<const gguf::TensorInfo*> parts;
+  for (int e = 0; e < E; ++e) {
+    const std::string name = per_expert_name(s.name, e);
+    const gguf::TensorInfo* ti = f.find_tensor(name);
+    if (!ti) {
+      if (e == 0) return NotFound(f.path() + ": tensor '" + s.name + "' is missing (nor is there a per-expert '" + name + "')");
+      return NotFound(f.path() + ": per-expert tensor '" + name + "' is missing (expert_count " + std::to_string(E) +
+                      " needs experts 0.." + std::to_string(E - 1) + ")");
+    }
+    if (!same_dims(*ti, each, rank))
+      return InvalidArgument(f.path() + ": tensor '" + name + "' has shape " + dims_string(ti->shape.data(), size_t(ti->rank)) +
+                             " but the hyperparameters imply " + dims_string(each, rank) + " for each expert");
+    if (!parts.empty() && ti->dtype != parts[0]->dtype)
+      return InvalidArgument(f.path() + ": tensor '" + name + "' is " + dtype_name(ti->dtype) + " but expert 0 ('" +
+                             parts[0]->name + "') is " + dtype_name(parts[0]->dtype) + ": one weight's experts must share a dtype");
+    parts.push_back(ti);
+  }
+  if (f.find_tensor(per_expert_name(s.name, E)))
+    return InvalidArgument(f.path() + ": per-expert tensor '" + per_expert_name(s.name, E) + "' is beyond expert_count " +
+                           std::to_string(E));
+  return parts;
+}
+
+HostTensor in_file(const gguf::File& f, const gguf::TensorInfo& ti, const std::vector<int64_t>& shape) {
+  HostTensor h;
+  h.dtype = ti.dtype;
+  h.shape = shape;
+  h.data = f.tensor_data(ti);
+  h.nbytes = ti.nbytes;
+  h.region = static_cast<const uint8_t*>(h.data) - ti.offset;
+  h.region_bytes = f.file_size();
+  h.keepalive = f.mapping();
+  return h;
+}
+
+}  // namespace
+
+// |s| from a GGUF file: the tensor itself (a [1, D] row may be stored 1-D), or the per-expert
+// tensors of a merged expert weight, in place when they lie at equal distances (as writers place
+// them), else stacked into new memory. An absent optional tensor gives nullopt.
+Result<std::optional<HostTensor>> Model::gguf_tensor(const gguf::File& f, const TensorSpec& s) {
+  const gguf::TensorInfo* ti = f.find_tensor(s.name);
+  if (!ti && s.experts) {
+    TS_ASSIGN_OR_RETURN(auto parts, find_experts(f, s));
+    HostTensor h = in_file(f, *parts[0], s.shape);
+    const size_t E = parts.size();
+    const int64_t step = E > 1 ? int64_t(parts[1]->offset) - int64_t(parts[0]->offset) : 0;
+    bool even = E == 1 || step >= int64_t(parts[0]->nbytes);
+    for (size_t e = 1; even && e < E; ++e) even = int64_t(parts[e]->offset) == int64_t(parts[0]->offset) + int64_t(e) * step;
+    if (even) {
+      h.stride0 = E > 1 ? step : 0;
+      h.nbytes = E * parts[0]->nbytes;
+      return std::optional<HostTensor>(std::move(h));
+    }
+    auto block = std::make_shared<std::vector<uint8_t>>();
+    for (const auto* p : parts) {
+      const auto* d = static_cast<const uint8_t*>(f.tensor_data(*p));
+      block->insert(block->end(), d, d + p->nbytes);
+    }
+    h.data = h.region = block->data();
+    h.nbytes = h.region_bytes = block->size();
+    h.keepalive = std::shared_ptr<const void>(block, block->data());
+    return std::optional<HostTensor>(std::move(h));
+  }
+  if (!ti) return std::optional<HostTensor>();
+  const bool as_1d = s.row_may_be_1d && same_dims(*ti, s.shape.data() + 1, s.shape.size() - 1);
+  if (!as_1d && !same_dims(*ti, s.shape.data(), s.shape.size()))
+    return InvalidArgument(f.path() + ": tensor '" + s.name + "' has shape " + dims_string(ti->shape.data(), size_t(ti->rank)) +
+                           " but the hyperparameters imply " + dims_string(s.shape.data(), s.shape.size()));
+  return std::optional<HostTensor>(in_file(f, *ti, s.shape));
 }
 
 Result<std::unique_ptr<Model>> Model::load_checkpoint(const std::string& dir, DevicePtr device, const LoadOptions& opts) {
@@ -153,13 +235,9 @@ Status Model::load_weights(const std::string& path, const TensorGetter& get, con
       continue;
     }
     HostTensor& h = **got;
-    if (h.shape != s.shape) {
-      std::string want, have;
-      for (int64_t d : s.shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
-      for (int64_t d : h.shape) have += (have.empty() ? "" : ", ") + std::to_string(d);
-      return InvalidArgument(path + ": tensor '" + s.name + "' has shape [" + have + "] but the hyperparameters imply [" + want +
-                             "]");
-    }
+    if (h.shape != s.shape)
+      return InvalidArgument(path + ": tensor '" + s.name + "' has shape " + dims_string(h.shape.data(), h.shape.size()) +
+                             " but the hyperparameters imply " + dims_string(s.shape.data(), s.shape.size()));
     if (s.shape.size() == 1 && !dtype_traits(h.dtype).is_float)
       return InvalidArgument(path + ": tensor '" + s.name + "' must be f32/f16/bf16, got " + dtype_name(h.dtype));
     total += h.nbytes;
@@ -170,26 +248,43 @@ Status Model::load_weights(const std::string& path, const TensorGetter& get, con
   std::map<const void*, BufferPtr> mapped;
   size_t done = 0;
   for (auto& [h, s] : todo) {
-    Tensor t = Tensor::make(h.dtype, int(h.shape.size()), h.shape.data(), s->name);
     auto it = mapped.find(h.region);
     if (it == mapped.end()) {
       auto b = device_->map_host(h.region, h.region_bytes, h.keepalive);
       it = mapped.emplace(h.region, b.ok() ? *b : nullptr).first;
       if (it->second) weights_buffers_.push_back(it->second);
     }
-    if (it->second) {
-      t.buffer = it->second;
-      t.offset = size_t(static_cast<const uint8_t*>(h.data) - static_cast<const uint8_t*>(h.region));
-    } else {
-      TS_ASSIGN_OR_RETURN(t.buffer, device_->alloc(h.nbytes));
-      TS_RETURN_IF_ERROR(device_->upload(t, h.data, h.nbytes));
-    }
+    TS_ASSIGN_OR_RETURN(*s->slot, bind_weight(h, s->name, it->second));
     if (h.out_scale != 1.0f) weights_.out_scales[s->name] = h.out_scale;
-    *s->slot = std::move(t);
     done += h.nbytes;
     if (opts.progress && !opts.progress(done, total)) return Cancelled(path + ": loading cancelled");
   }
   return OkStatus();
+}
+
+// The device tensor of |h|: in place when the device mapped its region, else a copy in device
+// memory (per dim-0 slice when the slices are spread out in the file).
+Result<Tensor> Model::bind_weight(const HostTensor& h, const std::string& name, const BufferPtr& mapped) {
+  Tensor t = Tensor::make(h.dtype, int(h.shape.size()), h.shape.data(), name);
+  const auto* src = static_cast<const uint8_t*>(h.data);
+  if (mapped) {
+    t.buffer = mapped;
+    t.offset = size_t(src - static_cast<const uint8_t*>(h.region));
+    if (h.stride0) t.stride[0] = h.stride0;
+    return t;
+  }
+  TS_ASSIGN_OR_RETURN(t.buffer, device_->alloc(size_t(t.nbytes())));
+  if (!h.stride0) {
+    TS_RETURN_IF_ERROR(device_->upload(t, src, size_t(t.nbytes())));
+    return t;
+  }
+  for (int64_t e = 0; e < h.shape[0]; ++e) {
+    Tensor part = Tensor::make(h.dtype, int(h.shape.size()) - 1, h.shape.data() + 1, name);
+    part.buffer = t.buffer;
+    part.offset = size_t(e * t.stride[0]);
+    TS_RETURN_IF_ERROR(device_->upload(part, src + e * h.stride0, size_t(part.nbytes())));
+  }
+  return t;
 }
 
 std::vector<const Tensor*> Model::weight_tensors() const {
@@ -246,13 +341,78 @@ Status Model::forward(const StepPlan& plan, KvCache& kv, std::vector<float>* log
   StepTensors in;
   TS_RETURN_IF_ERROR(upload_step(plan, rows, &in));
   Graph g;
-  const ValueId out = build_llama_graph(g, cfg_, weights_, in, kv);
+  std::vector<ValueId> route_ids;
+  const bool stats = collect_expert_stats_ && cfg_.is_moe();
+  const ValueId out = build_llama_graph(g, cfg_, weights_, in, kv, stats ? &route_ids : nullptr);
   TS_RETURN_IF_ERROR(g.status());
   TS_RETURN_IF_ERROR(device_->compute(g));
+  if (stats) {
+    TS_RETURN_IF_ERROR(count_experts(g, route_ids));
+  }
   if (plan.logit_rows.empty()) return OkStatus();
   const Tensor& lt = g.tensor(out);
   logits->resize(size_t(lt.numel()));
   return device_->download(lt, logits->data(), logits->size() * 4);
+}
+
+void Model::set_collect_expert_stats(bool on) {
+  collect_expert_stats_ = on;
+  if (on && expert_stats_.counts.empty()) reset_expert_stats();
+}
+
+void Model::reset_expert_stats() {
+  expert_stats_ = ExpertStats{};
+  if (!cfg_.is_moe()) return;
+  expert_stats_.n_layers = cfg_.n_layers;
+  expert_stats_.n_experts = cfg_.n_experts;
+  expert_stats_.k = cfg_.n_experts_used;
+  expert_stats_.counts.assign(size_t(cfg_.n_layers) * size_t(cfg_.n_experts), 0);
+}
+
+Status Model::count_experts(const Graph& g, const std::vector<ValueId>& route_ids) {
+  if (int(route_ids.size()) != cfg_.n_layers) return Internal("expert stats: one route per layer expected");
+  std::vector<int32_t> ids;
+  for (size_t l = 0; l < route_ids.size(); ++l) {
+    const Tensor& t = g.tensor(route_ids[l]);
+    ids.resize(size_t(t.numel()));
+    TS_RETURN_IF_ERROR(device_->download(t, ids.data(), ids.size() * 4));
+    int64_t* row = &expert_stats_.counts[l * size_t(cfg_.n_experts)];
+    for (int32_t e : ids) {
+      if (e < 0 || e >= cfg_.n_experts) return Internal("expert stats: expert id " + std::to_string(e) + " out of range");
+      ++row[e];
+    }
+  }
+  expert_stats_.tokens += g.tensor(route_ids[0]).shape[0];
+  return OkStatus();
+}
+
+std::string expert_stats_table(const ExpertStats& s) {
+  if (s.n_layers == 0 || s.n_experts == 0) return "expert load: not a mixture-of-experts model\n";
+  static const char* const kBars[] = {" ", "\u2581", "\u2582", "\u2583", "\u2584", "\u2585", "\u2586", "\u2587", "\u2588"};
+  char line[160];
+  std::snprintf(line, sizeof line, "expert load: %lld tokens x top-%d over %d experts (uniform %.1f%% each)\n",
+                static_cast<long long>(s.tokens), s.k, s.n_experts, 100.0 / s.n_experts);
+  std::string out = line;
+  for (int l = 0; l < s.n_layers; ++l) {
+    int64_t total = 0, hi = 0;
+    int arg_hi = 0, arg_lo = 0;
+    for (int e = 0; e < s.n_experts; ++e) {
+      total += s.at(l, e);
+      if (s.at(l, e) > s.at(l, arg_hi)) arg_hi = e;
+      if (s.at(l, e) < s.at(l, arg_lo)) arg_lo = e;
+    }
+    hi = s.at(l, arg_hi);
+    std::string bars;
+    for (int e = 0; e < s.n_experts; ++e)
+      bars += kBars[hi > 0 ? (s.at(l, e) * 8 + hi - 1) / hi : 0];  // any routed token shows a bar
+    const double pct = total > 0 ? 100.0 / double(total) : 0.0;
+    std::snprintf(line, sizeof line, "  layer %3d |", l);
+    out += line + bars;
+    std::snprintf(line, sizeof line, "| max e%d %.1f%%, min e%d %.1f%%\n", arg_hi, double(hi) * pct, arg_lo,
+                  double(s.at(l, arg_lo)) * pct);
+    out += line;
+  }
+  return out;
 }
 
 Result<std::unique_ptr<KvCache>> Model::create_kv_cache(int64_t n_tokens, DType dtype, int block_size) {

@@ -20,6 +20,23 @@
 
 namespace tessera {
 
+namespace gguf { class File; }
+
+// Expert load of a mixture-of-experts model: how many tokens each layer routed to each expert,
+// summed over the forward() calls made while collection was on. Every token of a step (prefill
+// chunks included) is routed to k experts in every layer, so each layer's counts sum to
+// tokens * k. The shared expert (qwen2moe), which every token uses, is not counted.
+struct ExpertStats {
+  int n_layers = 0, n_experts = 0, k = 0;
+  int64_t tokens = 0;
+  std::vector<int64_t> counts;  // [n_layers, n_experts]
+  int64_t at(int layer, int expert) const { return counts[size_t(layer) * size_t(n_experts) + size_t(expert)]; }
+};
+
+// A compact text table of |s|: one line per layer with a bar per expert (its share of the layer's
+// routed tokens, scaled to the busiest expert) and the busiest and idlest experts' shares.
+std::string expert_stats_table(const ExpertStats& s);
+
 struct LoadOptions {
   // Called with (bytes done, bytes total) while weights load; return false to cancel.
   std::function<bool(size_t, size_t)> progress;
@@ -47,6 +64,12 @@ class Model final : public ModelRunner {
   int32_t context_length() const override { return cfg_.n_ctx_train; }
   Status forward(const StepPlan& plan, KvCache& kv, std::vector<float>* logits) override;
 
+  // Expert statistics (MoE models; a no-op for dense ones). Off by default: when on, each step
+  // keeps the router's expert ids ([T, k] i32 per layer) alive and downloads them after compute.
+  void set_collect_expert_stats(bool on);
+  const ExpertStats& expert_stats() const { return expert_stats_; }
+  void reset_expert_stats();
+
   // A KV cache for |n_tokens| tokens in total (rounded up to whole blocks).
   Result<std::unique_ptr<KvCache>> create_kv_cache(int64_t n_tokens, DType dtype = DType::kF16, int block_size = 16);
 
@@ -56,6 +79,9 @@ class Model final : public ModelRunner {
   static Result<std::unique_ptr<Model>> load_checkpoint(const std::string& dir, DevicePtr device, const LoadOptions& opts);
   Status finish_load(const std::string& path, const TensorGetter& get, const LoadOptions& opts);
   Status load_weights(const std::string& path, const TensorGetter& get, const LoadOptions& opts);
+  static Result<std::optional<HostTensor>> gguf_tensor(const gguf::File& f, const TensorSpec& s);
+  Result<Tensor> bind_weight(const HostTensor& h, const std::string& name, const BufferPtr& mapped);
+  Status count_experts(const Graph& g, const std::vector<ValueId>& route_ids);
   Status upload_step(const StepPlan& plan, const std::vector<int32_t>& rows, StepTensors* t);
 
   DevicePtr device_;
@@ -66,6 +92,8 @@ class Model final : public ModelRunner {
   std::vector<BufferPtr> weights_buffers_;  // mapped files / repacked blocks, when the device maps host memory
   BufferPtr step_buffer_;      // per-step inputs (token ids, positions, block tables ...)
   size_t step_capacity_ = 0;
+  bool collect_expert_stats_ = false;
+  ExpertStats expert_stats_;
 };
 
 }  // namespace tessera

@@ -9,8 +9,16 @@ Result<std::unique_ptr<KvCache>> KvCache::create(Device& device, const KvCacheCo
     return InvalidArgument("kv cache: every dimension must be positive (layers " + std::to_string(cfg.n_layers) +
                            ", kv heads " + std::to_string(cfg.n_kv_heads) + ", head dim " + std::to_string(cfg.head_dim) +
                            ", block size " + std::to_string(cfg.block_size) + ", blocks " + std::to_string(cfg.n_blocks) + ")");
-  if (!dtype_traits(cfg.dtype).is_float)
-    return InvalidArgument(std::string("kv cache: dtype must be f32/f16/bf16, got ") + dtype_name(cfg.dtype));
+  // 8-bit caches keep an f32 scale per (token, kv head) row of head_dim values: one row is
+  // written at once (a token's K or V for one head), so its scale is known when it is stored and
+  // never changes; a coarser (per block) scale would have to be fixed before the block's later
+  // tokens exist.
+  const bool quant8 = cfg.dtype == DType::kFP8_E4M3 || cfg.dtype == DType::kINT8_PC;
+  if (!dtype_traits(cfg.dtype).is_float && !quant8)
+    return InvalidArgument(std::string("kv cache: dtype must be f32, f16, bf16, fp8_e4m3 or int8_pc, got ") +
+                           dtype_name(cfg.dtype));
+  if (const std::string bad = dtype_row_check(cfg.dtype, cfg.head_dim); !bad.empty())
+    return InvalidArgument("kv cache: head dim " + std::to_string(cfg.head_dim) + ": " + bad);
   std::unique_ptr<KvCache> kv(new KvCache(device, cfg));
   const Tensor desc = Tensor::make(cfg.dtype, {cfg.n_blocks, cfg.block_size, cfg.n_kv_heads, cfg.head_dim});
   for (int l = 0; l < cfg.n_layers; ++l) {

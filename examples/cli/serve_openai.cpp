@@ -1,5 +1,6 @@
 #include "examples/cli/serve_openai.h"
 #include "examples/cli/common.h"
+#include "examples/cli/serve_peer.h"
 
 #include <httplib.h>
 
@@ -451,8 +452,16 @@ void handle_generate(ServerContext& ctx, bool chat, const httplib::Request& hreq
     st->id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(*id);
   }
   if (st->req.stream) return stream_response(ctx, st, *id, res);
+  // Non-streaming: nothing is written until the end, so a client that goes away is noticed by
+  // watching its socket; it cancels the request, which frees its blocks.
+  PeerWatch peer(hreq.remote_addr, hreq.remote_port, hreq.local_port);
   std::unique_lock<std::mutex> lock(st->mu);
-  st->cv.wait(lock, [&] { return st->done; });
+  while (!st->cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return st->done; })) {
+    if (!peer.closed()) continue;
+    ctx.engine.cancel(*id);
+    st->cv.wait(lock, [&] { return st->done; });  // the cancelled finish event follows
+    return;
+  }
   for (const auto& c : st->choices)
     if (c.finish == FinishReason::kError)
       return send_error(ctx, res, {500, c.error, "", "", "server_error"});

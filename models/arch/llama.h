@@ -48,7 +48,14 @@ struct TensorSpec {
   std::vector<int64_t> shape;  // outermost first
   bool required;
   Tensor* slot;
+  // Routed experts [E, ...]: the merged 3-D tensor |name| (blk.N.ffn_gate_exps.weight) or, in the
+  // older layout, E tensors blk.N.ffn_gate.0.weight ... of shape[1:] each.
+  bool experts = false;
+  // A [1, D] row that files may also store 1-D as [D] (qwen2moe's ffn_gate_inp_shexp).
+  bool row_may_be_1d = false;
 };
+// The name of expert |e|'s tensor in the per-expert layout, from the merged name.
+std::string per_expert_name(const std::string& merged, int e);
 std::vector<TensorSpec> llama_tensor_specs(const ModelConfig& cfg, LlamaWeights* w);
 
 // One weight as a file loader hands it to Model: host bytes in our dtype and layout, and the
@@ -62,9 +69,13 @@ struct HostTensor {
   size_t region_bytes = 0;
   std::shared_ptr<const void> keepalive;  // owns the region
   float out_scale = 1.0f;        // see LlamaWeights::out_scales
+  int64_t stride0 = 0;           // bytes between dim-0 slices when not contiguous (per-expert
+                                 // GGUF tensors placed at equal distances); 0: contiguous
 };
-// Builds the step graph; returns the logits value ([R, vocab] f32), marked as output.
+// Builds the step graph; returns the logits value ([R, vocab] f32), marked as output. For MoE
+// models, |route_ids| (optional) receives each layer's routed expert ids ([T, k] i32), also
+// marked as outputs so they stay readable after compute (expert statistics).
 ValueId build_llama_graph(Graph& g, const ModelConfig& cfg, const LlamaWeights& w, const StepTensors& in,
-                          const KvCache& kv);
+                          const KvCache& kv, std::vector<ValueId>* route_ids = nullptr);
 
 }  // namespace tessera

@@ -1,9 +1,11 @@
-// A Hugging Face checkpoint directory -> one GGUF file (`tessera convert`).
+// A Hugging Face checkpoint directory -> one GGUF file (`tessera convert`), or a TensorSource for
+// `tessera quantize`.
 #pragma once
 #include <functional>
 #include <string>
 
 #include "core/status.h"
+#include "models/quantize/tensor_source.h"
 
 namespace tessera::safetensors {
 
@@ -17,5 +19,10 @@ struct ConvertOptions {
 // rows are permuted into GGUF's rope order, so the file loads with RopeMode::kNormal and gives
 // the checkpoint's logits.
 Status convert_to_gguf(const std::string& dir, const std::string& out_path, const ConvertOptions& opts = {});
+
+// The checkpoint as a `tessera quantize` source: GGUF tensor names, metadata ({arch}.*,
+// tokenizer.ggml.*, the chat template) and llama/mistral q/k rows in GGUF's rope order. Rows
+// decode from any form the loader reads (F32/F16/BF16 and the quantised ones).
+Result<std::unique_ptr<TensorSource>> open_safetensors_source(const std::string& dir);
 
 }  // namespace tessera::safetensors

@@ -12,6 +12,7 @@
 
 #include "core/reference/reference.h"
 #include "models/model.h"
+#include "models/quantize/quantize.h"
 #include "models/safetensors/convert.h"
 #include "models/safetensors/hf_model.h"
 #include "models/scoring.h"
@@ -290,6 +291,35 @@ TEST_F(TinyCheckpoint, ConvertsToAGgufWithTheSameLogits) {
   auto swapped = load(dir_.string());
   ASSERT_TRUE(swapped);
   EXPECT_GT(max_diff(logits(*swapped), la), 1e-3) << "a q row permutation must change the logits";
+}
+
+TEST_F(TinyCheckpoint, QuantizeReadsCheckpoints) {
+  write_sharded();
+  auto src = open_safetensors_source(dir_.string());
+  ASSERT_TRUE(src.ok()) << src.status().to_string();
+  EXPECT_EQ((*src)->tensors().size(), 11u);
+  auto run = [&](DType type, const std::string& out) {
+    QuantizeOptions o;
+    o.type = type;
+    o.embed_type = type;
+    o.output_type = type;
+    auto plan = plan_quantization(**src, o);
+    ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+    auto stats = quantize_model(**src, *plan, o, out);
+    ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+  };
+  const std::string f32_out = (dir_ / "q_f32.gguf").string(), q8_out = (dir_ / "q_q8.gguf").string();
+  run(DType::kF32, f32_out);
+  run(DType::kQ8_0, q8_out);
+  auto a = load(dir_.string()), b = load(f32_out), c = load(q8_out);
+  ASSERT_TRUE(a && b && c);
+  const auto la = logits(*a);
+  EXPECT_LT(max_diff(logits(*b), la), 1e-5);  // f32: the same model, q/k rows in GGUF order
+  double peak = 0;
+  for (float x : la) peak = std::max(peak, std::fabs(double(x)));
+  const double d8 = max_diff(logits(*c), la) / peak;  // q8_0: close, not equal
+  EXPECT_LT(d8, 0.02);
+  EXPECT_GT(d8, 0.0);
 }
 
 TEST_F(TinyCheckpoint, MixtralWithCopiedExpertsEqualsTheDenseModel) {
