@@ -11,7 +11,7 @@ namespace tessera::cli {
 void add_convert_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("convert",
                                  "Convert a Hugging Face checkpoint directory (config.json, *.safetensors, tokenizer.json) to "
-                                 "GGUF; F32/F16/BF16 weights keep their dtype, MXFP4 stays MXFP4");
+                                 "GGUF, each weight in the dtype it loads as (F32/F16/BF16, MXFP4, FP8/INT4 as Tessera GGUF types)");
   auto dir = std::make_shared<std::string>(), out = std::make_shared<std::string>();
   auto quiet = std::make_shared<bool>(false);
   cmd->add_option("dir", *dir, "checkpoint directory")->required();

@@ -1,7 +1,8 @@
 // A Hugging Face checkpoint directory as GGUF: HfSource (the `tessera quantize` input) and
 // `tessera convert`, which writes its tensors unchanged. Float weights keep their dtype
-// (F32/F16/BF16), MXFP4 is GGUF type 39; FP8, INT4 and NVFP4-with-a-global-scale have no GGUF
-// type with our layout and are refused by convert (quantize decodes them instead). llama/mistral
+// (F32/F16/BF16), MXFP4 is GGUF type 39, FP8 and INT4 use Tessera's GGUF type ids (quant/dtype.h,
+// kTesseraGgufTypeBase: only Tessera reads them); NVFP4 with a global scale is refused by convert
+// (GGUF keeps that scale in a separate tensor we do not write; quantize decodes it). llama/mistral
 // q/k rows are permuted from HF's rotate-half order into the adjacent-pair order GGUF's llama
 // loader expects (RopeMode::kNormal).
 #include <cstring>

@@ -14,8 +14,8 @@ struct ConvertOptions {
 };
 
 // Writes |out_path| with the config as {arch}.* keys, the tokenizer as tokenizer.ggml.*, the
-// chat template, and every tensor under its GGUF name. Float weights keep their dtype, MXFP4
-// becomes GGUF type 39; FP8/INT4/NVFP4 are refused (no GGUF type holds them). llama/mistral q/k
+// chat template, and every tensor under its GGUF name, in the dtype it loads as (float, MXFP4,
+// and FP8/INT4 under Tessera's own GGUF type ids); NVFP4 with a global scale is refused. llama/mistral q/k
 // rows are permuted into GGUF's rope order, so the file loads with RopeMode::kNormal and gives
 // the checkpoint's logits.
 Status convert_to_gguf(const std::string& dir, const std::string& out_path, const ConvertOptions& opts = {});
