@@ -22,22 +22,20 @@ namespace tessera::bench {
 // small at the short contexts measured here).
 double weight_bytes_per_token(const Model& m) {
   double bytes = 0;
-  for (const auto& t : m.file().tensors()) {
-    if (t.name == "token_embd.weight" && !m.config().tied_output) {
-      bytes += double(t.nbytes) / double(t.shape[0]);
+  for (const Tensor* t : m.weight_tensors()) {
+    if (t->name == "token_embd.weight" && !m.config().tied_output) {
+      bytes += double(t->nbytes()) / double(t->shape[0]);
       continue;
     }
-    bytes += double(t.nbytes);
+    bytes += double(t->nbytes());
   }
   return bytes;
 }
 
 double parameters(const Model& m) {
   double n = 0;
-  for (const auto& t : m.file().tensors()) {
-    double e = 1;
-    for (int d = 0; d < t.rank; ++d) e *= double(t.shape[size_t(d)]);
-    if (t.name != "token_embd.weight" || m.config().tied_output) n += e;
+  for (const Tensor* t : m.weight_tensors()) {
+    if (t->name != "token_embd.weight" || m.config().tied_output) n += double(t->numel());
   }
   return n;
 }

@@ -34,8 +34,8 @@ double active_bytes_per_token(const Model& m) {
   const ModelConfig& c = m.config();
   double bytes = weight_bytes_per_token(m);
   if (!c.is_moe()) return bytes;
-  for (const auto& t : m.file().tensors())
-    if (is_expert_tensor(t.name)) bytes -= double(t.nbytes) * (1.0 - double(c.n_experts_used) / c.n_experts);
+  for (const Tensor* t : m.weight_tensors())
+    if (is_expert_tensor(t->name)) bytes -= double(t->nbytes()) * (1.0 - double(c.n_experts_used) / c.n_experts);
   return bytes;
 }
 
@@ -67,13 +67,13 @@ int run_moe_bench(const MoeBenchArgs& a) {
   if (!mc.is_moe()) return fail(InvalidArgument(a.moe + ": not a mixture-of-experts model"));
   std::printf("threads %d, batch 1, prompt %d tokens, decode %d tokens, %d alternating repeats (medians)\n", a.threads,
               a.prompt, a.decode, a.repeats);
-  for (const Model* m : {moe->get(), dense->get()}) {
+  for (const auto& [m, path] : {std::pair<const Model*, std::string>{moe->get(), a.moe}, {dense->get(), a.dense}}) {
     const ModelConfig& c = m->config();
     const std::string ffn = c.is_moe() ? std::to_string(c.n_experts) + " experts top-" + std::to_string(c.n_experts_used) +
                                              " of FFN " + std::to_string(c.n_ff_exp)
                                        : "FFN " + std::to_string(c.n_ff);
     std::printf("%-5s %s: %d layers, dim %d, %s, %.1f M parameters, %.1f MB of weights read per decode token\n",
-                c.is_moe() ? "moe" : "dense", m->file().path().c_str(), c.n_layers, c.n_embd, ffn.c_str(), parameters(*m) / 1e6,
+                c.is_moe() ? "moe" : "dense", path.c_str(), c.n_layers, c.n_embd, ffn.c_str(), parameters(*m) / 1e6,
                 active_bytes_per_token(*m) / 1e6);
   }
   Figures fm, fd;

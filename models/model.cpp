@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <map>
 
 #include "models/gguf/gguf.h"
+#include "models/safetensors/hf_model.h"
 
 namespace tessera {
 
@@ -56,12 +58,29 @@ int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
 }  // namespace
 
+// The common tail of both loaders: vocabulary checks, weights, the per-step input buffer.
+Status Model::finish_load(const std::string& path, const TensorGetter& get, const LoadOptions& opts) {
+  if (cfg_.n_vocab != tokenizer_->vocab_size())
+    return InvalidArgument(path + ": the token embedding has " + std::to_string(cfg_.n_vocab) + " rows but the tokenizer has " +
+                           std::to_string(tokenizer_->vocab_size()) + " tokens");
+  TS_RETURN_IF_ERROR(load_weights(path, get, opts));
+  // Per-step input buffer: tokens, positions, slots, logit rows [T]; query_start [S+1];
+  // seq_lens [S]; block tables [S, max blocks of a full context].
+  const int64_t T = opts.max_batch_tokens, S = opts.max_seqs;
+  const int64_t max_blocks = (cfg_.n_ctx_train + 15) / 16 + 1;
+  step_capacity_ = size_t(4 * (4 * T + (S + 1) + S + S * max_blocks) + 7 * 256);
+  TS_ASSIGN_OR_RETURN(step_buffer_, device_->alloc(step_capacity_));
+  return OkStatus();
+}
+
 Result<std::unique_ptr<Model>> Model::load(const std::string& path, DevicePtr device, const LoadOptions& opts) {
   if (!device) return InvalidArgument("Model::load: no device");
+  if (safetensors::is_checkpoint_dir(path)) return load_checkpoint(path, std::move(device), opts);
   std::unique_ptr<Model> m(new Model());
   m->device_ = std::move(device);
-  TS_ASSIGN_OR_RETURN(m->file_, gguf::File::open(path));
-  const gguf::File& f = *m->file_;
+  std::shared_ptr<gguf::File> file;
+  TS_ASSIGN_OR_RETURN(file, gguf::File::open(path));
+  const gguf::File& f = *file;
   TS_ASSIGN_OR_RETURN(m->cfg_, llama_config_from_gguf(f));
   {
     auto td = tokenizer_data_from_gguf(f);
@@ -76,18 +95,10 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, DevicePtr de
   const gguf::TensorInfo* emb = f.find_tensor("token_embd.weight");
   if (!emb) return NotFound(path + ": tensor 'token_embd.weight' is missing");
   m->cfg_.n_vocab = int(emb->shape[0]);
-  if (m->cfg_.n_vocab != m->tokenizer_->vocab_size())
-    return InvalidArgument(path + ": token_embd.weight has " + std::to_string(m->cfg_.n_vocab) + " rows but the tokenizer has " +
-                           std::to_string(m->tokenizer_->vocab_size()) + " tokens");
   m->cfg_.tied_output = f.find_tensor("output.weight") == nullptr;
-  TS_RETURN_IF_ERROR(m->load_weights(opts));
-
-  // Per-step input buffer: tokens, positions, slots, logit rows [T]; query_start [S+1];
-  // seq_lens [S]; block tables [S, max blocks of a full context].
-  const int64_t T = opts.max_batch_tokens, S = opts.max_seqs;
-  const int64_t max_blocks = (m->cfg_.n_ctx_train + 15) / 16 + 1;
-  m->step_capacity_ = size_t(4 * (4 * T + (S + 1) + S + S * max_blocks) + 7 * 256);
-  TS_ASSIGN_OR_RETURN(m->step_buffer_, m->device_->alloc(m->step_capacity_));
+  // GGUF tensors are used as they are, in place in the mapped file.
+  auto get = [&f, file](const TensorSpec& s) { return gguf_tensor(f, s); };
+  TS_RETURN_IF_ERROR(m->finish_load(path, get, opts));
   return m;
 }
 
@@ -104,12 +115,6 @@ bool same_dims(const gguf::TensorInfo& ti, const int64_t* want, size_t n) {
   for (size_t i = 0; i < n; ++i)
     if (ti.shape[i] != want[i]) return false;
   return true;
-}
-
-Status check_rank1_float(const gguf::File& f, const gguf::TensorInfo& ti) {
-  if (ti.rank == 1 && !dtype_traits(ti.dtype).is_float)
-    return InvalidArgument(f.path() + ": tensor '" + ti.name + "' must be f32/f16/bf16, got " + dtype_name(ti.dtype));
-  return OkStatus();
 }
 
 // The older per-expert layout of a [E, ...] weight: E tensors named by per_expert_name, each
@@ -141,85 +146,163 @@ Result<std::vector<const gguf::TensorInfo*>> find_experts(const gguf::File& f, c
   return parts;
 }
 
+HostTensor in_file(const gguf::File& f, const gguf::TensorInfo& ti, const std::vector<int64_t>& shape) {
+  HostTensor h;
+  h.dtype = ti.dtype;
+  h.shape = shape;
+  h.data = f.tensor_data(ti);
+  h.nbytes = ti.nbytes;
+  h.region = static_cast<const uint8_t*>(h.data) - ti.offset;
+  h.region_bytes = f.file_size();
+  h.keepalive = f.mapping();
+  return h;
+}
+
 }  // namespace
 
-// Finds |s| in the file: the tensor itself (a [1, D] row may be stored 1-D), or the per-expert
-// tensors of a merged expert weight. An absent optional tensor gives an empty source.
-Result<Model::WeightSource> Model::find_weight(const TensorSpec& s) const {
-  const gguf::File& f = *file_;
-  WeightSource w{{}, s.name, s.shape, s.slot};
+// |s| from a GGUF file: the tensor itself (a [1, D] row may be stored 1-D), or the per-expert
+// tensors of a merged expert weight, in place when they lie at equal distances (as writers place
+// them), else stacked into new memory. An absent optional tensor gives nullopt.
+Result<std::optional<HostTensor>> Model::gguf_tensor(const gguf::File& f, const TensorSpec& s) {
   const gguf::TensorInfo* ti = f.find_tensor(s.name);
   if (!ti && s.experts) {
-    TS_ASSIGN_OR_RETURN(w.parts, find_experts(f, s));
-    return w;
+    TS_ASSIGN_OR_RETURN(auto parts, find_experts(f, s));
+    HostTensor h = in_file(f, *parts[0], s.shape);
+    const size_t E = parts.size();
+    const int64_t step = E > 1 ? int64_t(parts[1]->offset) - int64_t(parts[0]->offset) : 0;
+    bool even = E == 1 || step >= int64_t(parts[0]->nbytes);
+    for (size_t e = 1; even && e < E; ++e) even = int64_t(parts[e]->offset) == int64_t(parts[0]->offset) + int64_t(e) * step;
+    if (even) {
+      h.stride0 = E > 1 ? step : 0;
+      h.nbytes = E * parts[0]->nbytes;
+      return std::optional<HostTensor>(std::move(h));
+    }
+    auto block = std::make_shared<std::vector<uint8_t>>();
+    for (const auto* p : parts) {
+      const auto* d = static_cast<const uint8_t*>(f.tensor_data(*p));
+      block->insert(block->end(), d, d + p->nbytes);
+    }
+    h.data = h.region = block->data();
+    h.nbytes = h.region_bytes = block->size();
+    h.keepalive = std::shared_ptr<const void>(block, block->data());
+    return std::optional<HostTensor>(std::move(h));
   }
-  if (!ti) {
-    if (s.required) return NotFound(f.path() + ": tensor '" + s.name + "' is missing");
-    return w;
-  }
+  if (!ti) return std::optional<HostTensor>();
   const bool as_1d = s.row_may_be_1d && same_dims(*ti, s.shape.data() + 1, s.shape.size() - 1);
   if (!as_1d && !same_dims(*ti, s.shape.data(), s.shape.size()))
     return InvalidArgument(f.path() + ": tensor '" + s.name + "' has shape " + dims_string(ti->shape.data(), size_t(ti->rank)) +
                            " but the hyperparameters imply " + dims_string(s.shape.data(), s.shape.size()));
-  TS_RETURN_IF_ERROR(check_rank1_float(f, *ti));
-  w.parts.push_back(ti);
-  return w;
+  return std::optional<HostTensor>(in_file(f, *ti, s.shape));
 }
 
-// The device tensor of |w|: in place in the mapped file where possible (per-expert tensors too,
-// when they lie at equal distances, as writers place them), else a copy in device memory.
-Result<Tensor> Model::bind_weight(const WeightSource& w, const Result<BufferPtr>& mapped) {
-  const gguf::File& f = *file_;
-  const gguf::TensorInfo& p0 = *w.parts[0];
-  const size_t E = w.parts.size();
-  Tensor t = Tensor::make(p0.dtype, int(w.shape.size()), w.shape.data(), w.name);
-  int64_t step = E > 1 ? int64_t(w.parts[1]->offset) - int64_t(p0.offset) : 0;
-  bool even = E == 1 || step >= int64_t(p0.nbytes);
-  for (size_t e = 1; even && e < E; ++e) even = int64_t(w.parts[e]->offset) == int64_t(p0.offset) + int64_t(e) * step;
-  if (mapped.ok() && even) {
-    t.buffer = *mapped;
-    t.offset = size_t(p0.offset);
-    if (E > 1) t.stride[0] = step;
+Result<std::unique_ptr<Model>> Model::load_checkpoint(const std::string& dir, DevicePtr device, const LoadOptions& opts) {
+  std::unique_ptr<Model> m(new Model());
+  m->device_ = std::move(device);
+  safetensors::QuantConfig quant;
+  TS_ASSIGN_OR_RETURN(m->cfg_, safetensors::read_config(dir, &quant));
+  {
+    auto td = safetensors::read_tokenizer(dir, &m->chat_template_);
+    if (!td.ok()) return td.status();
+    auto tok = Tokenizer::create(std::move(td).value());
+    if (!tok.ok()) return tok.status().with_context(dir + "/tokenizer.json: ");
+    m->tokenizer_ = std::move(tok).value();
+  }
+  std::unique_ptr<safetensors::Checkpoint> ckpt;
+  TS_ASSIGN_OR_RETURN(ckpt, safetensors::Checkpoint::open(dir));
+  const safetensors::TensorRef emb = ckpt->find("model.embed_tokens.weight");
+  if (!emb.file) return NotFound(dir + ": tensor 'model.embed_tokens.weight' is missing");
+  if (emb.info->shape.size() != 2)
+    return InvalidArgument(emb.file->path() + ": tensor 'model.embed_tokens.weight' has shape " + emb.info->shape_string() +
+                           ", expected [vocab, hidden]");
+  m->cfg_.n_vocab = int(emb.info->shape[0]);
+  m->cfg_.tied_output = !ckpt->has("lm_head.weight") && !ckpt->has("lm_head.qweight") && !ckpt->has("lm_head.weight_packed");
+  safetensors::Weights weights(*ckpt, m->cfg_, quant);
+  auto get = [&weights](const TensorSpec& s) { return weights.get(s); };
+  TS_RETURN_IF_ERROR(m->finish_load(dir, get, opts));
+  return m;
+}
+
+Status Model::load_weights(const std::string& path, const TensorGetter& get, const LoadOptions& opts) {
+  auto specs = llama_tensor_specs(cfg_, &weights_);
+  // Check every tensor's presence, dtype and shape before uploading any.
+  size_t total = 0;
+  std::vector<std::pair<HostTensor, const TensorSpec*>> todo;
+  for (const TensorSpec& s : specs) {
+    auto got = get(s);
+    if (!got.ok()) return got.status();
+    if (!got->has_value()) {
+      if (s.required) return NotFound(path + ": tensor '" + s.name + "' is missing");
+      continue;
+    }
+    HostTensor& h = **got;
+    if (h.shape != s.shape)
+      return InvalidArgument(path + ": tensor '" + s.name + "' has shape " + dims_string(h.shape.data(), h.shape.size()) +
+                             " but the hyperparameters imply " + dims_string(s.shape.data(), s.shape.size()));
+    if (s.shape.size() == 1 && !dtype_traits(h.dtype).is_float)
+      return InvalidArgument(path + ": tensor '" + s.name + "' must be f32/f16/bf16, got " + dtype_name(h.dtype));
+    total += h.nbytes;
+    todo.push_back({std::move(h), &s});
+  }
+  // CPU-like devices address the mapped file (or the repacked block) in place; the others get a
+  // copy per tensor. One mapping per region.
+  std::map<const void*, BufferPtr> mapped;
+  size_t done = 0;
+  for (auto& [h, s] : todo) {
+    auto it = mapped.find(h.region);
+    if (it == mapped.end()) {
+      auto b = device_->map_host(h.region, h.region_bytes, h.keepalive);
+      it = mapped.emplace(h.region, b.ok() ? *b : nullptr).first;
+      if (it->second) weights_buffers_.push_back(it->second);
+    }
+    TS_ASSIGN_OR_RETURN(*s->slot, bind_weight(h, s->name, it->second));
+    if (h.out_scale != 1.0f) weights_.out_scales[s->name] = h.out_scale;
+    done += h.nbytes;
+    if (opts.progress && !opts.progress(done, total)) return Cancelled(path + ": loading cancelled");
+  }
+  return OkStatus();
+}
+
+// The device tensor of |h|: in place when the device mapped its region, else a copy in device
+// memory (per dim-0 slice when the slices are spread out in the file).
+Result<Tensor> Model::bind_weight(const HostTensor& h, const std::string& name, const BufferPtr& mapped) {
+  Tensor t = Tensor::make(h.dtype, int(h.shape.size()), h.shape.data(), name);
+  const auto* src = static_cast<const uint8_t*>(h.data);
+  if (mapped) {
+    t.buffer = mapped;
+    t.offset = size_t(src - static_cast<const uint8_t*>(h.region));
+    if (h.stride0) t.stride[0] = h.stride0;
     return t;
   }
   TS_ASSIGN_OR_RETURN(t.buffer, device_->alloc(size_t(t.nbytes())));
-  if (E == 1) {
-    TS_RETURN_IF_ERROR(device_->upload(t, f.tensor_data(p0), p0.nbytes));
+  if (!h.stride0) {
+    TS_RETURN_IF_ERROR(device_->upload(t, src, size_t(t.nbytes())));
     return t;
   }
-  for (size_t e = 0; e < E; ++e) {
-    Tensor part = Tensor::make(p0.dtype, int(w.shape.size()) - 1, w.shape.data() + 1, w.parts[e]->name);
+  for (int64_t e = 0; e < h.shape[0]; ++e) {
+    Tensor part = Tensor::make(h.dtype, int(h.shape.size()) - 1, h.shape.data() + 1, name);
     part.buffer = t.buffer;
-    part.offset = e * size_t(t.stride[0]);
-    TS_RETURN_IF_ERROR(device_->upload(part, f.tensor_data(*w.parts[e]), w.parts[e]->nbytes));
+    part.offset = size_t(e * t.stride[0]);
+    TS_RETURN_IF_ERROR(device_->upload(part, src + e * h.stride0, size_t(part.nbytes())));
   }
   return t;
 }
 
-Status Model::load_weights(const LoadOptions& opts) {
-  const gguf::File& f = *file_;
-  auto specs = llama_tensor_specs(cfg_, &weights_);
-  // Check every tensor's presence, dtype and shape before touching any data.
-  size_t total = 0;
-  std::vector<WeightSource> todo;
-  for (const TensorSpec& s : specs) {
-    TS_ASSIGN_OR_RETURN(WeightSource w, find_weight(s));
-    if (w.parts.empty()) continue;
-    for (const auto* p : w.parts) total += p->nbytes;
-    todo.push_back(std::move(w));
+std::vector<const Tensor*> Model::weight_tensors() const {
+  std::vector<const Tensor*> out;
+  auto add = [&](const Tensor& t) {
+    if (t.buffer) out.push_back(&t);
+  };
+  add(weights_.tok_embd);
+  add(weights_.output_norm);
+  add(weights_.output);
+  add(weights_.rope_freqs);
+  for (const LlamaLayer& L : weights_.layers) {
+    for (const Tensor* t : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.q_norm, &L.k_norm, &L.ffn_norm,
+                            &L.w_gate, &L.w_up, &L.w_down, &L.router, &L.gate_exps, &L.up_exps, &L.down_exps, &L.shexp_gate,
+                            &L.gate_shexp, &L.up_shexp, &L.down_shexp})
+      add(*t);
   }
-  // CPU-like devices address the mapped file in place; the others get a copy per tensor.
-  const gguf::TensorInfo& first = *todo.front().parts[0];
-  const uint8_t* base = static_cast<const uint8_t*>(f.tensor_data(first)) - first.offset;
-  auto mapped = device_->map_host(base, f.file_size(), f.mapping());
-  size_t done = 0;
-  for (const WeightSource& w : todo) {
-    TS_ASSIGN_OR_RETURN(*w.slot, bind_weight(w, mapped));
-    for (const auto* p : w.parts) done += p->nbytes;
-    if (opts.progress && !opts.progress(done, total)) return Cancelled(f.path() + ": loading cancelled");
-  }
-  if (mapped.ok()) weights_buffer_ = *mapped;
-  return OkStatus();
+  return out;
 }
 
 Status Model::upload_step(const StepPlan& p, const std::vector<int32_t>& rows, StepTensors* t) {

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,7 @@
 
 namespace tessera {
 
-namespace gguf { class File; struct TensorInfo; }
+namespace gguf { class File; }
 
 // Expert load of a mixture-of-experts model: how many tokens each layer routed to each expert,
 // summed over the forward() calls made while collection was on. Every token of a step (prefill
@@ -45,6 +46,8 @@ struct LoadOptions {
 
 class Model final : public ModelRunner {
  public:
+  // |path|: a .gguf file, or a Hugging Face checkpoint directory (config.json, *.safetensors,
+  // tokenizer.json; see models/safetensors/hf_model.h).
   static Result<std::unique_ptr<Model>> load(const std::string& path, DevicePtr device, const LoadOptions& opts = {});
   ~Model() override;
 
@@ -52,7 +55,8 @@ class Model final : public ModelRunner {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const std::string& chat_template() const { return chat_template_; }  // Jinja source ("" if none)
   Device& device() { return *device_; }
-  const gguf::File& file() const { return *file_; }
+  // Every loaded weight (named as in GGUF), for size and parameter counts.
+  std::vector<const Tensor*> weight_tensors() const;
   // The tokenizer functions the engine needs.
   TextCodec codec() const;
 
@@ -71,26 +75,21 @@ class Model final : public ModelRunner {
 
  private:
   Model() = default;
-  // A weight as the file holds it: one tensor, or E per-expert tensors stacked on dim 0.
-  struct WeightSource {
-    std::vector<const gguf::TensorInfo*> parts;  // empty: an absent optional tensor
-    std::string name;                            // the merged name for per-expert parts
-    std::vector<int64_t> shape;                  // as the graph uses it, outermost first
-    Tensor* slot;
-  };
-  Status load_weights(const LoadOptions& opts);
-  Result<WeightSource> find_weight(const TensorSpec& s) const;
-  Result<Tensor> bind_weight(const WeightSource& w, const Result<BufferPtr>& mapped);
+  using TensorGetter = std::function<Result<std::optional<HostTensor>>(const TensorSpec&)>;
+  static Result<std::unique_ptr<Model>> load_checkpoint(const std::string& dir, DevicePtr device, const LoadOptions& opts);
+  Status finish_load(const std::string& path, const TensorGetter& get, const LoadOptions& opts);
+  Status load_weights(const std::string& path, const TensorGetter& get, const LoadOptions& opts);
+  static Result<std::optional<HostTensor>> gguf_tensor(const gguf::File& f, const TensorSpec& s);
+  Result<Tensor> bind_weight(const HostTensor& h, const std::string& name, const BufferPtr& mapped);
   Status count_experts(const Graph& g, const std::vector<ValueId>& route_ids);
   Status upload_step(const StepPlan& plan, const std::vector<int32_t>& rows, StepTensors* t);
 
   DevicePtr device_;
-  std::shared_ptr<gguf::File> file_;
   ModelConfig cfg_;
   LlamaWeights weights_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::string chat_template_;
-  BufferPtr weights_buffer_;   // the mapped file, when the device maps host memory
+  std::vector<BufferPtr> weights_buffers_;  // mapped files / repacked blocks, when the device maps host memory
   BufferPtr step_buffer_;      // per-step inputs (token ids, positions, block tables ...)
   size_t step_capacity_ = 0;
   bool collect_expert_stats_ = false;

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "core/reference/reference.h"
 #include "core/registry.h"
 #include "examples/cli/commands.h"
 #include "models/chat_template/chat_template.h"
@@ -37,8 +38,8 @@ std::string default_model_path() {
 
 void add_model_options(CLI::App* cmd, ModelOptions* o) {
   o->model = default_model_path();
-  cmd->add_option("-m,--model", o->model, "GGUF model file")->capture_default_str();
-  cmd->add_option("-d,--device", o->device, "device: auto (the best found), cpu, vulkan, vulkan:1, cuda:0 ...")
+  cmd->add_option("-m,--model", o->model, "GGUF model file, or a Hugging Face checkpoint directory")->capture_default_str();
+  cmd->add_option("-d,--device", o->device, "device: auto (the best found), cpu, vulkan, vulkan:1, cuda:0 ..., reference (scalar reference ops, slow)")
       ->capture_default_str();
   cmd->add_option("-c,--ctx", o->ctx, "KV cache capacity in tokens")->capture_default_str()->check(CLI::Range(16, 1 << 24));
   cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache dtype: f16, bf16, f32, fp8_e4m3 or int8_pc (8-bit: an f32 scale per token and kv head)")->capture_default_str();
@@ -78,7 +79,10 @@ struct ProgressBar {
 }  // namespace
 
 std::unique_ptr<Model> load_model(const ModelOptions& o, const LoadOptions& extra) {
-  auto dev = Registry::global().find(o.device);
+  // "reference": the scalar reference ops (slow, every dtype), e.g. for quantised checkpoint
+  // formats no backend has kernels for yet.
+  auto dev = o.device == "reference" ? Result<DevicePtr>(DevicePtr(std::make_shared<ref::ReferenceDevice>()))
+                                     : Registry::global().find(o.device);
   if (!dev.ok()) { fail(dev.status()); return nullptr; }
   ProgressBar bar{!o.quiet && isatty(2)};
   LoadOptions lo = extra;

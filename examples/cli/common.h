@@ -11,7 +11,7 @@
 namespace tessera::cli {
 
 struct ModelOptions {
-  std::string model;          // path to a .gguf
+  std::string model;          // path to a .gguf or a checkpoint directory
   std::string device = "auto";
   int ctx = 4096;             // KV cache capacity in tokens
   std::string kv_dtype = "f16";

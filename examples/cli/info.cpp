@@ -6,6 +6,7 @@
 
 #include "core/registry.h"
 #include "models/gguf/gguf.h"
+#include "models/safetensors/hf_model.h"
 #include "examples/cli/commands.h"
 
 namespace tessera::cli {
@@ -51,7 +52,40 @@ std::string value_string(const gguf::Value& v) {
   }
 }
 
+namespace {
+// A Hugging Face checkpoint: the config as we read it, shards, tensors by dtype.
+void print_checkpoint(const std::string& dir, bool all_tensors) {
+  safetensors::QuantConfig q;
+  auto cfg = safetensors::read_config(dir, &q);
+  auto ckpt = safetensors::Checkpoint::open(dir);
+  if (!cfg.ok() || !ckpt.ok()) {
+    std::fprintf(stderr, "error: %s\n", (cfg.ok() ? ckpt.status() : cfg.status()).to_string().c_str());
+    set_exit_code(1);
+    return;
+  }
+  const ModelConfig& c = *cfg;
+  std::printf("%s: Hugging Face checkpoint, %zu safetensors file(s), arch %s, %d layers, hidden %d, heads %d/%d, ffn %d%s%s\n",
+              dir.c_str(), (*ckpt)->files().size(), c.arch.c_str(), c.n_layers, c.n_embd, c.n_heads, c.n_kv_heads, c.n_ff,
+              c.is_moe() ? (", " + std::to_string(c.n_experts) + " experts").c_str() : "",
+              q.method.empty() ? "" : (", quantization " + q.method).c_str());
+  std::map<std::string, std::pair<int, uint64_t>> by_type;
+  const auto names = (*ckpt)->names();
+  for (const auto& n : names) {
+    const auto* t = (*ckpt)->find(n).info;
+    auto& e = by_type[safetensors::st_dtype_name(t->dtype)];
+    e.first++;
+    e.second += t->nbytes;
+  }
+  std::printf("tensors by type:\n");
+  for (const auto& [name, e] : by_type) std::printf("  %-8s %5d tensors %9.1f MB\n", name.c_str(), e.first, double(e.second) / 1e6);
+  const size_t show = all_tensors ? names.size() : std::min<size_t>(12, names.size());
+  std::printf("tensors%s:\n", all_tensors ? "" : " (first 12; --tensors for all)");
+  for (size_t i = 0; i < show; ++i) std::printf("  %-52s %s\n", names[i].c_str(), (*ckpt)->find(names[i]).info->shape_string().c_str());
+}
+}  // namespace
+
 void print_model(const std::string& path, bool all_tensors) {
+  if (safetensors::is_checkpoint_dir(path)) return print_checkpoint(path, all_tensors);
   auto f = gguf::File::open(path);
   if (!f.ok()) {
     std::fprintf(stderr, "error: %s\n", f.status().to_string().c_str());
@@ -86,7 +120,7 @@ void add_info_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("info", "List the devices found (and why a compiled-in backend is unusable), or describe a model file");
   auto path = std::make_shared<std::string>();
   auto all = std::make_shared<bool>(false);
-  cmd->add_option("model", *path, "a GGUF file: print its metadata and tensor table");
+  cmd->add_option("model", *path, "a GGUF file or Hugging Face checkpoint directory: print its metadata and tensor table");
   cmd->add_flag("--tensors", *all, "list every tensor");
   cmd->callback([path, all] {
     if (path->empty()) print_devices();

@@ -1,4 +1,4 @@
-// `tessera quantize IN.gguf OUT.gguf --type T`: rewrites a model's weights in another format
+// `tessera quantize IN.gguf|DIR OUT.gguf --type T`: rewrites a model's weights in another format
 // under per-tensor rules (models/quantize/quantize.h), with a progress bar.
 #include <unistd.h>
 
@@ -8,6 +8,8 @@
 #include "examples/cli/commands.h"
 #include "examples/cli/common.h"
 #include "models/quantize/quantize.h"
+#include "models/safetensors/convert.h"
+#include "models/safetensors/safetensors.h"
 
 namespace tessera::cli {
 
@@ -86,7 +88,7 @@ void draw_bar(int64_t done, int64_t total, int* last) {
 void quantize_command(const QuantizeCliOptions& c) {
   auto opts = build_options(c);
   if (!opts.ok()) return fail(opts.status());
-  auto src = open_gguf_source(c.in);
+  auto src = safetensors::is_checkpoint_dir(c.in) ? safetensors::open_safetensors_source(c.in) : open_gguf_source(c.in);
   if (!src.ok()) return fail(src.status());
   auto plan = plan_quantization(**src, *opts);
   if (!plan.ok()) return fail(plan.status());
@@ -108,8 +110,8 @@ void quantize_command(const QuantizeCliOptions& c) {
 
 void add_quantize_command(CLI::App& app) {
   auto c = std::make_shared<QuantizeCliOptions>();
-  auto* q = app.add_subcommand("quantize", "Rewrite a GGUF model's weights in another format");
-  q->add_option("input", c->in, "input .gguf")->required();
+  auto* q = app.add_subcommand("quantize", "Rewrite a GGUF model's (or a Hugging Face checkpoint's) weights in another format");
+  q->add_option("input", c->in, "input .gguf, or a Hugging Face checkpoint directory (config.json, *.safetensors)")->required();
   q->add_option("output", c->out, "output .gguf (not needed with --dry-run)");
   q->add_option("-t,--type", c->type,
                 "target format: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k mxfp4 nvfp4 fp8_e4m3 fp8_e5m2 "

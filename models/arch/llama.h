@@ -3,6 +3,8 @@
 // Qwen2-MoE (shared expert), Qwen3-MoE, OLMoE. GQA, RoPE (normal or NeoX layout,
 // linear/YaRN/llama3 scaling).
 #pragma once
+#include <map>
+#include <memory>
 #include <vector>
 
 #include "core/graph.h"
@@ -28,6 +30,9 @@ struct LlamaWeights {
   Tensor tok_embd, output_norm, output;
   Tensor rope_freqs;          // optional (llama3 scaling)
   std::vector<LlamaLayer> layers;
+  // Weight name -> factor the matmul output is multiplied by: the f32 tensor scale of NVFP4
+  // weights, which their blocks leave out (quant/README.md). Absent: 1.
+  std::map<std::string, float> out_scales;
 };
 
 // The per-step inputs, already on the device.
@@ -52,6 +57,21 @@ struct TensorSpec {
 // The name of expert |e|'s tensor in the per-expert layout, from the merged name.
 std::string per_expert_name(const std::string& merged, int e);
 std::vector<TensorSpec> llama_tensor_specs(const ModelConfig& cfg, LlamaWeights* w);
+
+// One weight as a file loader hands it to Model: host bytes in our dtype and layout, and the
+// memory region they lie in, so a device that maps host memory (the CPU) can use them in place.
+struct HostTensor {
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;  // outermost first
+  const void* data = nullptr;
+  size_t nbytes = 0;
+  const void* region = nullptr;  // start of the mapped file (or owned block) holding |data|
+  size_t region_bytes = 0;
+  std::shared_ptr<const void> keepalive;  // owns the region
+  float out_scale = 1.0f;        // see LlamaWeights::out_scales
+  int64_t stride0 = 0;           // bytes between dim-0 slices when not contiguous (per-expert
+                                 // GGUF tensors placed at equal distances); 0: contiguous
+};
 // Builds the step graph; returns the logits value ([R, vocab] f32), marked as output. For MoE
 // models, |route_ids| (optional) receives each layer's routed expert ids ([T, k] i32), also
 // marked as outputs so they stay readable after compute (expert statistics).

@@ -38,6 +38,13 @@ struct TokenizerData {                 // what GGUF metadata (tokenizer.ggml.*) 
   bool add_bos = false, add_eos = false, add_space_prefix = false;
 };
 
+// From the text of a Hugging Face tokenizer.json and tokenizer_config.json ("" when absent):
+// vocabulary, merges, added tokens (special -> control, others user-defined), pre-tokenizer,
+// bos/eos/unk/pad and add_bos/add_eos. |chat_template| receives the config's template ("" if
+// none). Errors name the file and the field (models/tokenizer/hf_json.cpp).
+Result<TokenizerData> tokenizer_data_from_hf_json(std::string_view tokenizer_json, std::string_view config_json,
+                                                  std::string* chat_template);
+
 // Immutable after create(); every const method is safe to call from several threads.
 class Tokenizer {
  public:

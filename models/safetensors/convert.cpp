@@ -1,0 +1,218 @@
+// A Hugging Face checkpoint directory as GGUF: HfSource (the `tessera quantize` input) and
+// `tessera convert`, which writes its tensors unchanged. Float weights keep their dtype
+// (F32/F16/BF16), MXFP4 is GGUF type 39, FP8 and INT4 use Tessera's GGUF type ids (quant/dtype.h,
+// kTesseraGgufTypeBase: only Tessera reads them); NVFP4 with a global scale is refused by convert
+// (GGUF keeps that scale in a separate tensor we do not write; quantize decodes it). llama/mistral
+// q/k rows are permuted from HF's rotate-half order into the adjacent-pair order GGUF's llama
+// loader expects (RopeMode::kNormal).
+#include <cstring>
+
+#include "models/gguf/gguf.h"
+#include "models/safetensors/convert.h"
+#include "models/safetensors/hf_model.h"
+
+namespace tessera::safetensors {
+
+namespace {
+
+// Appends GGUF metadata in insertion order (a tiny builder over MetadataList).
+struct Meta {
+  MetadataList list;
+  void str(std::string k, std::string v) { list.emplace_back(std::move(k), gguf::Value::of_string(std::move(v))); }
+  void u32(std::string k, int64_t v) { list.emplace_back(std::move(k), gguf::Value::of_uint(gguf::ValueType::kU32, uint64_t(v))); }
+  void f32(std::string k, double v) { list.emplace_back(std::move(k), gguf::Value::of_float(gguf::ValueType::kF32, v)); }
+  void flag(std::string k, bool v) { list.emplace_back(std::move(k), gguf::Value::of_bool(v)); }
+  template <class T, class F>
+  void array(std::string k, gguf::ValueType t, const std::vector<T>& v, F make) {
+    std::vector<gguf::Value> vals;
+    vals.reserve(v.size());
+    for (const T& x : v) vals.push_back(make(x));
+    list.emplace_back(std::move(k), gguf::Value::of_array(t, std::move(vals)));
+  }
+};
+
+void add_config(Meta& w, const ModelConfig& c) {
+  const std::string a = c.arch + ".";
+  w.str("general.architecture", c.arch);
+  if (!c.name.empty()) w.str("general.name", c.name);
+  w.u32(a + "block_count", c.n_layers);
+  w.u32(a + "context_length", c.n_ctx_train);
+  w.u32(a + "embedding_length", c.n_embd);
+  w.u32(a + "feed_forward_length", c.n_ff);
+  w.u32(a + "attention.head_count", c.n_heads);
+  w.u32(a + "attention.head_count_kv", c.n_kv_heads);
+  w.u32(a + "attention.key_length", c.head_dim);
+  w.u32(a + "attention.value_length", c.head_dim);
+  w.f32(a + "attention.layer_norm_rms_epsilon", c.rms_eps);
+  w.f32(a + "rope.freq_base", c.rope.freq_base);
+  w.u32(a + "rope.dimension_count", c.rope.n_dims);
+  w.u32(a + "vocab_size", c.n_vocab);
+  if (c.rope.ext_factor > 0.0f) {
+    w.str(a + "rope.scaling.type", "yarn");
+    w.f32(a + "rope.scaling.factor", 1.0 / c.rope.freq_scale);
+    w.u32(a + "rope.scaling.original_context_length", c.rope.n_ctx_orig);
+  } else if (c.rope.freq_scale != 1.0f) {
+    w.str(a + "rope.scaling.type", "linear");
+    w.f32(a + "rope.scaling.factor", 1.0 / c.rope.freq_scale);
+  }
+  if (c.is_moe()) {
+    w.u32(a + "expert_count", c.n_experts);
+    w.u32(a + "expert_used_count", c.n_experts_used);
+    w.u32(a + "expert_feed_forward_length", c.n_ff_exp);
+    if (c.n_ff_shexp > 0) w.u32(a + "expert_shared_feed_forward_length", c.n_ff_shexp);
+    w.flag(a + "expert_weights_norm", c.expert_weights_norm);
+  }
+}
+
+void add_tokenizer(Meta& w, const TokenizerData& d, const std::string& chat_template) {
+  using gguf::Value;
+  using gguf::ValueType;
+  w.str("tokenizer.ggml.model", d.model);
+  if (!d.pre.empty()) w.str("tokenizer.ggml.pre", d.pre);
+  w.array("tokenizer.ggml.tokens", ValueType::kString, d.tokens, [](const std::string& t) { return Value::of_string(t); });
+  if (!d.scores.empty())
+    w.array("tokenizer.ggml.scores", ValueType::kF32, d.scores, [](float x) { return Value::of_float(ValueType::kF32, x); });
+  if (!d.token_types.empty())
+    w.array("tokenizer.ggml.token_type", ValueType::kI32, d.token_types, [](int32_t x) { return Value::of_int(ValueType::kI32, x); });
+  if (!d.merges.empty())
+    w.array("tokenizer.ggml.merges", ValueType::kString, d.merges, [](const std::string& t) { return Value::of_string(t); });
+  const std::pair<const char*, int32_t> ids[] = {{"tokenizer.ggml.bos_token_id", d.bos},
+                                                 {"tokenizer.ggml.eos_token_id", d.eos},
+                                                 {"tokenizer.ggml.eot_token_id", d.eot},
+                                                 {"tokenizer.ggml.unknown_token_id", d.unk},
+                                                 {"tokenizer.ggml.padding_token_id", d.pad}};
+  for (const auto& [key, id] : ids)
+    if (id >= 0) w.u32(key, id);
+  w.flag("tokenizer.ggml.add_bos_token", d.add_bos);
+  w.flag("tokenizer.ggml.add_eos_token", d.add_eos);
+  if (d.model == "llama") w.flag("tokenizer.ggml.add_space_prefix", d.add_space_prefix);
+  if (!chat_template.empty()) w.str("tokenizer.chat_template", chat_template);
+}
+
+}  // namespace
+
+// A checkpoint as a quantizer TensorSource: GGUF names, metadata and rope row order; rows
+// decoded from whatever each weight loaded as (float in place, quantised forms repacked).
+class HfSource final : public TensorSource {
+ public:
+  static Result<std::unique_ptr<HfSource>> open(const std::string& dir) {
+    std::unique_ptr<HfSource> src(new HfSource());
+    src->dir_ = dir;
+    QuantConfig quant;
+    TS_ASSIGN_OR_RETURN(ModelConfig cfg, read_config(dir, &quant));
+    std::string chat_template;
+    TS_ASSIGN_OR_RETURN(TokenizerData tok, read_tokenizer(dir, &chat_template));
+    TS_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::open(dir));
+    const TensorRef emb = ckpt->find("model.embed_tokens.weight");
+    if (!emb.file || emb.info->shape.size() != 2)
+      return NotFound(dir + ": tensor 'model.embed_tokens.weight' ([vocab, hidden]) is missing");
+    cfg.n_vocab = int(emb.info->shape[0]);
+    if (cfg.n_vocab != int(tok.tokens.size()))
+      return InvalidArgument(dir + ": the embedding has " + std::to_string(cfg.n_vocab) + " rows but tokenizer.json has " +
+                             std::to_string(tok.tokens.size()) + " tokens");
+    Meta meta;
+    add_config(meta, cfg);
+    add_tokenizer(meta, tok, chat_template);
+    src->meta_ = std::move(meta.list);
+    Weights weights(*ckpt, cfg, quant);
+    LlamaWeights slots;
+    const bool permute = cfg.arch == "llama" || cfg.arch == "mistral";
+    for (const TensorSpec& s : llama_tensor_specs(cfg, &slots)) {
+      TS_ASSIGN_OR_RETURN(auto h, weights.get(s));
+      if (!h) {
+        if (s.required) return NotFound(dir + ": tensor '" + s.name + "' (HF '" + weights.hf_prefix(s.name) + "') is missing");
+        continue;
+      }
+      if (h->shape != s.shape)
+        return InvalidArgument(dir + ": tensor '" + weights.hf_prefix(s.name) + "' does not have the shape the config implies");
+      const bool qk = s.name.find(".attn_q.") != std::string::npos || s.name.find(".attn_k.") != std::string::npos;
+      src->tensors_.push_back(SourceTensor{s.name, h->dtype, s.shape});
+      src->rope_head_.push_back(permute && qk ? cfg.head_dim : 0);
+      src->data_.push_back(std::move(*h));
+    }
+    src->ckpt_ = std::move(ckpt);
+    return src;
+  }
+
+  const std::string& path() const override { return dir_; }
+  const std::vector<SourceTensor>& tensors() const override { return tensors_; }
+  const MetadataList& metadata() const override { return meta_; }
+
+  // Row |r| of the GGUF tensor comes from row source_row(r) of the HF one (rope order).
+  int64_t source_row(size_t index, int64_t r) const {
+    const int64_t d = rope_head_[index];
+    if (!d) return r;
+    const int64_t h = r / d, i = (r % d) / 2, j = r % 2;
+    return h * d + j * d / 2 + i;
+  }
+
+  Status read_rows(size_t index, int64_t row0, int64_t n, float* out) const override {
+    if (index >= tensors_.size()) return OutOfRange(dir_ + ": tensor index " + std::to_string(index));
+    const SourceTensor& s = tensors_[index];
+    if (row0 < 0 || n < 0 || row0 + n > s.rows())
+      return OutOfRange(dir_ + ": tensor '" + s.name + "': rows [" + std::to_string(row0) + ", " + std::to_string(row0 + n) +
+                        ") outside its " + std::to_string(s.rows()) + " rows");
+    const HostTensor& h = data_[index];
+    const DTypeTraits& tr = dtype_traits(h.dtype);
+    if (!tr.dequantize_row) return InvalidArgument(dir_ + ": tensor '" + s.name + "': " + tr.name + " cannot be decoded to f32");
+    const int64_t rb = dtype_row_bytes(h.dtype, s.cols());
+    for (int64_t r = 0; r < n; ++r) {
+      float* y = out + r * s.cols();
+      tr.dequantize_row(static_cast<const uint8_t*>(h.data) + source_row(index, row0 + r) * rb, y, s.cols());
+      if (h.out_scale != 1.0f)
+        for (int64_t c = 0; c < s.cols(); ++c) y[c] *= h.out_scale;
+    }
+    return OkStatus();
+  }
+
+  // The stored bytes, when GGUF can hold them as they are (rows in GGUF order, a GGUF dtype).
+  const void* raw_data(size_t index) const override {
+    if (index >= tensors_.size() || rope_head_[index] || !storable(index)) return nullptr;
+    return data_[index].data;
+  }
+  bool storable(size_t index) const {
+    return dtype_traits(data_[index].dtype).gguf_type >= 0 && data_[index].out_scale == 1.0f;
+  }
+  // The bytes of a storable tensor in GGUF row order.
+  std::vector<uint8_t> gguf_bytes(size_t index) const {
+    const HostTensor& h = data_[index];
+    const SourceTensor& s = tensors_[index];
+    const int64_t rb = dtype_row_bytes(h.dtype, s.cols());
+    std::vector<uint8_t> out(h.nbytes);
+    for (int64_t r = 0; r < s.rows(); ++r)
+      std::memcpy(out.data() + r * rb, static_cast<const uint8_t*>(h.data) + source_row(index, r) * rb, size_t(rb));
+    return out;
+  }
+
+ private:
+  HfSource() = default;
+  std::string dir_;
+  std::unique_ptr<Checkpoint> ckpt_;
+  std::vector<SourceTensor> tensors_;
+  std::vector<HostTensor> data_;
+  std::vector<int64_t> rope_head_;  // head size of permuted q/k rows, else 0
+  MetadataList meta_;
+};
+
+Result<std::unique_ptr<TensorSource>> open_safetensors_source(const std::string& dir) {
+  TS_ASSIGN_OR_RETURN(auto src, HfSource::open(dir));
+  return std::unique_ptr<TensorSource>(std::move(src));
+}
+
+Status convert_to_gguf(const std::string& dir, const std::string& out_path, const ConvertOptions& opts) {
+  TS_ASSIGN_OR_RETURN(auto src, HfSource::open(dir));
+  gguf::Writer w;
+  for (const auto& [key, value] : src->metadata()) w.add(key, value);
+  for (size_t i = 0; i < src->tensors().size(); ++i) {
+    const SourceTensor& s = src->tensors()[i];
+    if (!src->storable(i))
+      return Unimplemented(dir + ": tensor '" + s.name + "' loads as " + dtype_name(s.dtype) +
+                           ", which GGUF cannot store as is; use `tessera quantize DIR OUT.gguf --type T` instead");
+    const std::vector<uint8_t> bytes = src->gguf_bytes(i);
+    TS_RETURN_IF_ERROR(w.add_tensor(s.name, s.dtype, s.shape, bytes.data(), bytes.size()));
+    if (opts.progress) opts.progress(s.name);
+  }
+  return w.write(out_path);
+}
+
+}  // namespace tessera::safetensors

@@ -1,0 +1,28 @@
+// A Hugging Face checkpoint directory -> one GGUF file (`tessera convert`), or a TensorSource for
+// `tessera quantize`.
+#pragma once
+#include <functional>
+#include <string>
+
+#include "core/status.h"
+#include "models/quantize/tensor_source.h"
+
+namespace tessera::safetensors {
+
+struct ConvertOptions {
+  std::function<void(const std::string& tensor)> progress;  // after each tensor is added
+};
+
+// Writes |out_path| with the config as {arch}.* keys, the tokenizer as tokenizer.ggml.*, the
+// chat template, and every tensor under its GGUF name, in the dtype it loads as (float, MXFP4,
+// and FP8/INT4 under Tessera's own GGUF type ids); NVFP4 with a global scale is refused. llama/mistral q/k
+// rows are permuted into GGUF's rope order, so the file loads with RopeMode::kNormal and gives
+// the checkpoint's logits.
+Status convert_to_gguf(const std::string& dir, const std::string& out_path, const ConvertOptions& opts = {});
+
+// The checkpoint as a `tessera quantize` source: GGUF tensor names, metadata ({arch}.*,
+// tokenizer.ggml.*, the chat template) and llama/mistral q/k rows in GGUF's rope order. Rows
+// decode from any form the loader reads (F32/F16/BF16 and the quantised ones).
+Result<std::unique_ptr<TensorSource>> open_safetensors_source(const std::string& dir);
+
+}  // namespace tessera::safetensors

@@ -1,0 +1,220 @@
+// config.json -> ModelConfig, the same struct the GGUF metadata fills (models/arch/llama.cpp).
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "models/safetensors/hf_model.h"
+#include "models/safetensors/json_util.h"
+
+namespace tessera::safetensors {
+
+// ---- JSON helpers ----
+
+Result<json> read_json_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound(path + ": cannot open: " + std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  json j = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return InvalidArgument(path + ": not valid JSON");
+  return j;
+}
+
+const json* JsonObject::find(const std::string& key) const {
+  if (!j_.is_object()) return nullptr;
+  auto it = j_.find(key);
+  return it == j_.end() || it->is_null() ? nullptr : &*it;
+}
+Status JsonObject::missing(const std::string& key) const { return NotFound(file_ + ": key '" + key + "' is missing"); }
+Status JsonObject::mistyped(const std::string& key, const char* want) const {
+  return InvalidArgument(file_ + ": key '" + key + "' should be " + want + ", got " + find(key)->dump());
+}
+Result<int64_t> JsonObject::get_int(const std::string& key) const {
+  const json* v = find(key);
+  if (!v) return missing(key);
+  if (!v->is_number_integer()) return mistyped(key, "an integer");
+  return v->get<int64_t>();
+}
+Result<int64_t> JsonObject::get_int(const std::string& key, int64_t fallback) const {
+  if (!find(key)) return fallback;
+  return get_int(key);
+}
+Result<double> JsonObject::get_float(const std::string& key, double fallback) const {
+  const json* v = find(key);
+  if (!v) return fallback;
+  if (!v->is_number()) return mistyped(key, "a number");
+  return v->get<double>();
+}
+Result<bool> JsonObject::get_bool(const std::string& key, bool fallback) const {
+  const json* v = find(key);
+  if (!v) return fallback;
+  if (!v->is_boolean()) return mistyped(key, "true or false");
+  return v->get<bool>();
+}
+Result<std::string> JsonObject::get_string(const std::string& key) const {
+  const json* v = find(key);
+  if (!v) return missing(key);
+  if (!v->is_string()) return mistyped(key, "a string");
+  return v->get<std::string>();
+}
+Result<std::string> JsonObject::get_string(const std::string& key, std::string fallback) const {
+  if (!find(key)) return fallback;
+  return get_string(key);
+}
+
+namespace {
+
+// HF model_type -> our architecture name (GGUF's general.architecture).
+struct ArchRow {
+  const char* model_type;
+  const char* arch;
+};
+constexpr ArchRow kArchs[] = {
+    {"llama", "llama"}, {"mistral", "mistral"}, {"qwen2", "qwen2"},       {"qwen3", "qwen3"},
+    {"mixtral", "llama"}, {"qwen2_moe", "qwen2moe"}, {"qwen3_moe", "qwen3moe"}, {"olmoe", "olmoe"},
+};
+
+Status read_rope(const JsonObject& o, ModelConfig* c) {
+  RopeParams& r = c->rope;
+  // HF rotates halves of each head for every architecture here (see hf_model.h).
+  r.mode = RopeMode::kNeox;
+  double partial = 1.0;
+  TS_ASSIGN_OR_RETURN(partial, o.get_float("partial_rotary_factor", 1.0));
+  r.n_dims = int(c->head_dim * partial);
+  if (r.n_dims <= 0 || r.n_dims > c->head_dim || r.n_dims % 2)
+    return InvalidArgument(o.file() + ": partial_rotary_factor " + std::to_string(partial) + " gives " +
+                           std::to_string(r.n_dims) + " rotary dims (must be even and <= head_dim)");
+  double theta = 10000.0;
+  TS_ASSIGN_OR_RETURN(theta, o.get_float("rope_theta", 10000.0));
+  r.freq_base = float(theta);
+  r.n_ctx_orig = c->n_ctx_train;
+  const json* rs = o.find("rope_scaling");
+  if (!rs) return OkStatus();
+  if (!rs->is_object()) return InvalidArgument(o.file() + ": rope_scaling should be an object or null");
+  JsonObject s(*rs, o.file() + ": rope_scaling");
+  std::string type;
+  TS_ASSIGN_OR_RETURN(type, s.get_string("rope_type", ""));
+  if (type.empty()) {
+    TS_ASSIGN_OR_RETURN(type, s.get_string("type", "default"));
+  }
+  double factor = 1.0;
+  TS_ASSIGN_OR_RETURN(factor, s.get_float("factor", 1.0));
+  if (type == "default") return OkStatus();
+  if (!(factor > 0)) return InvalidArgument(o.file() + ": rope_scaling.factor must be positive");
+  if (type == "linear") {
+    r.freq_scale = float(1.0 / factor);
+  } else if (type == "yarn") {
+    r.freq_scale = float(1.0 / factor);
+    r.ext_factor = 1.0f;
+    int64_t orig = 0;
+    TS_ASSIGN_OR_RETURN(orig, s.get_int("original_max_position_embeddings", c->n_ctx_train));
+    r.n_ctx_orig = int(orig);
+  } else {
+    // llama3 needs per-frequency factors (GGUF's rope_freqs tensor); not derived here yet.
+    return Unimplemented(o.file() + ": rope_scaling type '" + type + "' is not supported for checkpoints (default, linear, yarn)");
+  }
+  return OkStatus();
+}
+
+Status read_moe(const JsonObject& o, const std::string& model_type, ModelConfig* c) {
+  int64_t v = 0;
+  const char* n_key = model_type == "mixtral" ? "num_local_experts" : "num_experts";
+  TS_ASSIGN_OR_RETURN(v, o.get_int(n_key));
+  c->n_experts = int(v);
+  TS_ASSIGN_OR_RETURN(v, o.get_int("num_experts_per_tok"));
+  c->n_experts_used = int(v);
+  if (c->n_experts < 1 || c->n_experts_used < 1 || c->n_experts_used > c->n_experts)
+    return InvalidArgument(o.file() + ": num_experts_per_tok " + std::to_string(c->n_experts_used) + " must be in [1, " + n_key +
+                           " " + std::to_string(c->n_experts) + "]");
+  // Mixtral's experts use intermediate_size; the Qwen MoE models have their own width.
+  TS_ASSIGN_OR_RETURN(v, model_type == "mixtral" || model_type == "olmoe" ? o.get_int("intermediate_size")
+                                                                           : o.get_int("moe_intermediate_size"));
+  c->n_ff_exp = int(v);
+  if (model_type == "qwen2_moe") {
+    TS_ASSIGN_OR_RETURN(v, o.get_int("shared_expert_intermediate_size"));
+    c->n_ff_shexp = int(v);
+  }
+  const bool norm_default = model_type == "mixtral";  // qwen2_moe, qwen3_moe, olmoe: norm_topk_prob
+  TS_ASSIGN_OR_RETURN(c->expert_weights_norm, o.get_bool("norm_topk_prob", norm_default));
+  if (c->n_ff_exp <= 0 || c->n_ff_shexp < 0) return InvalidArgument(o.file() + ": expert FFN widths must be positive");
+  return OkStatus();
+}
+
+Status read_quant(const JsonObject& o, QuantConfig* q) {
+  const json* qc = o.find("quantization_config");
+  if (!qc) return OkStatus();
+  if (!qc->is_object()) return InvalidArgument(o.file() + ": quantization_config should be an object");
+  JsonObject s(*qc, o.file() + ": quantization_config");
+  TS_ASSIGN_OR_RETURN(q->method, s.get_string("quant_method", ""));
+  int64_t v = 0;
+  TS_ASSIGN_OR_RETURN(v, s.get_int("bits", q->method == "awq" || q->method == "gptq" ? 4 : 0));
+  q->bits = int(v);
+  if ((q->method == "awq" || q->method == "gptq") && q->bits != 4)
+    return Unimplemented(o.file() + ": " + q->method + " with bits " + std::to_string(q->bits) + " (only 4-bit is supported)");
+  TS_ASSIGN_OR_RETURN(v, s.get_int("group_size", 0));
+  q->group_size = int(v);
+  std::string fmt;
+  TS_ASSIGN_OR_RETURN(fmt, s.get_string("checkpoint_format", "gptq"));
+  q->gptq_v2 = fmt == "gptq_v2";
+  if (q->method == "gptq") {
+    bool desc_act = false;
+    TS_ASSIGN_OR_RETURN(desc_act, s.get_bool("desc_act", false));
+    if (desc_act) return Unimplemented(o.file() + ": GPTQ with desc_act (act-order, g_idx) is not supported");
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Result<ModelConfig> read_config(const std::string& dir, QuantConfig* quant) {
+  const std::string path = dir + "/config.json";
+  json j;
+  TS_ASSIGN_OR_RETURN(j, read_json_file(path));
+  if (!j.is_object()) return InvalidArgument(path + ": not a JSON object");
+  const JsonObject o(j, path);
+  ModelConfig c;
+  std::string mt;
+  TS_ASSIGN_OR_RETURN(mt, o.get_string("model_type"));
+  const ArchRow* row = nullptr;
+  for (const auto& a : kArchs)
+    if (mt == a.model_type) row = &a;
+  if (!row)
+    return Unimplemented(path + ": model_type '" + mt +
+                         "' is not supported (llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe)");
+  c.arch = row->arch;
+  TS_ASSIGN_OR_RETURN(c.name, o.get_string("_name_or_path", ""));
+  int64_t v = 0;
+  TS_ASSIGN_OR_RETURN(v, o.get_int("num_hidden_layers")); c.n_layers = int(v);
+  TS_ASSIGN_OR_RETURN(v, o.get_int("hidden_size")); c.n_embd = int(v);
+  TS_ASSIGN_OR_RETURN(v, o.get_int("intermediate_size")); c.n_ff = int(v);
+  TS_ASSIGN_OR_RETURN(v, o.get_int("num_attention_heads")); c.n_heads = int(v);
+  TS_ASSIGN_OR_RETURN(v, o.get_int("num_key_value_heads", c.n_heads)); c.n_kv_heads = int(v);
+  TS_ASSIGN_OR_RETURN(v, o.get_int("max_position_embeddings", 2048)); c.n_ctx_train = int(v);
+  if (c.n_layers <= 0 || c.n_embd <= 0 || c.n_ff <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 || c.n_ctx_train <= 0)
+    return InvalidArgument(path + ": sizes must be positive (num_hidden_layers " + std::to_string(c.n_layers) + ", hidden_size " +
+                           std::to_string(c.n_embd) + ", num_attention_heads " + std::to_string(c.n_heads) +
+                           ", num_key_value_heads " + std::to_string(c.n_kv_heads) + ")");
+  if (c.n_heads % c.n_kv_heads != 0)
+    return InvalidArgument(path + ": num_attention_heads " + std::to_string(c.n_heads) + " is not a multiple of num_key_value_heads " +
+                           std::to_string(c.n_kv_heads));
+  TS_ASSIGN_OR_RETURN(v, o.get_int("head_dim", c.n_embd / c.n_heads)); c.head_dim = int(v);
+  if (c.head_dim <= 0 || c.head_dim % 2 != 0)
+    return InvalidArgument(path + ": head_dim " + std::to_string(c.head_dim) + " must be positive and even");
+  double eps = 1e-5;
+  TS_ASSIGN_OR_RETURN(eps, o.get_float("rms_norm_eps", 1e-5));
+  c.rms_eps = float(eps);
+  if (!(c.rms_eps > 0.0f)) return InvalidArgument(path + ": rms_norm_eps must be positive");
+  TS_RETURN_IF_ERROR(read_rope(o, &c));
+  c.qk_norm = (c.arch == "qwen3" || c.arch == "qwen3moe") ? QkNorm::kPerHead : c.arch == "olmoe" ? QkNorm::kFull : QkNorm::kNone;
+  c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2moe";
+  if (mt == "mixtral" || mt == "qwen2_moe" || mt == "qwen3_moe" || mt == "olmoe") {
+    TS_RETURN_IF_ERROR(read_moe(o, mt, &c));
+  }
+  // n_vocab and tied_output come from the tensors (as on the GGUF path).
+  TS_ASSIGN_OR_RETURN(v, o.get_int("vocab_size", 0)); c.n_vocab = int(v);
+  TS_RETURN_IF_ERROR(read_quant(o, quant));
+  return c;
+}
+
+}  // namespace tessera::safetensors

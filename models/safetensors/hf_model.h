@@ -1,0 +1,70 @@
+// Hugging Face checkpoints as Tessera models: config.json -> ModelConfig, HF tensor names ->
+// ours, and the quantised checkpoint forms repacked into quant/ dtypes at load.
+//
+// Two facts shape the mapping (docs/safetensors.md has the details):
+// - RoPE layout. HF llama/mistral checkpoints rotate halves (x_i with x_{i+d/2}); GGUF's llama
+//   converter permutes the q/k rows so that rope rotates adjacent pairs. We load HF q/k rows as
+//   they are and use RopeMode::kNeox, which is the same function (`tessera convert` applies the
+//   permutation when it writes a GGUF, whose llama loader uses RopeMode::kNormal).
+// - Quantised forms become our dtypes without loss: FP8 E4M3 + weight_scale -> kFP8_E4M3 (the
+//   scale in the row header), AWQ/GPTQ INT4 -> kINT4_G{32,64,128}, compressed-tensors MXFP4 and
+//   gpt-oss *_blocks/*_scales -> kMXFP4, NVFP4 (ModelOpt and compressed-tensors) -> kNVFP4 with
+//   the global scale applied to the matmul output.
+#pragma once
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "models/arch/llama.h"
+#include "models/model_config.h"
+#include "models/safetensors/safetensors.h"
+#include "models/tokenizer/tokenizer.h"
+
+namespace tessera::safetensors {
+
+// quantization_config of config.json (only what the INT4 unpacking needs; the other formats are
+// recognised from the tensors themselves).
+struct QuantConfig {
+  std::string method;      // "awq", "gptq", "compressed-tensors", "modelopt", "fp8", "" (none)
+  int bits = 0;
+  int group_size = 0;
+  bool gptq_v2 = false;    // GPTQ "checkpoint_format": "gptq_v2": zero points stored as is
+};
+
+// Reads <dir>/config.json: model_type, sizes, rope, MoE keys. Errors name the file and key.
+Result<ModelConfig> read_config(const std::string& dir, QuantConfig* quant);
+
+// Reads <dir>/tokenizer.json and <dir>/tokenizer_config.json (special tokens, add_bos, chat
+// template); |chat_template| gets "" when there is none.
+Result<TokenizerData> read_tokenizer(const std::string& dir, std::string* chat_template);
+
+// Produces our tensors (names and shapes of llama_tensor_specs) from a checkpoint.
+class Weights {
+ public:
+  Weights(const Checkpoint& ckpt, const ModelConfig& cfg, QuantConfig quant);
+  ~Weights();
+  // The tensor for |spec|, or nullopt when the checkpoint lacks it (an optional tensor).
+  // Float weights stay in the mapped shard (1-D ones are widened to f32); quantised ones are
+  // repacked into new memory.
+  Result<std::optional<HostTensor>> get(const TensorSpec& spec);
+  // The HF name our |name| comes from (for messages and tools), e.g.
+  // "model.layers.3.self_attn.q_proj" for "blk.3.attn_q.weight" ("" when none).
+  std::string hf_prefix(const std::string& name) const;
+
+ private:
+  Result<std::optional<HostTensor>> load_linear(const std::string& prefix, const std::string& suffix, const TensorSpec& spec);
+  Result<HostTensor> load_fp8(const std::string& prefix, const TensorRef& w, const TensorSpec& spec);
+  Result<HostTensor> load_fp4(const std::string& prefix, const TensorRef& w, const TensorSpec& spec);
+  Result<HostTensor> load_int4(const std::string& prefix, const TensorRef& q, const TensorSpec& spec);
+  Result<std::optional<HostTensor>> load_stacked(const std::vector<std::string>& prefixes, const TensorSpec& spec);
+  Result<HostTensor> owned(const TensorSpec& spec, DType dtype, std::vector<uint8_t> bytes, float out_scale);
+
+  const Checkpoint& ckpt_;
+  ModelConfig cfg_;
+  QuantConfig quant_;
+  std::map<std::string, float> weight_scales_;  // our weight name -> NVFP4 global scale
+};
+
+}  // namespace tessera::safetensors

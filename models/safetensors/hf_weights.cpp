@@ -1,0 +1,117 @@
+// HF tensor names -> ours, and each checkpoint form of a linear weight -> one of our dtypes.
+#include "models/safetensors/hf_model.h"
+
+namespace tessera::safetensors {
+
+namespace {
+
+// Our per-layer name (after "blk.N.") -> the HF module path after "model.layers.N.".
+struct NameRow {
+  const char* ours;
+  const char* hf;
+};
+constexpr NameRow kLayerNames[] = {
+    {"attn_norm", "input_layernorm"},        {"attn_q", "self_attn.q_proj"},
+    {"attn_k", "self_attn.k_proj"},          {"attn_v", "self_attn.v_proj"},
+    {"attn_output", "self_attn.o_proj"},     {"attn_q_norm", "self_attn.q_norm"},
+    {"attn_k_norm", "self_attn.k_norm"},     {"ffn_norm", "post_attention_layernorm"},
+    {"ffn_gate", "mlp.gate_proj"},           {"ffn_up", "mlp.up_proj"},
+    {"ffn_down", "mlp.down_proj"},           {"ffn_gate_inp", "mlp.gate"},
+    {"ffn_gate_inp_shexp", "mlp.shared_expert_gate"}, {"ffn_gate_shexp", "mlp.shared_expert.gate_proj"},
+    {"ffn_up_shexp", "mlp.shared_expert.up_proj"},    {"ffn_down_shexp", "mlp.shared_expert.down_proj"},
+};
+
+// Splits "blk.3.attn_q.weight" into (3, "attn_q", "weight"); false for other names.
+bool split_layer_name(const std::string& name, int* layer, std::string* stem, std::string* suffix) {
+  if (name.rfind("blk.", 0) != 0) return false;
+  const size_t a = name.find('.', 4), b = name.rfind('.');
+  if (a == std::string::npos || b <= a) return false;
+  *layer = std::stoi(name.substr(4, a - 4));
+  *stem = name.substr(a + 1, b - a - 1);
+  *suffix = name.substr(b + 1);
+  return true;
+}
+
+}  // namespace
+
+Weights::Weights(const Checkpoint& ckpt, const ModelConfig& cfg, QuantConfig quant)
+    : ckpt_(ckpt), cfg_(cfg), quant_(std::move(quant)) {}
+Weights::~Weights() = default;
+
+std::string Weights::hf_prefix(const std::string& name) const {
+  if (name == "token_embd.weight") return "model.embed_tokens";
+  if (name == "output_norm.weight") return "model.norm";
+  if (name == "output.weight") return "lm_head";
+  int l = 0;
+  std::string stem, suffix;
+  if (!split_layer_name(name, &l, &stem, &suffix)) return "";
+  const std::string p = "model.layers." + std::to_string(l) + ".";
+  const bool mixtral = cfg_.arch == "llama" && cfg_.is_moe();
+  if (mixtral && stem == "ffn_gate_inp") return p + "block_sparse_moe.gate";
+  for (const auto& row : kLayerNames)
+    if (stem == row.ours) return p + row.hf;
+  return "";
+}
+
+Result<HostTensor> Weights::owned(const TensorSpec& spec, DType dtype, std::vector<uint8_t> bytes, float out_scale) {
+  auto block = std::make_shared<std::vector<uint8_t>>(std::move(bytes));
+  HostTensor h;
+  h.dtype = dtype;
+  h.shape = spec.shape;
+  h.data = block->data();
+  h.nbytes = block->size();
+  h.region = block->data();
+  h.region_bytes = block->size();
+  h.out_scale = out_scale;
+  h.keepalive = std::shared_ptr<const void>(block, block->data());
+  return h;
+}
+
+Result<std::optional<HostTensor>> Weights::get(const TensorSpec& spec) {
+  if (spec.name == "rope_freqs.weight") return std::optional<HostTensor>();  // not in HF checkpoints
+  int l = 0;
+  std::string stem, suffix;
+  if (split_layer_name(spec.name, &l, &stem, &suffix) && stem.size() > 5 && stem.compare(stem.size() - 5, 5, "_exps") == 0) {
+    // Experts: one HF module per expert, stacked into [E, rows, cols].
+    const bool mixtral = cfg_.arch == "llama";
+    const std::string proj = stem.substr(0, stem.size() - 5);  // ffn_gate / ffn_up / ffn_down
+    const char* hf = proj == "ffn_gate" ? (mixtral ? "w1" : "gate_proj")
+                   : proj == "ffn_up"   ? (mixtral ? "w3" : "up_proj")
+                                        : (mixtral ? "w2" : "down_proj");
+    std::vector<std::string> prefixes;
+    for (int e = 0; e < cfg_.n_experts; ++e)
+      prefixes.push_back("model.layers." + std::to_string(l) + (mixtral ? ".block_sparse_moe.experts." : ".mlp.experts.") +
+                         std::to_string(e) + "." + hf);
+    return load_stacked(prefixes, spec);
+  }
+  const std::string prefix = hf_prefix(spec.name);
+  if (prefix.empty()) return InvalidArgument("no Hugging Face name for tensor '" + spec.name + "'");
+  const std::string sfx = spec.name.substr(spec.name.rfind('.') + 1);
+  return load_linear(prefix, sfx, spec);
+}
+
+Result<std::optional<HostTensor>> Weights::load_stacked(const std::vector<std::string>& prefixes, const TensorSpec& spec) {
+  TensorSpec one = spec;
+  one.shape.erase(one.shape.begin());
+  std::vector<uint8_t> all;
+  DType dtype = DType::kF32;
+  for (size_t e = 0; e < prefixes.size(); ++e) {
+    TS_ASSIGN_OR_RETURN(auto t, load_linear(prefixes[e], "weight", one));
+    if (!t && e == 0) return std::optional<HostTensor>();
+    if (!t) return NotFound(ckpt_.dir() + ": tensor '" + prefixes[e] + ".weight' is missing");
+    if (t->shape != one.shape)
+      return InvalidArgument(ckpt_.dir() + ": expert tensor '" + prefixes[e] + "' does not have the shape the config implies");
+    if (e == 0) dtype = t->dtype;
+    if (t->dtype != dtype)
+      return InvalidArgument(ckpt_.dir() + ": expert '" + prefixes[e] + "' is " + dtype_name(t->dtype) + " but expert 0 is " +
+                             dtype_name(dtype));
+    if (t->out_scale != 1.0f)
+      return Unimplemented(ckpt_.dir() + ": '" + prefixes[e] + "': NVFP4 experts with a global scale are not supported");
+    const auto* p = static_cast<const uint8_t*>(t->data);
+    all.insert(all.end(), p, p + t->nbytes);
+  }
+  TS_ASSIGN_OR_RETURN(HostTensor h, owned(spec, dtype, std::move(all), 1.0f));
+  return std::optional<HostTensor>(std::move(h));
+}
+
+}  // namespace tessera::safetensors
