@@ -131,7 +131,7 @@ Stat cpu_copy_bandwidth(float* buffer, size_t n_floats, int threads, int repeats
   return rate_stat(s, 2.0 * double(part) * double(threads) * sizeof(float) / 1e9);
 }
 
-Result<Stat> onednn_gemm_gflops(const std::string& dtype, int64_t size, int threads, int repeats) {
+Result<Stat> onednn_gemm_gflops(const std::string& dtype, int64_t size, int threads, int repeats, double* cpu_gflops) {
 #if TESSERA_HAVE_DNNL
   using dnnl::memory;
   using dt = memory::data_type;
@@ -159,8 +159,14 @@ Result<Stat> onednn_gemm_gflops(const std::string& dtype, int64_t size, int thre
     budget.min_sample_s = 0.0;
     budget.min_samples = repeats;
     budget.max_samples = repeats;
+    double cpu_s = 0;
+    int64_t calls = 0;
     auto call = [&](int64_t) {
+      const double c0 = process_cpu_seconds();
       prim.execute(strm, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+      strm.wait();
+      cpu_s += process_cpu_seconds() - c0;
+      ++calls;
       return OkStatus();
     };
     auto finish = [&] {
@@ -168,7 +174,9 @@ Result<Stat> onednn_gemm_gflops(const std::string& dtype, int64_t size, int thre
       return OkStatus();
     };
     TS_ASSIGN_OR_RETURN(Stat s, time_calls(call, finish, budget, nullptr));
-    return rate_stat(s, 2.0 * double(size) * double(size) * double(size) / 1e9);
+    const double gflop = 2.0 * double(size) * double(size) * double(size) / 1e9;
+    if (cpu_gflops) *cpu_gflops = cpu_s > 0 ? gflop * double(calls) / (cpu_s / threads) : 0.0;
+    return rate_stat(s, gflop);
   } catch (const dnnl::error& e) {
     return Unavailable("onednn " + dtype + " GEMM: " + e.what());
   }

@@ -26,7 +26,9 @@ Stat cpu_copy_bandwidth(float* buffer, size_t n_floats, int threads, int repeats
 std::vector<Ceiling> cpu_ceilings(int threads, const CeilingOptions& o);
 // oneDNN GEMM peak in GFLOP/s for "f32", "bf16" or "int8" (u8s8s32) with |threads| threads;
 // Unavailable without oneDNN or when the CPU lacks the dtype.
-Result<Stat> onednn_gemm_gflops(const std::string& dtype, int64_t size, int threads, int repeats);
+// |cpu_gflops|, when given, receives the same rate by process CPU time / threads (shared machines).
+Result<Stat> onednn_gemm_gflops(const std::string& dtype, int64_t size, int threads, int repeats,
+                                double* cpu_gflops = nullptr);
 
 // Through the HAL: read (a large f32 GEMV), copy (the copy op), and one matmul peak per
 // weight dtype the device supports.

@@ -15,6 +15,8 @@ int run_roofline(const RooflineArgs& a);
 
 struct GemvArgs {
   std::vector<int> threads = {1, 2};
+  std::vector<std::string> dtypes;  // weight formats to measure (empty: every one the CPU supports)
+  bool no_gemm = false;             // GEMV only
   bool quick = false;
   std::string csv;  // optional output file
 };
@@ -41,6 +43,42 @@ struct ModelBenchArgs {
   int repeats = 3;
 };
 int run_model_bench(const ModelBenchArgs& a);
+
+// `tessera-bench serve`: drives a `tessera serve` (its own child from --model, or --url) over
+// loopback with streamed completions. See docs/serving.md.
+struct ServeBenchArgs {
+  std::string model;        // start a server on this GGUF file ...
+  std::string url;          // ... or use the one at http://HOST:PORT
+  std::string server_bin;   // the tessera binary (default: next to tessera-bench)
+  std::string device = "cpu";
+  std::vector<std::string> server_args;  // passed through to `tessera serve`
+  std::string scenario = "load";         // load, prefix, chunked
+  std::string out_dir = "bench-out";
+  std::vector<int> concurrency = {1, 4, 16, 64};
+  int requests = 0;         // per level; 0: max(8, 4 x concurrency)
+  int prompt_len = 128;     // prompt tokens: uniform in prompt_len x [1 - spread, 1 + spread]
+  double prompt_spread = 0.5;
+  int output_len = 64;      // output tokens, the same way
+  double output_spread = 0.5;
+  int token_lo = 32, token_hi = 256;  // prompt token ids are drawn from [lo, hi)
+  uint64_t seed = 1;
+  double slo_ttft_ms = 2000;  // goodput counts requests meeting both
+  double slo_tpot_ms = 200;
+  // prefix scenario
+  int prefix_len = 1000, suffix_len = 32, rounds = 3;
+  // chunked scenario
+  int decodes = 8, long_prompt = 4000;
+};
+int run_serve_bench(const ServeBenchArgs& a);
+
+struct MoeBenchArgs {
+  std::string moe, dense;  // GGUF files: the MoE and a dense model of equal active parameters
+  int threads = 2;
+  int prompt = 128;
+  int decode = 32;
+  int repeats = 3;
+};
+int run_moe_bench(const MoeBenchArgs& a);
 
 // "AMD EPYC ... , 2 CPUs, LLC 32 MiB" for reports.
 std::string host_description();

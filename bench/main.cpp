@@ -21,6 +21,8 @@ int main(int argc, char** argv) {
   auto* g = app.add_subcommand("gemv", "quantised GEMV (M=1) bandwidth vs the measured peak read bandwidth");
   g->add_option("--threads", gemv.threads, "thread counts (repeatable)")->capture_default_str();
   g->add_option("--csv", gemv.csv, "also write the rows to this CSV file");
+  g->add_option("--dtype", gemv.dtypes, "weight formats to measure (repeatable; default: all)");
+  g->add_flag("--no-gemm", gemv.no_gemm, "skip the prefill GEMM figures");
   g->add_flag("--quick", gemv.quick, "smaller buffers, shorter budgets");
 
   PlotArgs plot;
@@ -44,8 +46,51 @@ int main(int argc, char** argv) {
   m->add_option("--decode", mb.decode, "generated tokens per request")->capture_default_str();
   m->add_option("--repeats", mb.repeats, "runs per figure (median)")->capture_default_str();
 
+#ifdef TESSERA_BENCH_HAVE_SERVE
+  ServeBenchArgs sb;
+  auto* s = app.add_subcommand("serve", "streamed requests against tessera serve at several concurrencies; scenarios");
+  s->add_option("--model", sb.model, "start a tessera serve on this GGUF file");
+  s->add_option("--url", sb.url, "or use the server at http://HOST:PORT");
+  s->add_option("--server-bin", sb.server_bin, "the tessera binary (default: next to tessera-bench)");
+  s->add_option("--device", sb.device, "the started server's device")->capture_default_str();
+  s->add_option("--server-arg", sb.server_args, "an argument for the started server (repeatable), e.g. --server-arg=--max-batch-tokens=64")
+      ->allow_extra_args(false);
+  s->add_option("--scenario", sb.scenario, "load (concurrency levels), prefix or chunked")->capture_default_str();
+  s->add_option("--out", sb.out_dir, "output folder (serve[-SCENARIO].json and .csv)")->capture_default_str();
+  s->add_option("--concurrency", sb.concurrency, "concurrency levels (repeatable)")->capture_default_str();
+  s->add_option("--requests", sb.requests, "requests per level (0: max(8, 4 x concurrency))")->capture_default_str();
+  s->add_option("--prompt-len", sb.prompt_len, "mean prompt tokens")->capture_default_str();
+  s->add_option("--prompt-spread", sb.prompt_spread, "prompt tokens uniform in mean x [1 - s, 1 + s]")->capture_default_str();
+  s->add_option("--output-len", sb.output_len, "mean output tokens (ignore_eos)")->capture_default_str();
+  s->add_option("--output-spread", sb.output_spread, "output tokens uniform in mean x [1 - s, 1 + s]")->capture_default_str();
+  s->add_option("--token-lo", sb.token_lo, "prompt token ids from [lo, hi)")->capture_default_str();
+  s->add_option("--token-hi", sb.token_hi, "prompt token ids from [lo, hi)")->capture_default_str();
+  s->add_option("--seed", sb.seed, "prompt and length seed")->capture_default_str();
+  s->add_option("--slo-ttft-ms", sb.slo_ttft_ms, "goodput SLO on time to first token")->capture_default_str();
+  s->add_option("--slo-tpot-ms", sb.slo_tpot_ms, "goodput SLO on time per output token")->capture_default_str();
+  s->add_option("--prefix-len", sb.prefix_len, "prefix scenario: shared prefix tokens")->capture_default_str();
+  s->add_option("--suffix-len", sb.suffix_len, "prefix scenario: distinct suffix tokens")->capture_default_str();
+  s->add_option("--rounds", sb.rounds, "prefix scenario: rounds (distinct prefixes; medians)")->capture_default_str();
+  s->add_option("--decodes", sb.decodes, "chunked scenario: streaming decodes")->capture_default_str();
+  s->add_option("--long-prompt", sb.long_prompt, "chunked scenario: tokens of the prompt that arrives")->capture_default_str();
+#endif
+
+  MoeBenchArgs moe;
+  auto* e = app.add_subcommand("moe", "a MoE model vs a dense model of equal active parameters: prefill/decode tokens/s, "
+                                      "cost ratio, expert load");
+  e->add_option("--moe", moe.moe, "the mixture-of-experts GGUF")->required();
+  e->add_option("--dense", moe.dense, "the dense GGUF (FFN width = k x the expert width)")->required();
+  e->add_option("--threads", moe.threads, "CPU threads")->capture_default_str();
+  e->add_option("--prompt", moe.prompt, "prompt tokens")->capture_default_str();
+  e->add_option("--decode", moe.decode, "generated tokens")->capture_default_str();
+  e->add_option("--repeats", moe.repeats, "alternating runs per model (median)")->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
+#ifdef TESSERA_BENCH_HAVE_SERVE
+  if (s->parsed()) return run_serve_bench(sb);
+#endif
   if (m->parsed()) return run_model_bench(mb);
+  if (e->parsed()) return run_moe_bench(moe);
   if (r->parsed()) return run_roofline(roof);
   if (g->parsed()) return run_gemv(gemv);
   if (p->parsed()) return run_plot(plot);

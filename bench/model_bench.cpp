@@ -10,13 +10,12 @@
 #include "backends/cpu/cpu_device.h"
 #include "bench/ceilings.h"
 #include "bench/commands.h"
+#include "bench/model_run.h"
 #include "core/sched/engine.h"
 #include "models/gguf/gguf.h"
 #include "models/model.h"
 
 namespace tessera::bench {
-
-namespace {
 
 // Weight bytes one decode step reads: every tensor once, except that the token embedding is
 // read for one row only (unless it is also the output head). KV reads are not counted (they are
@@ -43,11 +42,6 @@ double parameters(const Model& m) {
   return n;
 }
 
-struct RunResult {
-  double prefill_tps = 0, decode_tps = 0, aggregate_tps = 0;
-};
-
-// |n_seqs| requests of |prompt| tokens each generating |decode| tokens, all submitted at once.
 Result<RunResult> run_requests(Model& m, int n_seqs, int prompt, int decode) {
   TS_ASSIGN_OR_RETURN(auto kv, m.create_kv_cache(int64_t(n_seqs) * (prompt + decode + 16)));
   EngineConfig ec;
@@ -86,8 +80,6 @@ double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
-
-}  // namespace
 
 int run_model_bench(const ModelBenchArgs& a) {
   const size_t n = (size_t(512) << 20) / sizeof(float);

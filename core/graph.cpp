@@ -28,6 +28,8 @@ const char* op_name(OpKind op) {
 
 namespace {
 bool is_act(DType t) { return dtype_traits(t).is_float; }
+// KV caches may also hold 8-bit rows with an f32 scale per (token, kv head) row.
+bool is_kv_quant(DType t) { return t == DType::kFP8_E4M3 || t == DType::kINT8_PC; }
 std::string desc(const Tensor& t) { return t.shape_string(); }
 }  // namespace
 
@@ -192,7 +194,9 @@ ValueId Graph::attention(const AttentionInputs& in, const AttentionParams& p) {
              "q heads " + std::to_string(q.shape[1]) + " not a multiple of kv heads " + std::to_string(k.shape[1])) ||
       !check(kc.rank == 4 && kc.same_shape(vc) && kc.shape[2] == k.shape[1] && kc.shape[3] == k.shape[2], op,
              "cache must be [blocks, block_size, kv_heads, head_dim] matching k, got " + desc(kc)) ||
-      !check(is_act(kc.dtype) && vc.dtype == kc.dtype, op, "cache dtype must be f32/f16/bf16, got " + desc(kc)) ||
+      !check((is_act(kc.dtype) || is_kv_quant(kc.dtype)) && vc.dtype == kc.dtype, op,
+             "cache dtype must be f32/f16/bf16/fp8_e4m3/int8_pc, got " + desc(kc)) ||
+      !check(dtype_row_check(kc.dtype, kc.shape[3]).empty(), op, dtype_row_check(kc.dtype, kc.shape[3])) ||
       !check(i32s, op, "slot_mapping, query_start, seq_lens, block_tables must be i32") ||
       !check(slots.rank == 1 && slots.shape[0] == q.shape[0], op, "slot_mapping must be [T]") ||
       !check(sl.rank == 1 && qs.rank == 1 && qs.shape[0] == sl.shape[0] + 1, op,

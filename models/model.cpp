@@ -1,6 +1,7 @@
 #include "models/model.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "models/gguf/gguf.h"
@@ -90,47 +91,131 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, DevicePtr de
   return m;
 }
 
+namespace {
+
+std::string dims_string(const int64_t* d, size_t n) {
+  std::string s;
+  for (size_t i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return "[" + s + "]";
+}
+
+bool same_dims(const gguf::TensorInfo& ti, const int64_t* want, size_t n) {
+  if (ti.rank != int(n)) return false;
+  for (size_t i = 0; i < n; ++i)
+    if (ti.shape[i] != want[i]) return false;
+  return true;
+}
+
+Status check_rank1_float(const gguf::File& f, const gguf::TensorInfo& ti) {
+  if (ti.rank == 1 && !dtype_traits(ti.dtype).is_float)
+    return InvalidArgument(f.path() + ": tensor '" + ti.name + "' must be f32/f16/bf16, got " + dtype_name(ti.dtype));
+  return OkStatus();
+}
+
+// The older per-expert layout of a [E, ...] weight: E tensors named by per_expert_name, each
+// shape[1:], all of one dtype. Checked completely before any data is read.
+Result<std::vector<const gguf::TensorInfo*>> find_experts(const gguf::File& f, const TensorSpec& s) {
+  const int E = int(s.shape[0]);
+  const int64_t* each = s.shape.data() + 1;
+  const size_t rank = s.shape.size() - 1;
+  std::vector<const gguf::TensorInfo*> parts;
+  for (int e = 0; e < E; ++e) {
+    const std::string name = per_expert_name(s.name, e);
+    const gguf::TensorInfo* ti = f.find_tensor(name);
+    if (!ti) {
+      if (e == 0) return NotFound(f.path() + ": tensor '" + s.name + "' is missing (nor is there a per-expert '" + name + "')");
+      return NotFound(f.path() + ": per-expert tensor '" + name + "' is missing (expert_count " + std::to_string(E) +
+                      " needs experts 0.." + std::to_string(E - 1) + ")");
+    }
+    if (!same_dims(*ti, each, rank))
+      return InvalidArgument(f.path() + ": tensor '" + name + "' has shape " + dims_string(ti->shape.data(), size_t(ti->rank)) +
+                             " but the hyperparameters imply " + dims_string(each, rank) + " for each expert");
+    if (!parts.empty() && ti->dtype != parts[0]->dtype)
+      return InvalidArgument(f.path() + ": tensor '" + name + "' is " + dtype_name(ti->dtype) + " but expert 0 ('" +
+                             parts[0]->name + "') is " + dtype_name(parts[0]->dtype) + ": one weight's experts must share a dtype");
+    parts.push_back(ti);
+  }
+  if (f.find_tensor(per_expert_name(s.name, E)))
+    return InvalidArgument(f.path() + ": per-expert tensor '" + per_expert_name(s.name, E) + "' is beyond expert_count " +
+                           std::to_string(E));
+  return parts;
+}
+
+}  // namespace
+
+// Finds |s| in the file: the tensor itself (a [1, D] row may be stored 1-D), or the per-expert
+// tensors of a merged expert weight. An absent optional tensor gives an empty source.
+Result<Model::WeightSource> Model::find_weight(const TensorSpec& s) const {
+  const gguf::File& f = *file_;
+  WeightSource w{{}, s.name, s.shape, s.slot};
+  const gguf::TensorInfo* ti = f.find_tensor(s.name);
+  if (!ti && s.experts) {
+    TS_ASSIGN_OR_RETURN(w.parts, find_experts(f, s));
+    return w;
+  }
+  if (!ti) {
+    if (s.required) return NotFound(f.path() + ": tensor '" + s.name + "' is missing");
+    return w;
+  }
+  const bool as_1d = s.row_may_be_1d && same_dims(*ti, s.shape.data() + 1, s.shape.size() - 1);
+  if (!as_1d && !same_dims(*ti, s.shape.data(), s.shape.size()))
+    return InvalidArgument(f.path() + ": tensor '" + s.name + "' has shape " + dims_string(ti->shape.data(), size_t(ti->rank)) +
+                           " but the hyperparameters imply " + dims_string(s.shape.data(), s.shape.size()));
+  TS_RETURN_IF_ERROR(check_rank1_float(f, *ti));
+  w.parts.push_back(ti);
+  return w;
+}
+
+// The device tensor of |w|: in place in the mapped file where possible (per-expert tensors too,
+// when they lie at equal distances, as writers place them), else a copy in device memory.
+Result<Tensor> Model::bind_weight(const WeightSource& w, const Result<BufferPtr>& mapped) {
+  const gguf::File& f = *file_;
+  const gguf::TensorInfo& p0 = *w.parts[0];
+  const size_t E = w.parts.size();
+  Tensor t = Tensor::make(p0.dtype, int(w.shape.size()), w.shape.data(), w.name);
+  int64_t step = E > 1 ? int64_t(w.parts[1]->offset) - int64_t(p0.offset) : 0;
+  bool even = E == 1 || step >= int64_t(p0.nbytes);
+  for (size_t e = 1; even && e < E; ++e) even = int64_t(w.parts[e]->offset) == int64_t(p0.offset) + int64_t(e) * step;
+  if (mapped.ok() && even) {
+    t.buffer = *mapped;
+    t.offset = size_t(p0.offset);
+    if (E > 1) t.stride[0] = step;
+    return t;
+  }
+  TS_ASSIGN_OR_RETURN(t.buffer, device_->alloc(size_t(t.nbytes())));
+  if (E == 1) {
+    TS_RETURN_IF_ERROR(device_->upload(t, f.tensor_data(p0), p0.nbytes));
+    return t;
+  }
+  for (size_t e = 0; e < E; ++e) {
+    Tensor part = Tensor::make(p0.dtype, int(w.shape.size()) - 1, w.shape.data() + 1, w.parts[e]->name);
+    part.buffer = t.buffer;
+    part.offset = e * size_t(t.stride[0]);
+    TS_RETURN_IF_ERROR(device_->upload(part, f.tensor_data(*w.parts[e]), w.parts[e]->nbytes));
+  }
+  return t;
+}
+
 Status Model::load_weights(const LoadOptions& opts) {
   const gguf::File& f = *file_;
   auto specs = llama_tensor_specs(cfg_, &weights_);
   // Check every tensor's presence, dtype and shape before touching any data.
   size_t total = 0;
-  std::vector<std::pair<const gguf::TensorInfo*, Tensor*>> todo;
+  std::vector<WeightSource> todo;
   for (const TensorSpec& s : specs) {
-    const gguf::TensorInfo* ti = f.find_tensor(s.name);
-    if (!ti) {
-      if (s.required) return NotFound(f.path() + ": tensor '" + s.name + "' is missing");
-      continue;
-    }
-    bool same = ti->rank == int(s.shape.size());
-    for (size_t i = 0; same && i < s.shape.size(); ++i) same = ti->shape[i] == s.shape[i];
-    if (!same) {
-      std::string want, got;
-      for (int64_t d : s.shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
-      for (int i = 0; i < ti->rank; ++i) got += (got.empty() ? "" : ", ") + std::to_string(ti->shape[size_t(i)]);
-      return InvalidArgument(f.path() + ": tensor '" + s.name + "' has shape [" + got + "] but the hyperparameters imply [" +
-                             want + "]");
-    }
-    if (s.shape.size() == 1 && !dtype_traits(ti->dtype).is_float)
-      return InvalidArgument(f.path() + ": tensor '" + s.name + "' must be f32/f16/bf16, got " + dtype_name(ti->dtype));
-    todo.push_back({ti, s.slot});
-    total += ti->nbytes;
+    TS_ASSIGN_OR_RETURN(WeightSource w, find_weight(s));
+    if (w.parts.empty()) continue;
+    for (const auto* p : w.parts) total += p->nbytes;
+    todo.push_back(std::move(w));
   }
   // CPU-like devices address the mapped file in place; the others get a copy per tensor.
-  const uint8_t* base = static_cast<const uint8_t*>(f.tensor_data(*todo.front().first)) - todo.front().first->offset;
+  const gguf::TensorInfo& first = *todo.front().parts[0];
+  const uint8_t* base = static_cast<const uint8_t*>(f.tensor_data(first)) - first.offset;
   auto mapped = device_->map_host(base, f.file_size(), f.mapping());
   size_t done = 0;
-  for (auto [ti, slot] : todo) {
-    Tensor t = Tensor::make(ti->dtype, ti->rank, ti->shape.data(), ti->name);
-    if (mapped.ok()) {
-      t.buffer = *mapped;
-      t.offset = size_t(ti->offset);
-    } else {
-      TS_ASSIGN_OR_RETURN(t.buffer, device_->alloc(ti->nbytes));
-      TS_RETURN_IF_ERROR(device_->upload(t, f.tensor_data(*ti), ti->nbytes));
-    }
-    *slot = std::move(t);
-    done += ti->nbytes;
+  for (const WeightSource& w : todo) {
+    TS_ASSIGN_OR_RETURN(*w.slot, bind_weight(w, mapped));
+    for (const auto* p : w.parts) done += p->nbytes;
     if (opts.progress && !opts.progress(done, total)) return Cancelled(f.path() + ": loading cancelled");
   }
   if (mapped.ok()) weights_buffer_ = *mapped;
@@ -173,13 +258,78 @@ Status Model::forward(const StepPlan& plan, KvCache& kv, std::vector<float>* log
   StepTensors in;
   TS_RETURN_IF_ERROR(upload_step(plan, rows, &in));
   Graph g;
-  const ValueId out = build_llama_graph(g, cfg_, weights_, in, kv);
+  std::vector<ValueId> route_ids;
+  const bool stats = collect_expert_stats_ && cfg_.is_moe();
+  const ValueId out = build_llama_graph(g, cfg_, weights_, in, kv, stats ? &route_ids : nullptr);
   TS_RETURN_IF_ERROR(g.status());
   TS_RETURN_IF_ERROR(device_->compute(g));
+  if (stats) {
+    TS_RETURN_IF_ERROR(count_experts(g, route_ids));
+  }
   if (plan.logit_rows.empty()) return OkStatus();
   const Tensor& lt = g.tensor(out);
   logits->resize(size_t(lt.numel()));
   return device_->download(lt, logits->data(), logits->size() * 4);
+}
+
+void Model::set_collect_expert_stats(bool on) {
+  collect_expert_stats_ = on;
+  if (on && expert_stats_.counts.empty()) reset_expert_stats();
+}
+
+void Model::reset_expert_stats() {
+  expert_stats_ = ExpertStats{};
+  if (!cfg_.is_moe()) return;
+  expert_stats_.n_layers = cfg_.n_layers;
+  expert_stats_.n_experts = cfg_.n_experts;
+  expert_stats_.k = cfg_.n_experts_used;
+  expert_stats_.counts.assign(size_t(cfg_.n_layers) * size_t(cfg_.n_experts), 0);
+}
+
+Status Model::count_experts(const Graph& g, const std::vector<ValueId>& route_ids) {
+  if (int(route_ids.size()) != cfg_.n_layers) return Internal("expert stats: one route per layer expected");
+  std::vector<int32_t> ids;
+  for (size_t l = 0; l < route_ids.size(); ++l) {
+    const Tensor& t = g.tensor(route_ids[l]);
+    ids.resize(size_t(t.numel()));
+    TS_RETURN_IF_ERROR(device_->download(t, ids.data(), ids.size() * 4));
+    int64_t* row = &expert_stats_.counts[l * size_t(cfg_.n_experts)];
+    for (int32_t e : ids) {
+      if (e < 0 || e >= cfg_.n_experts) return Internal("expert stats: expert id " + std::to_string(e) + " out of range");
+      ++row[e];
+    }
+  }
+  expert_stats_.tokens += g.tensor(route_ids[0]).shape[0];
+  return OkStatus();
+}
+
+std::string expert_stats_table(const ExpertStats& s) {
+  if (s.n_layers == 0 || s.n_experts == 0) return "expert load: not a mixture-of-experts model\n";
+  static const char* const kBars[] = {" ", "\u2581", "\u2582", "\u2583", "\u2584", "\u2585", "\u2586", "\u2587", "\u2588"};
+  char line[160];
+  std::snprintf(line, sizeof line, "expert load: %lld tokens x top-%d over %d experts (uniform %.1f%% each)\n",
+                static_cast<long long>(s.tokens), s.k, s.n_experts, 100.0 / s.n_experts);
+  std::string out = line;
+  for (int l = 0; l < s.n_layers; ++l) {
+    int64_t total = 0, hi = 0;
+    int arg_hi = 0, arg_lo = 0;
+    for (int e = 0; e < s.n_experts; ++e) {
+      total += s.at(l, e);
+      if (s.at(l, e) > s.at(l, arg_hi)) arg_hi = e;
+      if (s.at(l, e) < s.at(l, arg_lo)) arg_lo = e;
+    }
+    hi = s.at(l, arg_hi);
+    std::string bars;
+    for (int e = 0; e < s.n_experts; ++e)
+      bars += kBars[hi > 0 ? (s.at(l, e) * 8 + hi - 1) / hi : 0];  // any routed token shows a bar
+    const double pct = total > 0 ? 100.0 / double(total) : 0.0;
+    std::snprintf(line, sizeof line, "  layer %3d |", l);
+    out += line + bars;
+    std::snprintf(line, sizeof line, "| max e%d %.1f%%, min e%d %.1f%%\n", arg_hi, double(hi) * pct, arg_lo,
+                  double(s.at(l, arg_lo)) * pct);
+    out += line;
+  }
+  return out;
 }
 
 Result<std::unique_ptr<KvCache>> Model::create_kv_cache(int64_t n_tokens, DType dtype, int block_size) {

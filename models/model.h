@@ -19,7 +19,22 @@
 
 namespace tessera {
 
-namespace gguf { class File; }
+namespace gguf { class File; struct TensorInfo; }
+
+// Expert load of a mixture-of-experts model: how many tokens each layer routed to each expert,
+// summed over the forward() calls made while collection was on. Every token of a step (prefill
+// chunks included) is routed to k experts in every layer, so each layer's counts sum to
+// tokens * k. The shared expert (qwen2moe), which every token uses, is not counted.
+struct ExpertStats {
+  int n_layers = 0, n_experts = 0, k = 0;
+  int64_t tokens = 0;
+  std::vector<int64_t> counts;  // [n_layers, n_experts]
+  int64_t at(int layer, int expert) const { return counts[size_t(layer) * size_t(n_experts) + size_t(expert)]; }
+};
+
+// A compact text table of |s|: one line per layer with a bar per expert (its share of the layer's
+// routed tokens, scaled to the busiest expert) and the busiest and idlest experts' shares.
+std::string expert_stats_table(const ExpertStats& s);
 
 struct LoadOptions {
   // Called with (bytes done, bytes total) while weights load; return false to cancel.
@@ -45,12 +60,28 @@ class Model final : public ModelRunner {
   int32_t context_length() const override { return cfg_.n_ctx_train; }
   Status forward(const StepPlan& plan, KvCache& kv, std::vector<float>* logits) override;
 
+  // Expert statistics (MoE models; a no-op for dense ones). Off by default: when on, each step
+  // keeps the router's expert ids ([T, k] i32 per layer) alive and downloads them after compute.
+  void set_collect_expert_stats(bool on);
+  const ExpertStats& expert_stats() const { return expert_stats_; }
+  void reset_expert_stats();
+
   // A KV cache for |n_tokens| tokens in total (rounded up to whole blocks).
   Result<std::unique_ptr<KvCache>> create_kv_cache(int64_t n_tokens, DType dtype = DType::kF16, int block_size = 16);
 
  private:
   Model() = default;
+  // A weight as the file holds it: one tensor, or E per-expert tensors stacked on dim 0.
+  struct WeightSource {
+    std::vector<const gguf::TensorInfo*> parts;  // empty: an absent optional tensor
+    std::string name;                            // the merged name for per-expert parts
+    std::vector<int64_t> shape;                  // as the graph uses it, outermost first
+    Tensor* slot;
+  };
   Status load_weights(const LoadOptions& opts);
+  Result<WeightSource> find_weight(const TensorSpec& s) const;
+  Result<Tensor> bind_weight(const WeightSource& w, const Result<BufferPtr>& mapped);
+  Status count_experts(const Graph& g, const std::vector<ValueId>& route_ids);
   Status upload_step(const StepPlan& plan, const std::vector<int32_t>& rows, StepTensors* t);
 
   DevicePtr device_;
@@ -62,6 +93,8 @@ class Model final : public ModelRunner {
   BufferPtr weights_buffer_;   // the mapped file, when the device maps host memory
   BufferPtr step_buffer_;      // per-step inputs (token ids, positions, block tables ...)
   size_t step_capacity_ = 0;
+  bool collect_expert_stats_ = false;
+  ExpertStats expert_stats_;
 };
 
 }  // namespace tessera

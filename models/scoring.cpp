@@ -45,8 +45,13 @@ Status eval_logits(Model& model, const std::vector<int32_t>& tokens, int chunk, 
   return OkStatus();
 }
 
+int64_t perplexity_scored_positions(int64_t n_tokens, int n_ctx) {
+  if (n_ctx < 4) return 0;
+  return n_tokens / n_ctx * (n_ctx - 1 - n_ctx / 2);
+}
+
 Result<PerplexityResult> perplexity(Model& model, const std::vector<int32_t>& tokens, int n_ctx,
-                                    const std::function<void(int, int, double)>& progress) {
+                                    const std::function<void(int, int, double)>& progress, const ScoredRowFn& on_row) {
   if (n_ctx < 4) return InvalidArgument("perplexity: context " + std::to_string(n_ctx) + " is too small");
   const int windows = int(int64_t(tokens.size()) / n_ctx);
   if (windows == 0)
@@ -69,6 +74,9 @@ Result<PerplexityResult> perplexity(Model& model, const std::vector<int32_t>& to
       for (size_t j = 0; j < V; ++j) sum += std::exp(double(row[j]) - mx);
       nll += -(double(row[size_t(window[size_t(i + 1)])]) - mx - std::log(sum));
       ++r.scored_tokens;
+      if (on_row) {
+        TS_RETURN_IF_ERROR(on_row(row, window[size_t(i + 1)]));
+      }
     }
     if (progress) progress(w + 1, windows, std::exp(nll / double(r.scored_tokens)));
   }

@@ -20,8 +20,14 @@ struct PerplexityResult {
   int windows = 0;
 };
 // llama.cpp's method: non-overlapping windows of |n_ctx| tokens, each scored on its second half.
-// |progress| (may be null) is called after each window.
+// |progress| (may be null) is called after each window. |on_row| (may be null) sees each scored
+// position's logits (vocab floats) in order, with the token that follows it; an error stops the
+// run (KL divergence against a baseline uses it).
+using ScoredRowFn = std::function<Status(const float* logits, int32_t next_token)>;
 Result<PerplexityResult> perplexity(Model& model, const std::vector<int32_t>& tokens, int n_ctx,
-                                    const std::function<void(int, int, double)>& progress);
+                                    const std::function<void(int, int, double)>& progress,
+                                    const ScoredRowFn& on_row = nullptr);
+// Positions perplexity() scores for |n_tokens| tokens in windows of |n_ctx|.
+int64_t perplexity_scored_positions(int64_t n_tokens, int n_ctx);
 
 }  // namespace tessera

@@ -49,12 +49,15 @@ constexpr DTypeTraits kTable[] = {
     {DType::kMXFP4, "mxfp4", 32, 17, 39, false, true, quantize_row_mxfp4, dequantize_row_mxfp4},
     {DType::kNVFP4, "nvfp4", 64, 36, 40, false, true, quantize_row_nvfp4, dequantize_row_nvfp4},
     // Row-scaled: a 4-byte f32 scale heads every row; blocks of 32 keep each row 4-byte aligned.
-    {DType::kFP8_E4M3, "fp8_e4m3", 32, 32, -1, false, true, quantize_row_fp8_e4m3, dequantize_row_fp8_e4m3, 4},
-    {DType::kFP8_E5M2, "fp8_e5m2", 32, 32, -1, false, true, quantize_row_fp8_e5m2, dequantize_row_fp8_e5m2, 4},
-    {DType::kINT8_PC, "int8_pc", 32, 32, -1, false, true, quantize_row_int8_pc, dequantize_row_int8_pc, 4},
-    {DType::kINT4_G32, "int4_g32", 32, 20, -1, false, true, quantize_row_int4<32>, dequantize_row_int4<32>},
-    {DType::kINT4_G64, "int4_g64", 64, 36, -1, false, true, quantize_row_int4<64>, dequantize_row_int4<64>},
-    {DType::kINT4_G128, "int4_g128", 128, 68, -1, false, true, quantize_row_int4<128>, dequantize_row_int4<128>},
+    // GGUF has no type for these layouts (nor for INT4_G*), so Tessera writes them under private
+    // type ids from kTesseraGgufTypeBase up: `tessera quantize` can store every format, and
+    // other GGUF readers reject such tensors as an unknown type instead of misreading them.
+    {DType::kFP8_E4M3, "fp8_e4m3", 32, 32, kTesseraGgufTypeBase + 0, false, true, quantize_row_fp8_e4m3, dequantize_row_fp8_e4m3, 4},
+    {DType::kFP8_E5M2, "fp8_e5m2", 32, 32, kTesseraGgufTypeBase + 1, false, true, quantize_row_fp8_e5m2, dequantize_row_fp8_e5m2, 4},
+    {DType::kINT8_PC, "int8_pc", 32, 32, kTesseraGgufTypeBase + 2, false, true, quantize_row_int8_pc, dequantize_row_int8_pc, 4},
+    {DType::kINT4_G32, "int4_g32", 32, 20, kTesseraGgufTypeBase + 3, false, true, quantize_row_int4<32>, dequantize_row_int4<32>},
+    {DType::kINT4_G64, "int4_g64", 64, 36, kTesseraGgufTypeBase + 4, false, true, quantize_row_int4<64>, dequantize_row_int4<64>},
+    {DType::kINT4_G128, "int4_g128", 128, 68, kTesseraGgufTypeBase + 5, false, true, quantize_row_int4<128>, dequantize_row_int4<128>},
 };
 static_assert(sizeof(kTable) / sizeof(kTable[0]) == kNumDTypes, "dtype table out of sync");
 

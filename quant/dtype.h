@@ -44,6 +44,10 @@ enum class DType : uint8_t {
 inline constexpr int kNumDTypes = static_cast<int>(DType::kCount);
 
 // The scalar reference for one whole row (header included). |n| is a multiple of block_elems.
+// Tessera-only GGUF tensor type ids (FP8, INT8_PC, INT4_G*) start here, far above ggml's own
+// ids (41 in 2026) so that new ggml types never collide with them.
+inline constexpr int kTesseraGgufTypeBase = 1024;
+
 using QuantizeRowFn = void (*)(const float* src, void* dst, int64_t n);
 using DequantizeRowFn = void (*)(const void* src, float* dst, int64_t n);
 
@@ -52,7 +56,7 @@ struct DTypeTraits {
   const char* name;       // lower case, as the CLI and GGUF tools spell it: "f32", "q4_0"
   int64_t block_elems;    // elements per block; 1 for plain types
   int64_t block_bytes;    // bytes per block
-  int gguf_type;          // ggml_type id, or -1 when GGUF has none
+  int gguf_type;          // ggml_type id, a Tessera-private id (>= kTesseraGgufTypeBase), or -1
   bool is_float;          // f32/f16/bf16: usable as an activation dtype
   bool is_quantized;      // a block format (only as a weight)
   QuantizeRowFn quantize_row;      // null for integer types

@@ -20,7 +20,7 @@ struct AttnItem {
   const float* q;             // [G, D] f32, already multiplied by the softmax scale
   float* out;                 // [G, D] f32
   int64_t G, D;
-  DType cache;                // f32/f16/bf16
+  DType cache;                // f32/f16/bf16, or fp8_e4m3/int8_pc (a row = f32 scale + D codes)
   const char* const* k_blocks;  // per logical block of the sequence: its first byte in k_cache
   const char* const* v_blocks;
   int64_t block_size;
@@ -28,7 +28,7 @@ struct AttnItem {
   int64_t k_head_off, v_head_off;        // bytes to kv head hk within a slot
   int64_t lo, hi;             // key positions, inclusive
   float softcap;
-  float* scratch;             // [G * (kChunk + 2) + G * D]
+  float* scratch;             // [G * (kChunk + 2) + G * D + 2 * D]
 };
 inline constexpr int64_t kAttnChunk = 32;
 }  // namespace tessera::cpu
@@ -71,13 +71,30 @@ HWY_INLINE void axpy_v(float p, const char* v, float* acc, int64_t D) {
   for (; i < D; ++i) acc[i] += p * scalar_as_f32<T>(v + i * elem_bytes<T>());
 }
 
+// 8-bit rows are dequantised once per key (shared by the G query heads) into f32.
+constexpr bool is_row_scaled(DType t) { return t == DType::kFP8_E4M3 || t == DType::kINT8_PC; }
+
+template <DType T>
+HWY_INLINE const char* cache_row(const char* p, float* tmp, int64_t D) {
+  if constexpr (is_row_scaled(T)) {
+    dtype_traits(T).dequantize_row(p, tmp, D);
+    return reinterpret_cast<const char*>(tmp);
+  } else {
+    return p;
+  }
+}
+
 template <DType T>
 void attend(const AttnItem& a) {
+  // The element type the dot products read: 8-bit rows arrive as f32 from cache_row.
+  constexpr DType E = is_row_scaled(T) ? DType::kF32 : T;
   const int64_t G = a.G, D = a.D, C = kAttnChunk;
   float* s = a.scratch;        // [G, C] scores, then probabilities
   float* m = s + G * C;        // [G] running max
   float* l = m + G;            // [G] running sum
   float* acc = l + G;          // [G, D]
+  float* krow = acc + G * D;   // [D] a dequantised key or value row
+
   for (int64_t g = 0; g < G; ++g) { m[g] = -INFINITY; l[g] = 0.0f; }
   std::fill(acc, acc + G * D, 0.0f);
   auto key = [&](const char* const* blocks, int64_t stride, int64_t off, int64_t j) {
@@ -86,9 +103,9 @@ void attend(const AttnItem& a) {
   for (int64_t j0 = a.lo; j0 <= a.hi; j0 += C) {
     const int64_t n = std::min(C, a.hi + 1 - j0);
     for (int64_t j = 0; j < n; ++j) {
-      const char* k = key(a.k_blocks, a.k_slot_stride, a.k_head_off, j0 + j);
+      const char* k = cache_row<T>(key(a.k_blocks, a.k_slot_stride, a.k_head_off, j0 + j), krow, D);
       for (int64_t g = 0; g < G; ++g) {
-        float d = dot_q_k<T>(a.q + g * D, k, D);
+        float d = dot_q_k<E>(a.q + g * D, k, D);
         if (a.softcap > 0.0f) d = a.softcap * std::tanh(d / a.softcap);
         s[g * C + j] = d;
       }
@@ -105,8 +122,8 @@ void attend(const AttnItem& a) {
         for (int64_t i = 0; i < D; ++i) acc[g * D + i] *= corr;
     }
     for (int64_t j = 0; j < n; ++j) {
-      const char* v = key(a.v_blocks, a.v_slot_stride, a.v_head_off, j0 + j);
-      for (int64_t g = 0; g < G; ++g) axpy_v<T>(s[g * C + j], v, acc + g * D, D);
+      const char* v = cache_row<T>(key(a.v_blocks, a.v_slot_stride, a.v_head_off, j0 + j), krow, D);
+      for (int64_t g = 0; g < G; ++g) axpy_v<E>(s[g * C + j], v, acc + g * D, D);
     }
   }
   for (int64_t g = 0; g < G; ++g) {
@@ -119,6 +136,8 @@ void AttendItem(const AttnItem& a) {
   switch (a.cache) {
     case DType::kF16: return attend<DType::kF16>(a);
     case DType::kBF16: return attend<DType::kBF16>(a);
+    case DType::kFP8_E4M3: return attend<DType::kFP8_E4M3>(a);
+    case DType::kINT8_PC: return attend<DType::kINT8_PC>(a);
     default: return attend<DType::kF32>(a);
   }
 }
@@ -132,6 +151,13 @@ namespace tessera::cpu {
 HWY_EXPORT(AttendItem);
 
 namespace {
+// One (slot, head) row of a cache: 8-bit formats quantise the row with its own scale.
+void store_cache_row(const Tensor& c, int64_t row, const float* src) {
+  const auto& tr = dtype_traits(c.dtype);
+  if (!tr.is_quantized) return store_row_f32(c, row, src);
+  tr.quantize_row(src, static_cast<char*>(c.host_data()) + c.row_offset(row), c.cols());
+}
+
 // Step 1: the new tokens' K and V go into their cache slots (-1: padding, not stored). Serial:
 // duplicate slots then behave like the reference (the last token wins).
 void store_new_kv(const Graph& g, const Node& n) {
@@ -146,8 +172,8 @@ void store_new_kv(const Graph& g, const Node& n) {
     const int32_t slot = ref::load_i32(slots, t);
     if (slot < 0) continue;
     for (int64_t h = 0; h < Hkv; ++h) {
-      store_row_f32(kc, int64_t(slot) * Hkv + h, load_row_f32(k, t * Hkv + h, tmp));
-      store_row_f32(vc, int64_t(slot) * Hkv + h, load_row_f32(v, t * Hkv + h, tmp));
+      store_cache_row(kc, int64_t(slot) * Hkv + h, load_row_f32(k, t * Hkv + h, tmp));
+      store_cache_row(vc, int64_t(slot) * Hkv + h, load_row_f32(v, t * Hkv + h, tmp));
     }
   }
 }
@@ -190,7 +216,7 @@ Status attention(ThreadPool& pool, const Graph& g, const Node& n) {
     float* qbuf = thread_scratch(0, G * D);
     float* obuf = thread_scratch(1, G * D);
     float* row = thread_scratch(2, D);
-    float* scratch = thread_scratch(3, G * (kAttnChunk + 2) + G * D);
+    float* scratch = thread_scratch(3, G * (kAttnChunk + 2) + G * D + 2 * D);
     for (int64_t it = next.fetch_add(1); it < items; it = next.fetch_add(1)) {
       const int64_t t = it / Hkv, hk = it % Hkv, s = seq_of[size_t(t)], pos = pos_of[size_t(t)];
       for (int64_t gi = 0; gi < G; ++gi) {

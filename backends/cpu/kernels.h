@@ -2,6 +2,7 @@
 // and the shared row helpers every family uses. Kernels assume core/ validated shapes and
 // dtypes (Graph), and validate only the data-dependent inputs they read (ids, block tables).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -85,6 +86,37 @@ void gemm_float_tile(DType w, const float* x, int64_t ldx, int64_t m0, int64_t m
                      int64_t n0, int64_t n1, int64_t K, float* out, int64_t ldo);   // matmul.cpp
 void gemm_q8_tile(DType w, const ActQ8* x, int64_t ldx, int64_t m0, int64_t m1, const char* wbase, int64_t ldw,
                   int64_t n0, int64_t n1, int64_t nb, float* out, int64_t ldo);     // matmul_q8.cpp
+// The K-quants and NVFP4 (matmul_kq.cpp); gemm_q8_tile routes them there.
+void gemm_q8_tile_kq(DType w, const ActQ8* x, int64_t ldx, int64_t m0, int64_t m1, const char* wbase, int64_t ldw,
+                     int64_t n0, int64_t n1, int64_t nb, float* out, int64_t ldo);
+// Whether weight dtype |w| runs on int8-quantised activations (ActQ8); the other formats (float
+// and FP8) take f32 activations.
+inline bool uses_act_q8(DType w) {
+  return dtype_traits(w).is_quantized && w != DType::kFP8_E4M3 && w != DType::kFP8_E5M2;
+}
+
+// Half the value of each E8M0 (MXFP4) and UE4M3 (NVFP4) scale byte, as GGUF decodes them
+// (quant/fp4.cpp): the E2M1 codes enter the int8 dot as twice their value.
+constexpr float pow2_exact(int e) {
+  float r = 1.0f;
+  for (; e > 0; --e) r *= 2.0f;
+  for (; e < 0; ++e) r *= 0.5f;  // exact down to the smallest subnormal
+  return r;
+}
+inline constexpr auto kE8m0Half = [] {
+  std::array<float, 256> t{};
+  for (int e = 0; e < 256; ++e) t[size_t(e)] = pow2_exact(e - 128);  // 0xFF: 2^127, finite as in GGUF
+  return t;
+}();
+inline constexpr auto kUe4m3Half = [] {
+  std::array<float, 256> t{};
+  for (int v = 0; v < 256; ++v) {
+    const int exp = (v >> 3) & 15, man = v & 7;  // bit 7 ignored; 0x7F (NaN in E4M3FN) reads as 0
+    t[size_t(v)] = v == 0 || v == 0x7f ? 0.0f : exp == 0 ? float(man) * pow2_exact(-10)
+                                                          : float(8 + man) * pow2_exact(exp - 11);
+  }
+  return t;
+}();
 // Quantises |n| floats (a multiple of 32) into n/32 ActQ8 blocks.
 void quantize_act_q8(const float* x, ActQ8* out, int64_t n);                        // matmul_q8.cpp
 

@@ -1,7 +1,8 @@
-// matmul: out = x @ w^T (+ bias) for f32/f16/bf16 activations and F32/F16/BF16/Q8_0/Q4_0/Q4_1
-// weights. Float weights: SIMD dot products in f32 (weights converted on the fly, each weight
+// matmul: out = x @ w^T (+ bias) for f32/f16/bf16 activations and weights of every format.
+// Float and FP8 weights: SIMD dot products in f32 (weights converted on the fly, each weight
 // row read once per group of 4 activation rows). Block formats: activations quantised to int8
-// per 32-block (matmul_q8.cpp). Large f32 GEMMs (prefill) go to oneDNN when it is available.
+// per 32-block (matmul_q8.cpp, matmul_kq.cpp). Large f32 GEMMs (prefill) go to oneDNN when it is
+// available.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -56,22 +57,39 @@ HWY_INLINE void dot_rows(const float* const* x, const char* w, int64_t K, float*
   }
 }
 
+// FP8 rows are [f32 scale][K codes]: the scale multiplies the finished dot (times 256 for E4M3,
+// which load_as_f32 decodes at 2^-8 of its value).
+template <DType T>
+HWY_INLINE float row_scale(const char* row) {
+  if constexpr (T == DType::kFP8_E4M3 || T == DType::kFP8_E5M2) {
+    float s;
+    std::memcpy(&s, row, 4);
+    return T == DType::kFP8_E4M3 ? s * 256.0f : s;
+  } else {
+    return 1.0f;
+  }
+}
+
 template <DType T>
 void tile(const float* x, int64_t ldx, int64_t m0, int64_t m1, const char* wbase, int64_t ldw, int64_t n0, int64_t n1,
           int64_t K, float* out, int64_t ldo) {
   constexpr int R = 4;
+  constexpr int64_t kHeader = (T == DType::kFP8_E4M3 || T == DType::kFP8_E5M2 ? 4 : 0);
   for (int64_t n = n0; n < n1; ++n) {
-    const char* w = wbase + n * ldw;
+    const char* w = wbase + n * ldw + kHeader;
+    const float rs = row_scale<T>(wbase + n * ldw);
     int64_t m = m0;
     for (; m + R <= m1; m += R) {
       const float* xr[R] = {x + m * ldx, x + (m + 1) * ldx, x + (m + 2) * ldx, x + (m + 3) * ldx};
       float res[R];
       dot_rows<T, R, 2>(xr, w, K, res);
-      for (int r = 0; r < R; ++r) out[(m + r) * ldo + n] = res[r];
+      for (int r = 0; r < R; ++r) out[(m + r) * ldo + n] = res[r] * rs;
     }
     for (; m < m1; ++m) {
       const float* xr[1] = {x + m * ldx};
-      dot_rows<T, 1, 4>(xr, w, K, &out[m * ldo + n]);
+      float res;
+      dot_rows<T, 1, 4>(xr, w, K, &res);
+      out[m * ldo + n] = res * rs;
     }
   }
 }
@@ -81,6 +99,8 @@ void GemmFloatTile(DType w, const float* x, int64_t ldx, int64_t m0, int64_t m1,
   switch (w) {
     case DType::kF16: return tile<DType::kF16>(x, ldx, m0, m1, wbase, ldw, n0, n1, K, out, ldo);
     case DType::kBF16: return tile<DType::kBF16>(x, ldx, m0, m1, wbase, ldw, n0, n1, K, out, ldo);
+    case DType::kFP8_E4M3: return tile<DType::kFP8_E4M3>(x, ldx, m0, m1, wbase, ldw, n0, n1, K, out, ldo);
+    case DType::kFP8_E5M2: return tile<DType::kFP8_E5M2>(x, ldx, m0, m1, wbase, ldw, n0, n1, K, out, ldo);
     default: return tile<DType::kF32>(x, ldx, m0, m1, wbase, ldw, n0, n1, K, out, ldo);
   }
 }
@@ -106,7 +126,7 @@ void pack_activations(ThreadPool& pool, const Tensor& x, const int64_t* rows, in
   const int64_t K = x.cols();
   out->M = M;
   out->K = K;
-  out->quantized = dtype_traits(w).is_quantized;
+  out->quantized = uses_act_q8(w);
   if (out->quantized) {
     out->q8.resize(size_t(M * (K / 32)));
   } else {

@@ -1,170 +1,165 @@
-// Quantised GEMV/GEMM for Q8_0/Q4_0/Q4_1 weights against activations quantised per 32-block to
-// int8 (ActQ8): integer dot products per block, one f32 multiply-add per block. The decode hot
-// path: weights stream once per call, activations stay in L1.
-//
-// Per block b of weight row n and activation row m (qw: weight codes, qx: activation codes):
-//   Q8_0: dw*dx * sum(qw*qx)
-//   Q4_0: dw*dx * sum(qw*qx) - 8*dw * sx      (qw in 0..15, sx = dx*sum(qx))
-//   Q4_1: dw*dx * sum(qw*qx) +  mw * sx
+// Quantised GEMV/GEMM against activations quantised per 32-block to int8 (ActQ8): integer dot
+// products per 32-element sub-block, one f32 multiply-add per sub-block (q8_dot-inl.h has the
+// shared loops and the algebra). This file: the formats with 32-element scale groups -- Q8_0,
+// Q4_0, Q4_1, Q5_0, Q5_1, INT8_PC, INT4_G32/64/128, MXFP4 -- plus the activation quantiser and
+// the dispatch; the K-quants and NVFP4 are in matmul_kq.cpp. The decode hot path: weights stream
+// once per call, activations stay in L1.
 // x86: AVX2 uses maddubs (u8 x s8 -> i16 pairs) + madd (-> i32); AVX3_DL uses vpdpbusd (VNNI).
 #include <algorithm>
 #include <cstring>
 
 #include "backends/cpu/kernels.h"
+#include "quant/fp4.h"
 #include "quant/ggml_blocks.h"
 #include "quant/half.h"
+#include "quant/int_group.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backends/cpu/matmul_q8.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "backends/cpu/simd-inl.h"
-
-#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-#include <immintrin.h>
-#endif
+#include "backends/cpu/q8_dot-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace tessera::cpu::HWY_NAMESPACE {
 
-#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-#define TESSERA_Q8_X86 1
-
-// Sum over 4-byte groups of u8(w) * s8(x), as 8 i32 lanes.
-HWY_INLINE __m256i dot_u8s8(__m256i w, __m256i x) {
-#if HWY_TARGET == HWY_AVX3_DL
-  // NOTE: Highway 1.0.3's AVX3_DL target string enables the VEX-only "avxvnni" while its CPU
-  // detection checks AVX512-VNNI, so the intrinsic would assemble to {vex} vpdpbusd and fault on
-  // Ice Lake / Zen 4 (AVX512-VNNI without AVX-VNNI). Spell out the EVEX form.
-  __m256i acc = _mm256_setzero_si256();
-  asm("%{evex%} vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(w), "v"(x));
-  return acc;
-#else
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
+// Each format: its DType, block struct, sub-blocks of 32 per block, row header bytes, the block
+// decoder (x86) and the per-row finish (the row scale of INT8_PC). See q8_dot-inl.h.
+struct FmtQ8_0 : NoRowScale {
+  static constexpr DType kDType = DType::kQ8_0;
+  using Block = BlockQ8_0;
+  static constexpr int kSub = 1;
+  static constexpr int64_t kHeader = 0;
+#ifdef TESSERA_Q8_X86
+  template <int R>
+  static HWY_INLINE void block(const Block& wb, const ActQ8* const* x, int64_t b, __m256* acc, __m256*, float*) {
+    accum<R, true, -1>(load32(wb.qs), f16_splat(wb.d), x, b, acc);
+  }
 #endif
-}
-// f16 scale |h| broadcast to all 8 lanes as f32 (vpbroadcastw + vcvtph2ps).
-HWY_INLINE __m256 f16_splat(uint16_t h) { return _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(h))); }
-HWY_INLINE float hsum(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
-}
+};
 
-// Weight codes of one block as 32 u8 (Q4: low nibbles then high nibbles, the element order).
-template <DType W>
-HWY_INLINE __m256i unpack(const void* blk) {
-  if constexpr (W == DType::kQ8_0) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const BlockQ8_0*>(blk)->qs));
-  } else {
-    const uint8_t* qs = W == DType::kQ4_0 ? static_cast<const BlockQ4_0*>(blk)->qs : static_cast<const BlockQ4_1*>(blk)->qs;
-    // Both 128-bit halves get the 16 bytes; the upper half is shifted by 4 to expose the high nibbles.
-    const __m256i both = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
-    return _mm256_and_si256(_mm256_srlv_epi32(both, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), _mm256_set1_epi8(0x0f));
+struct FmtQ4_0 : NoRowScale {  // codes w + 8
+  static constexpr DType kDType = DType::kQ4_0;
+  using Block = BlockQ4_0;
+  static constexpr int kSub = 1;
+  static constexpr int64_t kHeader = 0;
+#ifdef TESSERA_Q8_X86
+  template <int R>
+  static HWY_INLINE void block(const Block& wb, const ActQ8* const* x, int64_t b, __m256* acc, __m256*, float*) {
+    accum<R, false, 0>(nibbles16(wb.qs), f16_splat(wb.d), x, b, acc);
   }
-}
+#endif
+};
 
-// Block |b| of one weight row against R activation rows, accumulated into acc/off. The
-// per-block work is kept to ~11 instructions: this loop is the decode roofline.
-template <DType W, int R, class Block>
-HWY_INLINE void dot_block(const Block& wb, const ActQ8* const* x, int64_t b, __m256* acc, __m256* off) {
-  const __m256 dw = f16_splat(wb.d);
-  const __m256i w = unpack<W>(&wb);
-  __m256i wabs = w;
-  if constexpr (W == DType::kQ8_0) wabs = _mm256_sign_epi8(w, w);  // |w| with the signs moved onto x
-  __m256 mw = _mm256_setzero_ps();
-  if constexpr (W == DType::kQ4_1) mw = f16_splat(wb.m);
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) {
-    const ActQ8& xb = x[r][b];
-    __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs));
-    if constexpr (W == DType::kQ8_0) xq = _mm256_sign_epi8(xq, w);
-    __m256i p = dot_u8s8(wabs, xq);
-    // Q4_0 codes are w + 8: remove 8 * sum(x) per 4-byte group before the float conversion.
-    if constexpr (W == DType::kQ4_0) p = _mm256_sub_epi32(p, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.c8)));
-    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dw, _mm256_broadcast_ss(&xb.d)), acc[r]);
-    if constexpr (W == DType::kQ4_1) off[r] = _mm256_fmadd_ps(mw, _mm256_broadcast_ss(&xb.s), off[r]);
+struct FmtQ4_1 : NoRowScale {  // d * q + m
+  static constexpr DType kDType = DType::kQ4_1;
+  using Block = BlockQ4_1;
+  static constexpr int kSub = 1;
+  static constexpr int64_t kHeader = 0;
+#ifdef TESSERA_Q8_X86
+  template <int R>
+  static HWY_INLINE void block(const Block& wb, const ActQ8* const* x, int64_t b, __m256* acc, __m256*, float* off) {
+    accum<R, false, -1>(nibbles16(wb.qs), f16_splat(wb.d), x, b, acc);
+    accum_off<R>(f16_scalar(wb.m), x, b, off);
   }
-}
+#endif
+};
 
-// One weight row against R activation rows. Two blocks per step into separate accumulators,
-// so the FMA latency chain does not bound a single-row GEMV.
-template <DType W, int R>
-HWY_INLINE void dot_row(const char* wrow, const ActQ8* const* x, int64_t nb, float* res) {
-  using Block = std::conditional_t<W == DType::kQ8_0, BlockQ8_0, std::conditional_t<W == DType::kQ4_0, BlockQ4_0, BlockQ4_1>>;
-  const Block* wb = reinterpret_cast<const Block*>(wrow);
-  __m256 acc0[R], acc1[R], off0[R], off1[R];
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = off0[r] = off1[r] = _mm256_setzero_ps();
-  int64_t b = 0;
-  for (; b + 2 <= nb; b += 2) {
-    dot_block<W, R>(wb[b], x, b, acc0, off0);
-    dot_block<W, R>(wb[b + 1], x, b + 1, acc1, off1);
+struct FmtQ5_0 : NoRowScale {  // d * (q - 16), q = nibble | 5th bit
+  static constexpr DType kDType = DType::kQ5_0;
+  using Block = BlockQ5_0;
+  static constexpr int kSub = 1;
+  static constexpr int64_t kHeader = 0;
+#ifdef TESSERA_Q8_X86
+  template <int R>
+  static HWY_INLINE void block(const Block& wb, const ActQ8* const* x, int64_t b, __m256* acc, __m256*, float*) {
+    uint32_t qh;
+    std::memcpy(&qh, wb.qh, 4);
+    accum<R, false, 1>(_mm256_or_si256(nibbles16(wb.qs), bit4_from_mask(qh)), f16_splat(wb.d), x, b, acc);
   }
-  if (b < nb) dot_block<W, R>(wb[b], x, b, acc0, off0);
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r)
-    res[r] = hsum(_mm256_add_ps(acc0[r], acc1[r])) + _mm_cvtss_f32(_mm256_castps256_ps128(_mm256_add_ps(off0[r], off1[r])));
-}
+#endif
+};
 
-#else  // portable fallback (SCALAR and non-x86 targets)
+struct FmtQ5_1 : NoRowScale {  // d * q + m
+  static constexpr DType kDType = DType::kQ5_1;
+  using Block = BlockQ5_1;
+  static constexpr int kSub = 1;
+  static constexpr int64_t kHeader = 0;
+#ifdef TESSERA_Q8_X86
+  template <int R>
+  static HWY_INLINE void block(const Block& wb, const ActQ8* const* x, int64_t b, __m256* acc, __m256*, float* off) {
+    uint32_t qh;
+    std::memcpy(&qh, wb.qh, 4);
+    accum<R, false, -1>(_mm256_or_si256(nibbles16(wb.qs), bit4_from_mask(qh)), f16_splat(wb.d), x, b, acc);
+    accum_off<R>(f16_scalar(wb.m), x, b, off);
+  }
+#endif
+};
 
-template <DType W, int R>
-HWY_INLINE void dot_row(const char* wrow, const ActQ8* const* x, int64_t nb, float* res) {
-  for (int r = 0; r < R; ++r) res[r] = 0.0f;
-  for (int64_t b = 0; b < nb; ++b) {
-    int8_t q[32];
-    float dw, ocoef = 0.0f;
-    if constexpr (W == DType::kQ8_0) {
-      const auto* blk = reinterpret_cast<const BlockQ8_0*>(wrow) + b;
-      dw = fp16_to_f32(blk->d);
-      std::memcpy(q, blk->qs, 32);
+struct FmtMxfp4 : NoRowScale {  // 2^(e-127) * e2m1 = 2^(e-128) * (2 * e2m1)
+  static constexpr DType kDType = DType::kMXFP4;
+  using Block = BlockMXFP4;
+  static constexpr int kSub = 1;
+  static constexpr int64_t kHeader = 0;
+#ifdef TESSERA_Q8_X86
+  template <int R>
+  static HWY_INLINE void block(const Block& wb, const ActQ8* const* x, int64_t b, __m256* acc, __m256*, float*) {
+    accum<R, true, -1>(e2m1x2(nibbles16(wb.qs)), _mm256_set1_ps(kE8m0Half[wb.e]), x, b, acc);
+  }
+#endif
+};
+
+// W8A8: [f32 row scale][K int8]; the row scale multiplies the finished dot.
+struct FmtInt8Pc {
+  static constexpr DType kDType = DType::kINT8_PC;
+  struct Block { int8_t q[32]; };
+  static constexpr int kSub = 1;
+  static constexpr int64_t kHeader = 4;
+#ifdef TESSERA_Q8_X86
+  template <int R>
+  static HWY_INLINE void block(const Block& wb, const ActQ8* const* x, int64_t b, __m256* acc, __m256*, float*) {
+    accum<R, true, -1>(load32(wb.q), _mm256_set1_ps(1.0f), x, b, acc);
+  }
+#endif
+  static float finish(const char* row, float v) {
+    float scale;
+    std::memcpy(&scale, row, 4);
+    return v * scale;
+  }
+};
+
+// (q - zero) * d per group of G: the zero point is a float term (it varies per group). Codes
+// are packed like Q4_0 over the whole group: element j low nibble of qs[j], j + G/2 high.
+template <int G>
+struct FmtInt4 : NoRowScale {
+  static constexpr DType kDType = G == 32 ? DType::kINT4_G32 : G == 64 ? DType::kINT4_G64 : DType::kINT4_G128;
+  using Block = BlockInt4<G>;
+  static constexpr int kSub = G / 32;
+  static constexpr int64_t kHeader = 0;
+#ifdef TESSERA_Q8_X86
+  template <int R>
+  static HWY_INLINE void block(const Block& wb, const ActQ8* const* x, int64_t b0, __m256* acc0, __m256* acc1,
+                               float* off) {
+    const __m256 d = f16_splat(wb.d);
+    const float zc = -f16_scalar(wb.d) * float(wb.zero);
+    if constexpr (G == 32) {
+      accum<R, false, -1>(nibbles16(wb.qs), d, x, b0, acc0);
+      accum_off<R>(zc, x, b0, off);
     } else {
-      const uint8_t* qs;
-      if constexpr (W == DType::kQ4_0) {
-        const auto* blk = reinterpret_cast<const BlockQ4_0*>(wrow) + b;
-        dw = fp16_to_f32(blk->d);
-        ocoef = -8.0f * dw;  // times s = dx * sum(qx)
-        qs = blk->qs;
-      } else {
-        const auto* blk = reinterpret_cast<const BlockQ4_1*>(wrow) + b;
-        dw = fp16_to_f32(blk->d);
-        ocoef = fp16_to_f32(blk->m);
-        qs = blk->qs;
+      constexpr int kHalf = G / 64;  // sub-blocks in each nibble half
+#pragma GCC unroll 2
+      for (int c = 0; c < kHalf; ++c) {
+        const __m256i v = load32(wb.qs + 32 * c);
+        accum<R, false, -1>(low_nibbles(v), d, x, b0 + c, acc0);
+        accum<R, false, -1>(high_nibbles(v), d, x, b0 + kHalf + c, acc1);
+        accum_off<R>(zc, x, b0 + c, off);
+        accum_off<R>(zc, x, b0 + kHalf + c, off);
       }
-      for (int j = 0; j < 16; ++j) {
-        q[j] = int8_t(qs[j] & 15);
-        q[j + 16] = int8_t(qs[j] >> 4);
-      }
-    }
-    for (int r = 0; r < R; ++r) {
-      int32_t s = 0;
-      for (int j = 0; j < 32; ++j) s += int32_t(q[j]) * x[r][b].qs[j];
-      res[r] += dw * x[r][b].d * float(s) + ocoef * x[r][b].s;
     }
   }
-}
 #endif
-
-template <DType W>
-void tile(const ActQ8* x, int64_t ldx, int64_t m0, int64_t m1, const char* wbase, int64_t ldw, int64_t n0, int64_t n1,
-          int64_t nb, float* out, int64_t ldo) {
-  constexpr int R = 4;
-  for (int64_t n = n0; n < n1; ++n) {
-    const char* wrow = wbase + n * ldw;
-    int64_t m = m0;
-    for (; m + R <= m1; m += R) {
-      const ActQ8* xr[R] = {x + m * ldx, x + (m + 1) * ldx, x + (m + 2) * ldx, x + (m + 3) * ldx};
-      float res[R];
-      dot_row<W, R>(wrow, xr, nb, res);
-      for (int r = 0; r < R; ++r) out[(m + r) * ldo + n] = res[r];
-    }
-    for (; m < m1; ++m) {
-      const ActQ8* xr[1] = {x + m * ldx};
-      dot_row<W, 1>(wrow, xr, nb, &out[m * ldo + n]);
-    }
-  }
-}
+};
 
 // Per 32-block: d = max|x| / 127, q = round(x / d), s = d * sum(q).
 void QuantizeActQ8(const float* x, ActQ8* out, int64_t n) {
@@ -196,12 +191,21 @@ void QuantizeActQ8(const float* x, ActQ8* out, int64_t n) {
 
 void GemmQ8Tile(DType w, const ActQ8* x, int64_t ldx, int64_t m0, int64_t m1, const char* wbase, int64_t ldw,
                 int64_t n0, int64_t n1, int64_t nb, float* out, int64_t ldo) {
+#define TESSERA_Q8_CASE(F) return q8_tile<F>(x, ldx, m0, m1, wbase, ldw, n0, n1, nb, out, ldo)
   switch (w) {
-    case DType::kQ8_0: return tile<DType::kQ8_0>(x, ldx, m0, m1, wbase, ldw, n0, n1, nb, out, ldo);
-    case DType::kQ4_0: return tile<DType::kQ4_0>(x, ldx, m0, m1, wbase, ldw, n0, n1, nb, out, ldo);
-    case DType::kQ4_1: return tile<DType::kQ4_1>(x, ldx, m0, m1, wbase, ldw, n0, n1, nb, out, ldo);
-    default: return;  // callers only pass block formats (gemm checks)
+    case DType::kQ8_0: TESSERA_Q8_CASE(FmtQ8_0);
+    case DType::kQ4_0: TESSERA_Q8_CASE(FmtQ4_0);
+    case DType::kQ4_1: TESSERA_Q8_CASE(FmtQ4_1);
+    case DType::kQ5_0: TESSERA_Q8_CASE(FmtQ5_0);
+    case DType::kQ5_1: TESSERA_Q8_CASE(FmtQ5_1);
+    case DType::kMXFP4: TESSERA_Q8_CASE(FmtMxfp4);
+    case DType::kINT8_PC: TESSERA_Q8_CASE(FmtInt8Pc);
+    case DType::kINT4_G32: TESSERA_Q8_CASE(FmtInt4<32>);
+    case DType::kINT4_G64: TESSERA_Q8_CASE(FmtInt4<64>);
+    case DType::kINT4_G128: TESSERA_Q8_CASE(FmtInt4<128>);
+    default: return;  // gemm_q8_tile routes the other formats (matmul_kq.cpp)
   }
+#undef TESSERA_Q8_CASE
 }
 
 }  // namespace tessera::cpu::HWY_NAMESPACE
@@ -217,7 +221,13 @@ void quantize_act_q8(const float* x, ActQ8* out, int64_t n) { HWY_DYNAMIC_DISPAT
 
 void gemm_q8_tile(DType w, const ActQ8* x, int64_t ldx, int64_t m0, int64_t m1, const char* wbase, int64_t ldw,
                   int64_t n0, int64_t n1, int64_t nb, float* out, int64_t ldo) {
-  HWY_DYNAMIC_DISPATCH(GemmQ8Tile)(w, x, ldx, m0, m1, wbase, ldw, n0, n1, nb, out, ldo);
+  switch (w) {
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+    case DType::kNVFP4: return gemm_q8_tile_kq(w, x, ldx, m0, m1, wbase, ldw, n0, n1, nb, out, ldo);
+    default: HWY_DYNAMIC_DISPATCH(GemmQ8Tile)(w, x, ldx, m0, m1, wbase, ldw, n0, n1, nb, out, ldo);
+  }
 }
 
 }  // namespace tessera::cpu

@@ -9,7 +9,9 @@ namespace tessera::cpu {
 
 namespace {
 bool is_float(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
-bool is_weight(DType t) { return is_float(t) || t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1; }
+// Every block format of quant/ runs through matmul (matmul_q8.cpp, matmul_kq.cpp, FP8 in
+// matmul.cpp), matmul_id (the same gemm) and embed (the reference dequantisation of a row).
+bool is_weight(DType t) { return is_float(t) || dtype_traits(t).is_quantized; }
 }  // namespace
 
 bool kernels_support(OpKind op, DType act, DType weight) {
@@ -19,6 +21,7 @@ bool kernels_support(OpKind op, DType act, DType weight) {
     case OpKind::kMatmul:
     case OpKind::kMatmulId: return is_weight(weight);
     case OpKind::kAttention:  // weight = the KV cache dtype
+      return is_float(weight) || weight == DType::kFP8_E4M3 || weight == DType::kINT8_PC;
     case OpKind::kCast: return is_float(weight);
     case OpKind::kRmsNorm:
     case OpKind::kRope:

@@ -30,6 +30,21 @@ HWY_INLINE VF load_as_f32(DF df, const void* p) {
   } else if constexpr (T == DType::kF16) {
     const hn::Rebind<hwy::float16_t, DF> dh;
     return hn::PromoteTo(df, hn::LoadU(dh, static_cast<const hwy::float16_t*>(p)));
+  } else if constexpr (T == DType::kFP8_E5M2) {
+    // E5M2 is the top byte of an f16: exact.
+    const hn::Rebind<uint8_t, DF> du8;
+    const hn::Rebind<uint16_t, DF> du16;
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    return hn::PromoteTo(df, hn::BitCast(dh, hn::ShiftLeft<8>(hn::PromoteTo(du16, hn::LoadU(du8, static_cast<const uint8_t*>(p))))));
+  } else if constexpr (T == DType::kFP8_E4M3) {
+    // E4M3 bits shifted into an f16 (sign to bit 15, exponent and mantissa to bits 7..13) read
+    // 2^-8 times the E4M3 value, subnormals included; callers fold the 256 into the row scale.
+    // The E4M3FN NaN code reads as 480 * 2^-8 (the quantisers never write it).
+    const hn::Rebind<int8_t, DF> di8;
+    const hn::Rebind<int16_t, DF> di16;
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    const auto v = hn::ShiftLeft<7>(hn::PromoteTo(di16, hn::LoadU(di8, static_cast<const int8_t*>(p))));
+    return hn::PromoteTo(df, hn::BitCast(dh, hn::And(v, hn::Set(di16, int16_t(-16385)))));  // 0xBFFF
   } else {
     const hn::Rebind<uint16_t, DF> du16;
     const hn::RebindToUnsigned<DF> du32;
@@ -44,6 +59,10 @@ HWY_INLINE float scalar_as_f32(const void* p) {
     float f;
     std::memcpy(&f, p, 4);
     return f;
+  } else if constexpr (T == DType::kFP8_E5M2 || T == DType::kFP8_E4M3) {
+    const uint8_t c = *static_cast<const uint8_t*>(p);
+    return T == DType::kFP8_E5M2 ? fp16_to_f32(uint16_t(c << 8))
+                                 : fp16_to_f32(uint16_t(((c & 0x80) << 8) | ((c & 0x7f) << 7)));  // x 2^-8, as above
   } else {
     uint16_t h;
     std::memcpy(&h, p, 2);
@@ -52,7 +71,7 @@ HWY_INLINE float scalar_as_f32(const void* p) {
 }
 
 template <DType T>
-constexpr int64_t elem_bytes() { return T == DType::kF32 ? 4 : 2; }
+constexpr int64_t elem_bytes() { return T == DType::kF32 ? 4 : T == DType::kFP8_E4M3 || T == DType::kFP8_E5M2 ? 1 : 2; }
 
 // Stores |v| as Lanes(df) elements of dtype T at |p|, rounding to nearest even.
 template <DType T>

@@ -1,5 +1,6 @@
 #include "core/kv/kv_cache.h"
 
+#include <algorithm>
 #include <string>
 
 namespace tessera {
@@ -9,8 +10,16 @@ Result<std::unique_ptr<KvCache>> KvCache::create(Device& device, const KvCacheCo
     return InvalidArgument("kv cache: every dimension must be positive (layers " + std::to_string(cfg.n_layers) +
                            ", kv heads " + std::to_string(cfg.n_kv_heads) + ", head dim " + std::to_string(cfg.head_dim) +
                            ", block size " + std::to_string(cfg.block_size) + ", blocks " + std::to_string(cfg.n_blocks) + ")");
-  if (!dtype_traits(cfg.dtype).is_float)
-    return InvalidArgument(std::string("kv cache: dtype must be f32/f16/bf16, got ") + dtype_name(cfg.dtype));
+  // 8-bit caches keep an f32 scale per (token, kv head) row of head_dim values: one row is
+  // written at once (a token's K or V for one head), so its scale is known when it is stored and
+  // never changes; a coarser (per block) scale would have to be fixed before the block's later
+  // tokens exist.
+  const bool quant8 = cfg.dtype == DType::kFP8_E4M3 || cfg.dtype == DType::kINT8_PC;
+  if (!dtype_traits(cfg.dtype).is_float && !quant8)
+    return InvalidArgument(std::string("kv cache: dtype must be f32, f16, bf16, fp8_e4m3 or int8_pc, got ") +
+                           dtype_name(cfg.dtype));
+  if (const std::string bad = dtype_row_check(cfg.dtype, cfg.head_dim); !bad.empty())
+    return InvalidArgument("kv cache: head dim " + std::to_string(cfg.head_dim) + ": " + bad);
   std::unique_ptr<KvCache> kv(new KvCache(device, cfg));
   const Tensor desc = Tensor::make(cfg.dtype, {cfg.n_blocks, cfg.block_size, cfg.n_kv_heads, cfg.head_dim});
   for (int l = 0; l < cfg.n_layers; ++l) {
@@ -38,22 +47,70 @@ int64_t KvCache::bytes() const {
 
 namespace tessera {
 
+Tensor KvCache::block_view(const Tensor& t, BlockId b) const {
+  Tensor v = Tensor::make(cfg_.dtype, {1, cfg_.block_size, cfg_.n_kv_heads, cfg_.head_dim});
+  v.buffer = t.buffer;
+  v.offset = t.offset + size_t(b) * size_t(v.nbytes());
+  return v;
+}
+
+int64_t KvCache::block_bytes() const {
+  return Tensor::make(cfg_.dtype, {1, cfg_.block_size, cfg_.n_kv_heads, cfg_.head_dim}).nbytes();
+}
+
+Status KvCache::check_block(const char* what, BlockId b) const {
+  if (b >= 0 && b < cfg_.n_blocks) return OkStatus();
+  return InvalidArgument(std::string("kv cache: ") + what + ": block " + std::to_string(b) + " outside [0, " +
+                         std::to_string(cfg_.n_blocks) + ")");
+}
+
+Status KvCache::check_slot(const char* what, int32_t slot) const {
+  if (slot >= 0 && slot < swap_slots_) return OkStatus();
+  return InvalidArgument(std::string("kv cache: ") + what + ": host slot " + std::to_string(slot) + " outside [0, " +
+                         std::to_string(swap_slots_) + ")");
+}
+
 Status KvCache::copy_block(BlockId src, BlockId dst) {
-  if (src < 0 || dst < 0 || src >= cfg_.n_blocks || dst >= cfg_.n_blocks)
-    return InvalidArgument("kv cache: copy_block(" + std::to_string(src) + ", " + std::to_string(dst) + ") outside [0, " +
-                           std::to_string(cfg_.n_blocks) + ")");
-  Tensor block = Tensor::make(cfg_.dtype, {1, cfg_.block_size, cfg_.n_kv_heads, cfg_.head_dim});
-  const size_t bytes = size_t(block.nbytes());
+  TS_RETURN_IF_ERROR(check_block("copy_block source", src));
+  TS_RETURN_IF_ERROR(check_block("copy_block destination", dst));
+  const size_t bytes = size_t(block_bytes());
   std::vector<char> host(bytes);
   for (const auto* vec : {&k_, &v_}) {
     for (const Tensor& t : *vec) {
-      Tensor from = block, to = block;
-      from.buffer = to.buffer = t.buffer;
-      from.offset = t.offset + size_t(src) * bytes;
-      to.offset = t.offset + size_t(dst) * bytes;
-      TS_RETURN_IF_ERROR(device_.download(from, host.data(), bytes));
-      TS_RETURN_IF_ERROR(device_.upload(to, host.data(), bytes));
+      TS_RETURN_IF_ERROR(device_.download(block_view(t, src), host.data(), bytes));
+      TS_RETURN_IF_ERROR(device_.upload(block_view(t, dst), host.data(), bytes));
     }
+  }
+  return OkStatus();
+}
+
+void KvCache::reserve_swap(int32_t n_slots) {
+  swap_slots_ = std::max(n_slots, 0);
+  host_.assign(size_t(swap_slots_) * 2 * size_t(cfg_.n_layers) * size_t(block_bytes()), 0);
+}
+
+Status KvCache::swap_out(BlockId src, int32_t slot) {
+  TS_RETURN_IF_ERROR(check_block("swap_out", src));
+  TS_RETURN_IF_ERROR(check_slot("swap_out", slot));
+  const size_t bytes = size_t(block_bytes());
+  char* dst = host_.data() + size_t(slot) * 2 * size_t(cfg_.n_layers) * bytes;
+  for (int l = 0; l < cfg_.n_layers; ++l) {
+    TS_RETURN_IF_ERROR(device_.download(block_view(k_[size_t(l)], src), dst, bytes));
+    TS_RETURN_IF_ERROR(device_.download(block_view(v_[size_t(l)], src), dst + bytes, bytes));
+    dst += 2 * bytes;
+  }
+  return OkStatus();
+}
+
+Status KvCache::swap_in(int32_t slot, BlockId dst) {
+  TS_RETURN_IF_ERROR(check_slot("swap_in", slot));
+  TS_RETURN_IF_ERROR(check_block("swap_in", dst));
+  const size_t bytes = size_t(block_bytes());
+  const char* src = host_.data() + size_t(slot) * 2 * size_t(cfg_.n_layers) * bytes;
+  for (int l = 0; l < cfg_.n_layers; ++l) {
+    TS_RETURN_IF_ERROR(device_.upload(block_view(k_[size_t(l)], dst), src, bytes));
+    TS_RETURN_IF_ERROR(device_.upload(block_view(v_[size_t(l)], dst), src + bytes, bytes));
+    src += 2 * bytes;
   }
   return OkStatus();
 }

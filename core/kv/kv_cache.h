@@ -32,12 +32,28 @@ class KvCache {
   // every device; it is rare (once per fork) and one block small.
   Status copy_block(BlockId src, BlockId dst);
 
+  // Host memory for swapped-out blocks (swap preemption): |n_slots| slots, each holding one
+  // block of every layer's K and V. Replaces any earlier reservation (and its contents).
+  void reserve_swap(int32_t n_slots);
+  int32_t swap_slots() const { return swap_slots_; }
+  int64_t swap_bytes() const { return int64_t(host_.size()); }
+  // Copies block |src| of every layer into host slot |slot| (device -> host), and back.
+  Status swap_out(BlockId src, int32_t slot);
+  Status swap_in(int32_t slot, BlockId dst);
+
  private:
+  Status check_block(const char* what, BlockId b) const;
+  Status check_slot(const char* what, int32_t slot) const;
+  // One block of |t| as a [1, block_size, kv_heads, head_dim] view.
+  Tensor block_view(const Tensor& t, BlockId b) const;
+  int64_t block_bytes() const;
   KvCache(Device& device, const KvCacheConfig& cfg) : device_(device), cfg_(cfg), pool_(cfg.n_blocks) {}
   Device& device_;
   KvCacheConfig cfg_;
   std::vector<Tensor> k_, v_;
   BlockPool pool_;
+  int32_t swap_slots_ = 0;
+  std::vector<char> host_;  // [swap_slots][layer][k, v][block bytes]
 };
 
 }  // namespace tessera

@@ -34,7 +34,10 @@ Engine::Engine(ModelRunner& model, KvCache& kv, TextCodec codec, EngineConfig cf
         SchedulerConfig s = cfg.scheduler;
         s.block_size = kv.config().block_size;
         return s;
-      }(), kv.pool()) {}
+      }(), kv.pool()) {
+  // Swap preemption needs host slots: reserve them in the cache (host memory, not device).
+  if (cfg.scheduler.swap && kv_.swap_slots() < cfg.scheduler.swap_blocks) kv_.reserve_swap(cfg.scheduler.swap_blocks);
+}
 
 Engine::~Engine() = default;
 
@@ -85,6 +88,12 @@ Status Engine::submit_as(RequestId id, GenerationRequest req) {
 
 Status Engine::step() {
   const auto scheduled = scheduler_.plan(&plan_);
+  // Swaps first, even in a step that schedules nothing: a swapped-out block may be reused at once.
+  Status swapped = OkStatus();
+  for (const auto& [block, slot] : plan_.swap_out)
+    if (swapped.ok()) swapped = kv_.swap_out(block, slot);
+  for (const auto& [slot, block] : plan_.swap_in)
+    if (swapped.ok()) swapped = kv_.swap_in(slot, block);
   if (scheduled.empty()) {
     // Work left but nothing could be scheduled: a lone sequence outgrew the whole KV pool. It
     // ends as if it reached its length limit (its text so far is kept).
@@ -97,7 +106,8 @@ Status Engine::step() {
   }
   std::vector<RequestId> ids;
   for (const auto& sc : scheduled) ids.push_back(sc.seq->id);
-  Status s = OkStatus();
+  // NOTE: a failed swap (host copies; not expected) fails the step's requests like any error.
+  Status s = swapped;
   for (const auto& [src, dst] : plan_.block_copies)
     if (s.ok()) s = kv_.copy_block(src, dst);
   if (s.ok()) s = model_.forward(plan_, kv_, &logits_);
@@ -268,6 +278,10 @@ EngineStats Engine::stats() const {
   st.waiting = int32_t(scheduler_.n_waiting());
   st.kv = scheduler_.kv_usage();
   st.kv_blocks_total = kv_.config().n_blocks;
+  st.swap_outs = ss.swap_outs;
+  st.swap_ins = ss.swap_ins;
+  st.blocks_swapped_out = ss.blocks_swapped_out;
+  st.blocks_swapped_in = ss.blocks_swapped_in;
   return st;
 }
 

@@ -72,6 +72,10 @@ struct EngineStats {
   int32_t waiting = 0;            // sequences queued for admission
   KvUsage kv;
   int32_t kv_blocks_total = 0;
+  int64_t swap_outs = 0;           // preemptions that swapped to host memory (of preemptions)
+  int64_t swap_ins = 0;
+  int64_t blocks_swapped_out = 0;
+  int64_t blocks_swapped_in = 0;
   double prefix_hit_rate() const { return prompt_tokens ? double(cached_tokens) / double(prompt_tokens) : 0.0; }
 };
 

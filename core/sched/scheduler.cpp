@@ -5,7 +5,10 @@
 
 namespace tessera {
 
-Scheduler::Scheduler(const SchedulerConfig& cfg, BlockPool& pool) : cfg_(cfg), pool_(pool) {}
+Scheduler::Scheduler(const SchedulerConfig& cfg, BlockPool& pool) : cfg_(cfg), pool_(pool) {
+  if (cfg_.swap)
+    for (int32_t h = cfg_.swap_blocks - 1; h >= 0; --h) host_free_.push_back(h);
+}
 
 namespace {
 // Priority first, then arrival: the order in which sequences are served.
@@ -97,6 +100,56 @@ void Scheduler::free_blocks(Sequence& s) {
   for (BlockId b : s.blocks) pool_.release(b);
   s.blocks.clear();
   s.block_hashes.clear();
+  for (int32_t h : s.host_slots) host_free_.push_back(h);
+  s.host_slots.clear();
+}
+
+bool Scheduler::swap_out(Sequence& s) {
+  // Only blocks holding computed tokens have content worth keeping.
+  const size_t n = size_t((s.n_computed + cfg_.block_size - 1) / cfg_.block_size);
+  if (!cfg_.swap || n == 0 || host_free_.size() < n) return false;
+  for (size_t i = 0; i < n; ++i) {
+    s.host_slots.push_back(host_free_.back());
+    host_free_.pop_back();
+    // A copy-on-write planned this step into this block has not run yet (copies run after
+    // swaps): take the content from the copy's source, which the other sharer still holds.
+    BlockId from = s.blocks[i];
+    auto cow = std::find_if(copies_.begin(), copies_.end(), [&](const auto& c) { return c.second == from; });
+    if (cow != copies_.end()) {
+      from = cow->first;
+      copies_.erase(cow);
+    }
+    swap_out_.push_back({from, s.host_slots.back()});
+  }
+  // Released blocks keep their content until the engine has copied it out (swaps run first).
+  for (BlockId b : s.blocks) pool_.release(b);
+  s.blocks.clear();
+  s.block_hashes.clear();  // the fresh blocks it gets back re-register their hashes at commit
+  ++stats_.swap_outs;
+  stats_.blocks_swapped_out += int64_t(n);
+  return true;
+}
+
+bool Scheduler::swap_in(Sequence& s, int32_t n_new) {
+  const size_t n = s.host_slots.size();
+  for (size_t i = 0; i < n; ++i) {
+    auto b = pool_.allocate();
+    if (!b) break;
+    s.blocks.push_back(*b);
+  }
+  if (s.blocks.size() < n || !ensure_blocks(s, s.n_computed + n_new)) {
+    for (BlockId b : s.blocks) pool_.release(b);  // all or nothing: wait for blocks
+    s.blocks.clear();
+    return false;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    swap_in_.push_back({s.host_slots[i], s.blocks[i]});
+    host_free_.push_back(s.host_slots[i]);
+  }
+  s.host_slots.clear();
+  ++stats_.swap_ins;
+  stats_.blocks_swapped_in += int64_t(n);
+  return true;
 }
 
 void Scheduler::match_prefix(Sequence& s) {
@@ -130,10 +183,13 @@ void Scheduler::register_full_blocks(Sequence& s) {
 }
 
 void Scheduler::preempt(Sequence& s) {
-  // Recompute policy: drop the cache, keep the tokens (prompt + generated) to re-prefill. Its
-  // full blocks stay in the prefix cache, so the re-prefill often finds them again.
-  free_blocks(s);
-  s.n_computed = 0;
+  // Swap keeps n_computed (its K/V wait in host memory). Recompute drops the cache and keeps the
+  // tokens (prompt + generated) to re-prefill; its full blocks stay in the prefix cache, so the
+  // re-prefill often finds them again.
+  if (!swap_out(s)) {
+    free_blocks(s);
+    s.n_computed = 0;
+  }
   ++s.n_preemptions;
   ++stats_.preemptions;
   auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& r) { return r.get() == &s; });
@@ -179,6 +235,15 @@ void Scheduler::schedule_running(std::vector<ScheduledSeq>* out, int32_t* budget
 void Scheduler::admit_waiting(std::vector<ScheduledSeq>* out, int32_t* budget) {
   while (!waiting_.empty() && *budget > 0 && int32_t(out->size()) < cfg_.max_seqs) {
     Sequence& s = *waiting_.front();
+    if (!s.host_slots.empty()) {  // swapped out: its blocks come back from host memory
+      const int32_t n = std::min(s.n_pending(), *budget);
+      if (!swap_in(s, n)) break;
+      running_.push_back(std::move(waiting_.front()));
+      waiting_.pop_front();
+      out->push_back({&s, n, s.n_computed + n == int32_t(s.tokens.size())});
+      *budget -= n;
+      continue;
+    }
     match_prefix(s);
     const int32_t n = std::min(s.n_pending(), *budget);
     if (!ensure_blocks(s, s.n_computed + n)) {
@@ -203,11 +268,17 @@ std::vector<ScheduledSeq> Scheduler::plan(StepPlan* plan) {
   std::vector<ScheduledSeq> out;
   int32_t budget = cfg_.max_batch_tokens;
   copies_.clear();
+  swap_out_.clear();
+  swap_in_.clear();
   schedule_running(&out, &budget);  // decodes (and unfinished prefill chunks) first
   admit_waiting(&out, &budget);     // then prefill chunks of waiting sequences
   fill(plan, out);
   plan->block_copies = std::move(copies_);
   copies_.clear();
+  plan->swap_out = std::move(swap_out_);
+  plan->swap_in = std::move(swap_in_);
+  swap_out_.clear();
+  swap_in_.clear();
   if (!out.empty()) ++stats_.steps;
   return out;
 }

@@ -1,7 +1,9 @@
 // Scheduler: iteration-level (continuous) batching over the paged KV cache. Each step has a
 // token budget; running decodes go first, then chunks of waiting prefills (chunked prefill).
-// When blocks run out, the lowest-priority, latest-arrived running sequence is preempted
-// (recompute: its blocks are freed and it re-prefills later). No request is dropped because of
+// When blocks run out, the lowest-priority, latest-arrived running sequence is preempted:
+// recompute (default: its blocks are freed and it re-prefills later) or swap (its computed
+// blocks are copied to host slots, StepPlan::swap_out, and back into fresh blocks when it is
+// readmitted, StepPlan::swap_in; with no host slot free it falls back to recompute). No request is dropped because of
 // KV pressure alone. With prefix caching, a sequence entering the running set takes its leading
 // full blocks from the cache when their content hash matches, and computes only the rest (at
 // least its last token, so the step has logits for it). Forks share blocks; the first write into
@@ -33,6 +35,7 @@ struct Sequence {
   bool admitted = false;     // has been admitted once (n_cached is final)
   int32_t n_preemptions = 0;
   bool finished = false;
+  std::vector<int32_t> host_slots;  // swapped out: the host slots of its first blocks, in order
 
   int32_t n_generated() const { return int32_t(tokens.size()) - n_prompt; }
   int32_t n_pending() const { return int32_t(tokens.size()) - n_computed; }
@@ -43,6 +46,8 @@ struct SchedulerConfig {
   int32_t max_seqs = 64;           // sequences per step
   int32_t block_size = 16;
   bool prefix_caching = true;
+  bool swap = false;          // preempt by swapping to host memory (else recompute)
+  int32_t swap_blocks = 0;    // host slots for swapped blocks (KvCache::reserve_swap)
 };
 
 // One scheduled sequence of a step: its rows in the plan and whether it samples a token.
@@ -58,6 +63,10 @@ struct SchedulerStats {
   int64_t admitted_tokens = 0;  // tokens of sequences at admission (prompt, or more after preemption)
   int64_t cached_tokens = 0;    // of which came from the prefix cache
   int64_t cow_copies = 0;       // shared partial blocks copied on write
+  int64_t swap_outs = 0;        // preemptions that swapped (the rest recomputed)
+  int64_t swap_ins = 0;
+  int64_t blocks_swapped_out = 0;
+  int64_t blocks_swapped_in = 0;
 };
 
 // A snapshot of KV occupancy. Waste: allocated slots that hold no token (the partial last block
@@ -106,6 +115,8 @@ class Scheduler {
   void admit_waiting(std::vector<ScheduledSeq>* out, int32_t* budget);
   void free_blocks(Sequence& s);
   void preempt(Sequence& s);
+  bool swap_out(Sequence& s);
+  bool swap_in(Sequence& s, int32_t n_new);
   Sequence* pick_victim(const Sequence* keep);
   void fill(StepPlan* plan, const std::vector<ScheduledSeq>& scheduled) const;
 
@@ -115,6 +126,8 @@ class Scheduler {
   std::vector<std::unique_ptr<Sequence>> running_;  // have blocks
   SchedulerStats stats_;
   std::vector<std::pair<int32_t, int32_t>> copies_;  // this step's copy-on-write (src, dst)
+  std::vector<std::pair<int32_t, int32_t>> swap_out_, swap_in_;  // this step's swaps
+  std::vector<int32_t> host_free_;                   // free host slots
 };
 
 }  // namespace tessera

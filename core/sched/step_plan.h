@@ -21,6 +21,11 @@ struct StepPlan {
   // (src, dst) KV blocks to copy before the step runs: copy-on-write of a shared partial block.
   // The engine applies them (KvCache::copy_block), so a ModelRunner never sees them.
   std::vector<std::pair<int32_t, int32_t>> block_copies;
+  // Swap preemption, applied by the engine in this order before the step: (device block, host
+  // slot) copies out, then (host slot, device block) copies in. A block swapped out may be
+  // handed to another sequence in the same step, hence out before anything writes.
+  std::vector<std::pair<int32_t, int32_t>> swap_out;
+  std::vector<std::pair<int32_t, int32_t>> swap_in;
 
   int32_t n_tokens() const { return int32_t(tokens.size()); }
   int32_t n_seqs() const { return int32_t(seq_lens.size()); }

@@ -8,6 +8,7 @@ void add_info_command(CLI::App& app);
 void add_generate_commands(CLI::App& app);  // run, chat
 void add_token_commands(CLI::App& app);     // tokenize, eval, perplexity
 void add_serve_command(CLI::App& app);      // serve (OpenAI-compatible HTTP)
+void add_quantize_command(CLI::App& app);   // quantize
 
 void set_exit_code(int code);
 int exit_code();

@@ -41,7 +41,7 @@ void add_model_options(CLI::App* cmd, ModelOptions* o) {
   cmd->add_option("-d,--device", o->device, "device: auto (the best found), cpu, vulkan, vulkan:1, cuda:0 ...")
       ->capture_default_str();
   cmd->add_option("-c,--ctx", o->ctx, "KV cache capacity in tokens")->capture_default_str()->check(CLI::Range(16, 1 << 24));
-  cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache dtype: f16, bf16 or f32")->capture_default_str();
+  cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache dtype: f16, bf16, f32, fp8_e4m3 or int8_pc (8-bit: an f32 scale per token and kv head)")->capture_default_str();
   cmd->add_flag("-q,--quiet", o->quiet, "no progress bar");
 }
 

@@ -36,6 +36,8 @@ Result<std::string> generate(Model& model, KvCache& kv, const std::string& text,
     if (ev.metrics) metrics = *ev.metrics;
     if (ev.finish == FinishReason::kError) error = ev.error;
   };
+  model.set_collect_expert_stats(stats);
+  model.reset_expert_stats();
   Engine engine(model, kv, model.codec());
   TS_ASSIGN_OR_RETURN(RequestId id, engine.submit(std::move(req)));
   (void)id;
@@ -48,6 +50,7 @@ Result<std::string> generate(Model& model, KvCache& kv, const std::string& text,
     const double decode_tps = metrics.tpot_ms > 0 ? 1000.0 / metrics.tpot_ms : 0;
     std::fprintf(stderr, "stats: prompt %d tokens, TTFT %.1f ms (%.1f tok/s prefill); %d tokens generated, %.1f ms/token (%.1f tok/s decode)\n",
                  metrics.prompt_tokens, metrics.ttft_ms, prefill_tps, metrics.generated_tokens, metrics.tpot_ms, decode_tps);
+    if (model.config().is_moe()) std::fputs(expert_stats_table(model.expert_stats()).c_str(), stderr);
   }
   return out;
 }
@@ -101,7 +104,7 @@ void add_generate_options(CLI::App* cmd, GenerateOptions* o) {
   add_sampling_options(cmd, &o->sampling);
   cmd->add_option("-n,--max-tokens", o->max_tokens, "tokens to generate at most")->capture_default_str();
   cmd->add_option("-s,--system", o->system, "system prompt");
-  cmd->add_flag("--stats", o->stats, "print prefill and decode speed to stderr");
+  cmd->add_flag("--stats", o->stats, "print prefill and decode speed (and, for MoE models, the expert load per layer) to stderr");
 }
 
 }  // namespace

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   tessera::cli::add_info_command(app);
   tessera::cli::add_generate_commands(app);
   tessera::cli::add_token_commands(app);
+  tessera::cli::add_quantize_command(app);
 #ifdef TESSERA_HAVE_SERVE
   tessera::cli::add_serve_command(app);
 #endif

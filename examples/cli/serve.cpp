@@ -26,6 +26,9 @@ struct ServeCommandOptions {
   std::string device = "auto";
   int ctx = 16384;  // KV cache capacity in tokens (shared by every request)
   std::string kv_dtype = "f16";
+  bool no_prefix_caching = false;
+  std::string preemption = "recompute";
+  int swap_space = 16384;  // host tokens for swapped-out KV (with --preemption swap)
   ServeOptions serve;
 };
 
@@ -76,13 +79,16 @@ void serve_command(const ServeCommandOptions& o) {
   auto model = Model::load(o.model, *dev, lo);
   if (!model.ok()) return serve_fail(model.status().to_string());
   const auto kvt = dtype_from_name(o.kv_dtype);
-  if (!kvt) return serve_fail("unknown --kv-dtype '" + o.kv_dtype + "' (f16, bf16 or f32)", 2);
+  if (!kvt) return serve_fail("unknown --kv-dtype '" + o.kv_dtype + "' (f16, bf16, f32, fp8_e4m3 or int8_pc)", 2);
   auto kv = (*model)->create_kv_cache(o.ctx, *kvt);
   if (!kv.ok()) return serve_fail(kv.status().to_string());
 
   EngineConfig ec;
   ec.scheduler.max_batch_tokens = o.serve.max_batch_tokens;
   ec.scheduler.max_seqs = o.serve.max_seqs;
+  ec.scheduler.prefix_caching = !o.no_prefix_caching;
+  ec.scheduler.swap = o.preemption == "swap";
+  ec.scheduler.swap_blocks = ec.scheduler.swap ? (o.swap_space + (*kv)->config().block_size - 1) / (*kv)->config().block_size : 0;
   Engine engine(**model, **kv, (*model)->codec(), ec);
   EngineThread engine_thread(engine);
 
@@ -122,7 +128,13 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("-d,--device", o->device, "device: auto, cpu, vulkan, cuda:0 ...")->capture_default_str();
   cmd->add_option("-c,--ctx", o->ctx, "KV cache capacity in tokens, shared by all requests")->capture_default_str()
       ->check(CLI::Range(16, 1 << 24));
-  cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache dtype: f16, bf16 or f32")->capture_default_str();
+  cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache dtype: f16, bf16, f32, fp8_e4m3 or int8_pc (8-bit: an f32 scale per token and kv head)")->capture_default_str();
+  cmd->add_flag("--no-prefix-caching", o->no_prefix_caching,
+                "compute every prompt in full (a reference for the prefix cache's outputs and speed)");
+  cmd->add_option("--preemption", o->preemption, "when KV blocks run out: recompute (re-prefill later) or swap (to host memory)")
+      ->capture_default_str()->check(CLI::IsMember({"recompute", "swap"}));
+  cmd->add_option("--swap-space", o->swap_space, "host memory for swapped KV, in tokens (--preemption swap)")
+      ->capture_default_str()->check(CLI::Range(16, 1 << 24));
   cmd->add_option("--host", o->serve.host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", o->serve.port, "port (0: any free port, printed on stdout)")->capture_default_str()
       ->check(CLI::Range(0, 65535));

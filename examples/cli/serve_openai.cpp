@@ -1,5 +1,6 @@
 #include "examples/cli/serve_openai.h"
 #include "examples/cli/common.h"
+#include "examples/cli/serve_peer.h"
 
 #include <httplib.h>
 
@@ -451,8 +452,16 @@ void handle_generate(ServerContext& ctx, bool chat, const httplib::Request& hreq
     st->id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(*id);
   }
   if (st->req.stream) return stream_response(ctx, st, *id, res);
+  // Non-streaming: nothing is written until the end, so a client that goes away is noticed by
+  // watching its socket; it cancels the request, which frees its blocks.
+  PeerWatch peer(hreq.remote_addr, hreq.remote_port, hreq.local_port);
   std::unique_lock<std::mutex> lock(st->mu);
-  st->cv.wait(lock, [&] { return st->done; });
+  while (!st->cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return st->done; })) {
+    if (!peer.closed()) continue;
+    ctx.engine.cancel(*id);
+    st->cv.wait(lock, [&] { return st->done; });  // the cancelled finish event follows
+    return;
+  }
   for (const auto& c : st->choices)
     if (c.finish == FinishReason::kError)
       return send_error(ctx, res, {500, c.error, "", "", "server_error"});
@@ -474,6 +483,10 @@ std::string prometheus(ServerContext& ctx) {
   metric("tessera_kv_slots_waste", "gauge", "Allocated KV slots holding no token.", double(s.kv.slots_waste));
   metric("tessera_kv_slots_allocated", "gauge", "Allocated KV slots.", double(s.kv.slots_allocated));
   metric("tessera_preemptions_total", "counter", "Sequences preempted for KV space.", double(s.preemptions));
+  metric("tessera_swap_out_total", "counter", "Preemptions that swapped KV blocks to host memory.", double(s.swap_outs));
+  metric("tessera_swap_in_total", "counter", "Swapped sequences brought back.", double(s.swap_ins));
+  metric("tessera_kv_blocks_swapped_out_total", "counter", "KV blocks copied to host memory.", double(s.blocks_swapped_out));
+  metric("tessera_kv_blocks_swapped_in_total", "counter", "KV blocks copied back from host memory.", double(s.blocks_swapped_in));
   metric("tessera_steps_total", "counter", "Engine steps run.", double(s.steps));
   metric("tessera_prompt_tokens_total", "counter", "Prompt tokens admitted.", double(s.prompt_tokens));
   metric("tessera_prompt_tokens_cached_total", "counter", "Prompt tokens served from the prefix cache.", double(s.cached_tokens));

@@ -1,10 +1,12 @@
 // `tessera tokenize`, `tessera eval` (token ids -> logits .npy) and `tessera perplexity`.
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 
 #include "examples/cli/commands.h"
 #include "examples/cli/common.h"
+#include "models/quantize/logit_file.h"
 #include "models/scoring.h"
 
 namespace tessera::cli {
@@ -14,6 +16,7 @@ namespace {
 struct TokenOptions {
   ModelOptions model;
   std::string text, file, tokens, out = "logits.npy", format = "lines";
+  std::string save_logits, kl_base;  // perplexity: write / compare against a baseline logit file
   bool no_special = false;
   int ctx = 512;
 };
@@ -102,19 +105,77 @@ void eval_command(const TokenOptions& o) {
   if (!o.model.quiet) std::fprintf(stderr, "eval: wrote %zu x %d logits to %s\n", ids->size(), model->vocab_size(), o.out.c_str());
 }
 
+// Streams each scored row into the baseline file being written and/or the KL comparison.
+struct KlSession {
+  std::unique_ptr<LogitWriter> writer;
+  std::unique_ptr<LogitReader> base;
+  KlAccumulator kl;
+  std::vector<float> base_row;
+  size_t vocab = 0;
+  Status on_row(const float* logits) {
+    if (writer) {
+      TS_RETURN_IF_ERROR(writer->add_row(logits));
+    }
+    if (base) {
+      TS_RETURN_IF_ERROR(base->next_row(&base_row));
+      kl.add(base_row.data(), logits, vocab);
+    }
+    return OkStatus();
+  }
+};
+
+Result<KlSession> open_kl_session(const TokenOptions& o, const LogitRunInfo& run) {
+  KlSession k;
+  k.vocab = run.vocab;
+  if (!o.kl_base.empty()) {
+    TS_ASSIGN_OR_RETURN(k.base, LogitReader::open(o.kl_base));
+    TS_RETURN_IF_ERROR(k.base->check_matches(run));
+  }
+  if (!o.save_logits.empty()) {
+    TS_ASSIGN_OR_RETURN(k.writer, LogitWriter::create(o.save_logits, run));
+  }
+  return k;
+}
+
+void print_kl(const KlSession& k, const PerplexityResult& r) {
+  const double base_ppl = std::exp(k.base->mean_nll());
+  std::printf("kl divergence: mean %.6f +/- %.6f, median %.6f, p99 %.6f, max %.6f over %lld positions\n", k.kl.mean(),
+              k.kl.stderr_mean(), k.kl.quantile(0.5), k.kl.quantile(0.99), k.kl.max(), (long long)k.kl.count());
+  std::printf("top-1 agreement: %.2f %%\n", 100.0 * k.kl.top1_agreement());
+  std::printf("perplexity change: %.4f -> %.4f (%+.3f %%)\n", base_ppl, r.perplexity, 100.0 * (r.perplexity / base_ppl - 1.0));
+}
+
 void perplexity_command(const TokenOptions& o) {
   auto text = read_file(o.file);
   if (!text.ok()) return fail(text.status());
   auto model = load_model(o.model);
   if (!model) return;
   const auto ids = model->tokenizer().encode(*text, true, false);
+  LogitRunInfo run;
+  run.vocab = uint32_t(model->vocab_size());
+  run.window = uint32_t(o.ctx);
+  run.n_tokens = ids.size();
+  run.n_scored = uint64_t(perplexity_scored_positions(int64_t(ids.size()), o.ctx));
+  run.text_hash = fnv1a64(text->data(), text->size());
+  run.tokens_hash = fnv1a64(ids.data(), ids.size() * sizeof(int32_t));
+  auto session = open_kl_session(o, run);
+  if (!session.ok()) return fail(session.status());
+  KlSession& k = *session;
+  ScoredRowFn on_row;
+  if (k.writer || k.base) on_row = [&k](const float* logits, int32_t) { return k.on_row(logits); };
   auto r = perplexity(*model, ids, o.ctx, [&](int w, int n, double ppl) {
     if (!o.model.quiet) std::fprintf(stderr, "\rperplexity: window %d/%d, running ppl %.4f", w, n, ppl);
-  });
+  }, on_row);
   if (!o.model.quiet) std::fprintf(stderr, "\n");
   if (!r.ok()) return fail(r.status());
   std::printf("perplexity %.4f over %lld tokens in %d windows of %d (mean nll %.5f)\n", r->perplexity,
               (long long)r->scored_tokens, r->windows, o.ctx, r->mean_nll);
+  if (k.writer) {
+    const Status s = k.writer->finish(r->mean_nll);
+    if (!s.ok()) return fail(s);
+    if (!o.model.quiet) std::fprintf(stderr, "saved %lld rows of logits to %s\n", (long long)run.n_scored, o.save_logits.c_str());
+  }
+  if (k.base) print_kl(k, *r);
 }
 
 }  // namespace
@@ -142,6 +203,10 @@ void add_token_commands(CLI::App& app) {
   add_model_options(pp, &p->model);
   pp->add_option("-f,--file", p->file, "text file")->required();
   pp->add_option("--window", p->ctx, "window size in tokens")->capture_default_str();
+  pp->add_option("model", p->model.model, "GGUF model file (same as -m)");
+  pp->add_option("--save-logits", p->save_logits, "save every scored position's log-probabilities as a KL baseline");
+  pp->add_option("--kl-base", p->kl_base, "report KL divergence, top-1 agreement and the perplexity change against "
+                                          "a baseline saved with --save-logits (same text, window and vocabulary)");
   pp->callback([p] { perplexity_command(*p); });
 }
 

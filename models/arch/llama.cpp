@@ -148,19 +148,26 @@ std::vector<TensorSpec> llama_tensor_specs(const ModelConfig& c, LlamaWeights* w
     }
     s.insert(s.end(), {
         {p + "ffn_gate_inp.weight", {E, D}, true, &L.router},
-        {p + "ffn_gate_exps.weight", {E, Fe, D}, true, &L.gate_exps},
-        {p + "ffn_up_exps.weight", {E, Fe, D}, true, &L.up_exps},
-        {p + "ffn_down_exps.weight", {E, D, Fe}, true, &L.down_exps},
+        {p + "ffn_gate_exps.weight", {E, Fe, D}, true, &L.gate_exps, true},
+        {p + "ffn_up_exps.weight", {E, Fe, D}, true, &L.up_exps, true},
+        {p + "ffn_down_exps.weight", {E, D, Fe}, true, &L.down_exps, true},
     });
     if (Fs > 0)
       s.insert(s.end(), {
-          {p + "ffn_gate_inp_shexp.weight", {1, D}, true, &L.shexp_gate},
+          {p + "ffn_gate_inp_shexp.weight", {1, D}, true, &L.shexp_gate, false, true},
           {p + "ffn_gate_shexp.weight", {Fs, D}, true, &L.gate_shexp},
           {p + "ffn_up_shexp.weight", {Fs, D}, true, &L.up_shexp},
           {p + "ffn_down_shexp.weight", {D, Fs}, true, &L.down_shexp},
       });
   }
   return s;
+}
+
+std::string per_expert_name(const std::string& merged, int e) {
+  const std::string suffix = "_exps.weight";
+  if (merged.size() < suffix.size() || merged.compare(merged.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return merged + "." + std::to_string(e);
+  return merged.substr(0, merged.size() - suffix.size()) + "." + std::to_string(e) + ".weight";
 }
 
 namespace {
@@ -175,12 +182,17 @@ ValueId dense_ffn(Graph& g, const LlamaLayer& L, ValueId h) {
 // weighted sum. A shared expert (qwen2moe) is one more "expert" that every token uses, weighted by
 // sigmoid(x . shexp_gate): topk_route over a single logit with sigmoid scoring gives exactly that
 // weight (and expert id 0), so no extra op is needed.
-ValueId moe_ffn(Graph& g, const ModelConfig& c, const LlamaLayer& L, ValueId h) {
+// |route_ids|, when given, receives the layer's expert ids ([T, k] i32), kept as a graph output.
+ValueId moe_ffn(Graph& g, const ModelConfig& c, const LlamaLayer& L, ValueId h, std::vector<ValueId>* route_ids) {
   TopkRouteParams rp;
   rp.k = c.n_experts_used;
   rp.scoring = RouteScoring::kSoftmax;
   rp.renormalize = c.expert_weights_norm;
   auto [ids, weights] = g.topk_route(g.matmul(h, g.input(L.router)), rp);
+  if (route_ids) {
+    g.mark_output(ids);
+    route_ids->push_back(ids);
+  }
   const ValueId up = g.matmul_id(h, g.input(L.up_exps), ids);
   const ValueId act = g.swiglu(g.matmul_id(h, g.input(L.gate_exps), ids), up);
   ValueId y = g.matmul_id(act, g.input(L.down_exps), ids, weights);
@@ -201,7 +213,7 @@ ValueId moe_ffn(Graph& g, const ModelConfig& c, const LlamaLayer& L, ValueId h) 
 }  // namespace
 
 ValueId build_llama_graph(Graph& g, const ModelConfig& c, const LlamaWeights& w, const StepTensors& in,
-                          const KvCache& kv) {
+                          const KvCache& kv, std::vector<ValueId>* route_ids) {
   const int64_t T = in.tokens.shape[0];
   const int64_t Dh = c.head_dim;
   const ValueId tokens = g.input(in.tokens);
@@ -234,7 +246,7 @@ ValueId build_llama_graph(Graph& g, const ModelConfig& c, const LlamaWeights& w,
     x = g.add(x, g.matmul(a, g.input(L.wo)));
     // Feed-forward block.
     h = g.rms_norm(x, g.input(L.ffn_norm), c.rms_eps);
-    x = g.add(x, c.is_moe() ? moe_ffn(g, c, L, h) : dense_ffn(g, L, h));
+    x = g.add(x, c.is_moe() ? moe_ffn(g, c, L, h, route_ids) : dense_ffn(g, L, h));
   }
   // Only the rows that sample need the (large) output head.
   x = g.embed(x, g.input(in.logit_rows), DType::kF32);

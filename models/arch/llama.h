@@ -43,10 +43,19 @@ struct TensorSpec {
   std::vector<int64_t> shape;  // outermost first
   bool required;
   Tensor* slot;
+  // Routed experts [E, ...]: the merged 3-D tensor |name| (blk.N.ffn_gate_exps.weight) or, in the
+  // older layout, E tensors blk.N.ffn_gate.0.weight ... of shape[1:] each.
+  bool experts = false;
+  // A [1, D] row that files may also store 1-D as [D] (qwen2moe's ffn_gate_inp_shexp).
+  bool row_may_be_1d = false;
 };
+// The name of expert |e|'s tensor in the per-expert layout, from the merged name.
+std::string per_expert_name(const std::string& merged, int e);
 std::vector<TensorSpec> llama_tensor_specs(const ModelConfig& cfg, LlamaWeights* w);
-// Builds the step graph; returns the logits value ([R, vocab] f32), marked as output.
+// Builds the step graph; returns the logits value ([R, vocab] f32), marked as output. For MoE
+// models, |route_ids| (optional) receives each layer's routed expert ids ([T, k] i32), also
+// marked as outputs so they stay readable after compute (expert statistics).
 ValueId build_llama_graph(Graph& g, const ModelConfig& cfg, const LlamaWeights& w, const StepTensors& in,
-                          const KvCache& kv);
+                          const KvCache& kv, std::vector<ValueId>* route_ids = nullptr);
 
 }  // namespace tessera

@@ -1,5 +1,6 @@
 // Conformance cases for paged attention: a varlen batch mixing decodes, a fresh prefill and a
-// prefill chunk continuing a cached prefix; GQA; sliding window; softcap; f32/f16/bf16 caches;
+// prefill chunk continuing a cached prefix; GQA; sliding window; softcap; f32/f16/bf16 caches and
+// 8-bit ones (fp8_e4m3, int8_pc: an f32 scale per token and kv head);
 // block tables in shuffled order; padding rows that store nothing.
 #include <algorithm>
 #include <numeric>
@@ -72,7 +73,7 @@ std::vector<Case> attention_cases() {
   std::vector<Case> cases;
   uint64_t seed = 3000;
   for (DType a : activation_dtypes())
-    for (DType cache : {DType::kF32, DType::kF16, DType::kBF16})
+    for (DType cache : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8_E4M3, DType::kINT8_PC})
       for (const AttnShape& s : shapes)
         cases.push_back({std::string("attention/a=") + dtype_name(a) + "/cache=" + dtype_name(cache) + "/" + s.name,
                          OpKind::kAttention, a, cache, ++seed,

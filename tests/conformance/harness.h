@@ -68,6 +68,12 @@ std::vector<Case> moe_cases();        // topk_route (+ matmul_id routed by it)
 // Activation dtypes every op runs with, and weight dtypes every backend must support.
 const std::vector<DType>& activation_dtypes();
 const std::vector<DType>& required_weight_dtypes();
+// Every weight format of quant/ (float and block formats). The ones outside
+// required_weight_dtypes() run only on devices that claim them (supports()).
+const std::vector<DType>& all_weight_dtypes();
+bool is_required_weight(DType w);
+// |k| rounded up to a whole number of |w|'s blocks (so one shape list serves every format).
+int64_t fit_k(DType w, int64_t k);
 
 // Devices under test: every usable device of the registry (TESSERA_TEST_DEVICE=id restricts).
 std::vector<DevicePtr> devices_under_test();

@@ -15,12 +15,14 @@ bool quantized(DType t) { return dtype_traits(t).is_quantized; }
 std::vector<Case> linear_cases() {
   std::vector<Case> cases;
   uint64_t seed = 100;
-  for (DType w : required_weight_dtypes()) {
+  // Shapes name K for the 32-element formats (multiples of 32, not of 64 or 256, where legal);
+  // fit_k rounds them up to whole blocks of the others (K = 256 n for the K-quants).
+  for (DType w : all_weight_dtypes()) {
     for (DType a : activation_dtypes()) {
       const std::string tag = std::string("w=") + dtype_name(w) + "/a=" + dtype_name(a);
       // embed: the first and last rows are always among the ids.
       for (int64_t V : {int64_t(5), int64_t(300)}) {
-        const int64_t D = quantized(w) ? 96 : 33;
+        const int64_t D = quantized(w) ? fit_k(w, 96) : 33;
         cases.push_back({"embed/" + tag + dims("/V=%lld,D=%lld,T=%lld", V, D, 7), OpKind::kEmbed, a, w, ++seed,
                          [=](CaseContext& c) {
                            const ValueId table = c.input(w, {V, D});
@@ -31,9 +33,11 @@ std::vector<Case> linear_cases() {
       // matmul: single row (decode), odd N, a K that is not a multiple of anything, long K, bias.
       struct Shape { int64_t M, N, K; bool bias; };
       std::vector<Shape> shapes = quantized(w)
-          ? std::vector<Shape>{{1, 33, 96, false}, {7, 64, 32, true}, {3, 17, 4096, false}, {33, 40, 160, false}}
+          ? std::vector<Shape>{{1, 33, 96, false}, {7, 64, 32, true}, {3, 17, 4096, false}, {33, 40, 160, false},
+                               {130, 19, 288, false}}
           : std::vector<Shape>{{1, 33, 17, false}, {7, 64, 64, true}, {3, 17, 4096, false}, {33, 40, 31, false}};
-      for (const Shape& s : shapes) {
+      for (Shape s : shapes) {
+        if (quantized(w)) s.K = fit_k(w, s.K);
         cases.push_back({"matmul/" + tag + dims("/M=%lld,N=%lld,K=%lld", s.M, s.N, s.K) + (s.bias ? "+bias" : ""),
                          OpKind::kMatmul, a, w, ++seed, [=](CaseContext& c) {
                            const ValueId x = c.input(a, {s.M, s.K});
@@ -43,7 +47,7 @@ std::vector<Case> linear_cases() {
                          }});
       }
       // matmul of a strided (non-contiguous) activation, and a 3-D activation.
-      const int64_t K = quantized(w) ? 64 : 24;
+      const int64_t K = quantized(w) ? fit_k(w, 64) : 24;
       cases.push_back({"matmul/" + tag + dims("/strided M=%lld,N=%lld,K=%lld", 5, 9, K), OpKind::kMatmul, a, w, ++seed,
                        [=](CaseContext& c) {
                          const ValueId x = c.strided_rows(a, 5, K, 8);
@@ -53,12 +57,24 @@ std::vector<Case> linear_cases() {
                        [=](CaseContext& c) {
                          return std::vector<ValueId>{c.graph().matmul(c.input(a, {2, 3, K}), c.input(w, {11, K}))};
                        }});
+      // matmul over a weight view whose rows are further apart than their size (every other
+      // row of a bigger matrix), one decode row and a prefill-sized one.
+      for (int64_t M : {int64_t(1), int64_t(37)}) {
+        cases.push_back({"matmul/" + tag + dims("/weight rows strided M=%lld,N=%lld,K=%lld", M, 13, K), OpKind::kMatmul, a,
+                         w, ++seed, [=](CaseContext& c) {
+                           const ValueId big = c.input(w, {26, K});
+                           if (big == kNoValue) return std::vector<ValueId>{kNoValue};
+                           const Tensor& t = c.graph().tensor(big);
+                           const ValueId wv = c.graph().view(big, {13, K}, {2 * t.stride[0], t.stride[1]}, t.stride[0]);
+                           return std::vector<ValueId>{c.graph().matmul(c.input(a, {M, K}), wv)};
+                         }});
+      }
       // matmul_id: uneven expert loads, experts with no tokens, k = 1, 2, 8, shared and per-slot x,
       // with and without the weighted sum.
       struct IdShape { int64_t T, E, k, N; bool per_slot, weighted; };
       for (const IdShape& s : {IdShape{5, 4, 1, 9, false, false}, IdShape{6, 8, 2, 16, false, true},
                                IdShape{3, 8, 8, 7, true, true}, IdShape{9, 6, 2, 5, true, false}}) {
-        const int64_t Kd = quantized(w) ? 64 : 19;
+        const int64_t Kd = quantized(w) ? fit_k(w, 64) : 19;
         cases.push_back(
             {"matmul_id/" + tag + dims("/T=%lld,E=%lld,k=%lld", s.T, s.E, s.k) + (s.per_slot ? ",x[T,k,K]" : ",x[T,K]") +
                  (s.weighted ? ",weighted" : ""),

@@ -32,10 +32,11 @@ std::vector<Case> moe_cases() {
                        }});
   }
   // An MoE FFN block: route, gate/up per expert, swiglu, down with the weighted sum.
-  for (DType w : required_weight_dtypes())
+  for (DType w : all_weight_dtypes())
     cases.push_back({std::string("moe block/w=") + dtype_name(w), OpKind::kMatmulId, DType::kF32, w, ++seed,
                      [=](CaseContext& c) {
-                       const int64_t T = 6, D = 64, F = 96, E = 4;
+                       // D and F whole blocks of every format (256 for the K-quants).
+                       const int64_t T = 6, D = fit_k(w, 64), F = fit_k(w, 96), E = 4;
                        Graph& g = c.graph();
                        const ValueId x = c.input(DType::kF32, {T, D});
                        const ValueId router = c.input(DType::kF32, {E, D});
@@ -43,7 +44,11 @@ std::vector<Case> moe_cases() {
                        const ValueId gate = g.matmul_id(x, c.input(w, {E, F, D}), ids);
                        const ValueId up = g.matmul_id(x, c.input(w, {E, F, D}), ids);
                        return V{g.matmul_id(g.swiglu(gate, up), c.input(w, {E, D, F}), ids, wts)};
-                     }});
+                     },
+                     // Two rounds of int8 activation quantisation, the second on swiglu outputs whose
+                     // heavy tails widen the block steps: measured up to 1.2e-4 on the CPU (every
+                     // int8-activation format), so 2.5x the single-matmul tolerance.
+                     2.5 * tolerance_for(DType::kF32, w)});
   return cases;
 }
 

@@ -5,6 +5,9 @@
 
 #include <hwy/targets.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "backends/cpu/cpu_device.h"
 #include "tests/conformance/harness.h"
 
@@ -28,12 +31,14 @@ std::vector<Case> all_cases() {
 std::vector<Case> large_cases() {
   std::vector<Case> cases;
   uint64_t seed = 9000;
-  for (DType w : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1})
-    for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{1, 1000, 512}, {70, 300, 256}, {20, 257, 320}})
+  for (DType w : conformance::all_weight_dtypes())
+    for (auto [M, N, K0] : {std::tuple<int64_t, int64_t, int64_t>{1, 1000, 512}, {70, 300, 256}, {20, 257, 320}}) {
+      const int64_t K = conformance::fit_k(w, K0);
       cases.push_back({std::string("large matmul/w=") + dtype_name(w) + "/M=" + std::to_string(M), OpKind::kMatmul,
                        DType::kF32, w, ++seed, [=](CaseContext& c) {
                          return V{c.graph().matmul(c.input(DType::kF32, {M, K}), c.input(w, {N, K}))};
                        }});
+    }
   for (DType cache : {DType::kF32, DType::kF16})
     cases.push_back({std::string("long attention/cache=") + dtype_name(cache), OpKind::kAttention, DType::kF32, cache,
                      ++seed, [=](CaseContext& c) {
@@ -109,6 +114,54 @@ TEST(CpuKernels, AttentionRejectsABlockTableOutOfRange) {
   });
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
   EXPECT_NE(s.message().find("block_tables"), std::string::npos) << s.message();
+}
+
+// Every code of every block format decodes as the reference says: x = rows of the identity
+// (one-hot activations quantise exactly), so out[m, n] = w[n, m], compared element by element.
+// Weights are quantised from heavy-tailed random data so codes span their whole range.
+TEST(CpuKernels, OneHotRowsReadBackEveryWeightElement) {
+  const int64_t N = 24;
+  for (DType w : conformance::all_weight_dtypes()) {
+    if (!dtype_traits(w).is_quantized) continue;
+    const int64_t K = conformance::fit_k(w, 64);
+    testing::Rng rng(77);
+    std::vector<float> wf = testing::random_floats(rng, N * K, -1.0f, 1.0f);
+    for (size_t i = 0; i < wf.size(); i += 7) wf[i] *= 9.0f;  // outliers widen the scales
+    std::vector<float> eye(size_t(K * K), 0.0f);
+    for (int64_t k = 0; k < K; ++k) eye[size_t(k * K + k)] = 1.0f;
+    CpuDevice dev(2);
+    CaseContext c(dev, 1);
+    const ValueId wt = c.input_values(w, {N, K}, wf);
+    const ValueId y = c.graph().matmul(c.input_values(DType::kF32, {K, K}, eye), wt);
+    c.graph().mark_output(y);
+    ASSERT_TRUE(c.status().ok()) << c.status().to_string();
+    ASSERT_TRUE(dev.compute(c.graph()).ok()) << dtype_name(w);
+    const std::vector<double> got = testing::download_values(dev, c.graph().tensor(y));
+    const std::vector<double> wdq = testing::download_values(dev, c.graph().tensor(wt));  // reference dequantisation
+    ASSERT_EQ(got.size(), size_t(K * N));
+    // Formats with a min or zero point subtract it in f32 (dx * sum(qx) times the min), which
+    // leaves a rounding residue of ~1e-7 of the row's magnitude; a wrong code is off by a whole
+    // step (>= 1/64 of it).
+    std::vector<double> row_max(size_t(N), 0.0);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) row_max[size_t(n)] = std::max(row_max[size_t(n)], std::fabs(wdq[size_t(n * K + k)]));
+    int bad = 0;
+    for (int64_t k = 0; k < K && bad < 5; ++k)
+      for (int64_t n = 0; n < N && bad < 5; ++n) {
+        const double want = wdq[size_t(n * K + k)], have = got[size_t(k * N + n)];
+        if (std::fabs(have - want) > 1e-6 * row_max[size_t(n)]) {
+          ++bad;
+          ADD_FAILURE() << dtype_name(w) << ": w[" << n << ", " << k << "] reads " << have << ", reference " << want;
+        }
+      }
+  }
+}
+
+TEST(CpuKernels, ClaimsEveryWeightFormatForTheWeightOps) {
+  for (DType w : conformance::all_weight_dtypes())
+    for (OpKind op : {OpKind::kEmbed, OpKind::kMatmul, OpKind::kMatmulId})
+      for (DType a : conformance::activation_dtypes())
+        EXPECT_TRUE(kernels_support(op, a, w)) << op_name(op) << " " << dtype_name(a) << " x " << dtype_name(w);
 }
 
 TEST(CpuKernels, SupportsExactlyTheImplementedDtypes) {

@@ -21,18 +21,20 @@ import numpy as np
 from gguf import GGUFReader, GGUFValueType
 from gguf.quants import dequantize
 
-NEOX_ARCHS = {"qwen2", "qwen3"}
+NEOX_ARCHS = {"qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe"}
 SUPPORTED_ARCHS = {"llama", "qwen2", "qwen3"}
+# The mixture-of-experts archs share this attention; their FFN is in numpy_moe.py.
+MOE_ARCHS = {"qwen2moe", "qwen3moe", "olmoe"}
 
 
 class Model:
     """Metadata and dequantised float64 weights of one GGUF file."""
 
-    def __init__(self, path):
+    def __init__(self, path, moe=False):
         self.reader = GGUFReader(path)
         self.tensors = {t.name: t for t in self.reader.tensors}
         self.arch = self.meta("general.architecture")
-        if self.arch not in SUPPORTED_ARCHS:
+        if self.arch not in SUPPORTED_ARCHS | (MOE_ARCHS if moe else set()):
             raise SystemExit(f"{path}: architecture '{self.arch}' is not supported")
         a = self.arch
         self.n_layer = int(self.meta(f"{a}.block_count"))
@@ -117,9 +119,13 @@ def attention(m, layer, h, positions):
     q = linear(m, h, p + "attn_q").reshape(T, m.n_head, m.head_dim)
     k = linear(m, h, p + "attn_k").reshape(T, m.n_head_kv, m.head_dim)
     v = linear(m, h, p + "attn_v").reshape(T, m.n_head_kv, m.head_dim)
-    if m.has(p + "attn_q_norm.weight"):  # qwen3: RMSNorm over each head before RoPE
-        q = rms_norm(q, m.weight(p + "attn_q_norm.weight"), m.eps)
-        k = rms_norm(k, m.weight(p + "attn_k_norm.weight"), m.eps)
+    if m.has(p + "attn_q_norm.weight"):
+        qn, kn = m.weight(p + "attn_q_norm.weight"), m.weight(p + "attn_k_norm.weight")
+        if qn.shape[0] == m.head_dim:  # qwen3: RMSNorm over each head before RoPE
+            q, k = rms_norm(q, qn, m.eps), rms_norm(k, kn, m.eps)
+        else:  # olmoe: RMSNorm over the whole q and k projections
+            q = rms_norm(q.reshape(T, -1), qn, m.eps).reshape(q.shape)
+            k = rms_norm(k.reshape(T, -1), kn, m.eps).reshape(k.shape)
     q = rope(q, positions, m.n_rot, m.freq_base, m.neox, m.rope_scale)
     k = rope(k, positions, m.n_rot, m.freq_base, m.neox, m.rope_scale)
     group = m.n_head // m.n_head_kv
@@ -144,15 +150,16 @@ def feed_forward(m, layer, h):
     return linear(m, silu * up, p + "ffn_down")
 
 
-def forward(m, tokens):
-    """Logits [len(tokens), n_vocab] for a prompt starting at position 0."""
+def forward(m, tokens, ffn=feed_forward):
+    """Logits [len(tokens), n_vocab] for a prompt starting at position 0. |ffn|(m, layer, h) is
+    the feed-forward block (numpy_moe passes its mixture of experts)."""
     tokens = np.asarray(tokens, dtype=np.int64)
     positions = np.arange(len(tokens), dtype=np.float64)
     x = m.weight("token_embd.weight")[tokens]
     for layer in range(m.n_layer):
         p = f"blk.{layer}."
         x = x + attention(m, layer, rms_norm(x, m.weight(p + "attn_norm.weight"), m.eps), positions)
-        x = x + feed_forward(m, layer, rms_norm(x, m.weight(p + "ffn_norm.weight"), m.eps))
+        x = x + ffn(m, layer, rms_norm(x, m.weight(p + "ffn_norm.weight"), m.eps))
     x = rms_norm(x, m.weight("output_norm.weight"), m.eps)
     head = "output.weight" if m.has("output.weight") else "token_embd.weight"
     return x @ m.weight(head).T

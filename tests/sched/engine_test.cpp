@@ -101,13 +101,15 @@ bool plausible(const std::vector<int32_t>& prompt, const std::vector<int32_t>& o
 }
 
 struct Harness {
-  explicit Harness(int n_blocks, int32_t budget = 64, bool prefix_caching = true, int block_size = 4) {
+  explicit Harness(int n_blocks, int32_t budget = 64, bool prefix_caching = true, int block_size = 4, int swap_blocks = 0) {
     KvCacheConfig c;
     c.n_layers = 1; c.n_kv_heads = 1; c.head_dim = 2; c.block_size = block_size; c.n_blocks = n_blocks; c.dtype = DType::kF32;
     kv = std::move(KvCache::create(dev, c)).value();
     EngineConfig ec;
     ec.scheduler.max_batch_tokens = budget;
     ec.scheduler.prefix_caching = prefix_caching;
+    ec.scheduler.swap = swap_blocks > 0;
+    ec.scheduler.swap_blocks = swap_blocks;
     engine = std::make_unique<Engine>(model, *kv, TextCodec{}, ec);
   }
   RequestId submit(const std::vector<int32_t>& prompt, int max_tokens, int priority = 0, int n = 1,
@@ -358,6 +360,40 @@ TEST(Engine, TinyPoolPreemptionCompletesEveryRequestExactlyAsAlone) {
     }
     EXPECT_GT(h.engine->stats().preemptions, 0);
     EXPECT_EQ(h.kv->pool().n_free(), 10);
+  }
+}
+
+// Swap preemption: the K/V of a preempted sequence go to host memory and come back, so it
+// resumes without recomputing; the fake model reads every context token back through the block
+// tables, so a block restored wrong (or into the wrong place) changes the output.
+TEST(Engine, SwapPreemptionCompletesEveryRequestExactlyAsAloneAndCountsTheSwaps) {
+  for (bool caching : {false, true}) {
+    for (int swap_blocks : {64, 6}) {  // room for every victim; too little for some (those recompute)
+      Harness h(10, 16, caching, 4, swap_blocks);
+      std::map<RequestId, std::vector<int32_t>> want;
+      std::mt19937 rng(11);
+      for (int i = 0; i < 12; ++i) {
+        const auto p = prompt_of(int(4 + rng() % 14), i % 5);
+        const int n = int(5 + rng() % 12);
+        want[h.submit(p, n, int(rng() % 2))] = expected(p, n);
+      }
+      ASSERT_TRUE(h.engine->run_until_idle().ok());
+      const std::string where = "caching " + std::to_string(caching) + " swap blocks " + std::to_string(swap_blocks);
+      for (auto& [id, w] : want) {
+        EXPECT_EQ(h.out[id], w) << "request " << id << " " << where;
+        EXPECT_EQ(h.finish[id], FinishReason::kLength) << where;
+      }
+      const EngineStats st = h.engine->stats();
+      EXPECT_GT(st.swap_outs, 0) << where;
+      EXPECT_EQ(st.swap_ins, st.swap_outs) << "every swapped sequence came back " << where;
+      EXPECT_EQ(st.blocks_swapped_in, st.blocks_swapped_out) << where;
+      EXPECT_LE(st.swap_outs, st.preemptions) << where;
+      if (swap_blocks == 64) {
+        EXPECT_EQ(st.swap_outs, st.preemptions) << "with room, every preemption swaps " << where;
+      }
+      EXPECT_EQ(h.kv->pool().n_free(), 10) << where;
+      EXPECT_EQ(h.kv->swap_slots(), swap_blocks);
+    }
   }
 }
 

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -224,6 +225,61 @@ class Lifecycle(unittest.TestCase):
             self.assertEqual(server.metric("tessera_kv_blocks_used"), 0, "the gauge returns to its baseline")
             _, _, text = server.raw("GET", "/metrics")
             self.assertIn('tessera_request_finished_total{reason="cancelled"} 16', text)
+        finally:
+            server.stop()
+
+    def test_a_non_streaming_client_that_disconnects_cancels_and_frees_its_blocks(self):
+        # One sequence per step, so 16 choices x 240 tokens take seconds: still running when the
+        # client goes away.
+        server = Server("-c", "4096", "--max-seqs", "1")
+        try:
+            self.assertEqual(server.metric("tessera_kv_blocks_used"), 0)
+            body = json.dumps({"model": "tiny", "prompt": "a long story", "max_tokens": 240, "n": 16,
+                               "ignore_eos": True}).encode()
+            sock = socket.create_connection((HOST, server.port))
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            deadline = time.time() + 20
+            while time.time() < deadline and not server.metric("tessera_kv_blocks_used"):
+                time.sleep(0.01)
+            self.assertGreater(server.metric("tessera_kv_blocks_used"), 0, "the request holds blocks")
+            sock.close()
+            deadline = time.time() + 20
+            while time.time() < deadline and server.metric("tessera_kv_blocks_used") != 0:
+                time.sleep(0.05)
+            self.assertEqual(server.metric("tessera_kv_blocks_used"), 0, "the gauge returns to its baseline")
+            _, _, text = server.raw("GET", "/metrics")
+            self.assertIn('tessera_request_finished_total{reason="cancelled"} 16', text)
+            self.assertEqual(server.metric("tessera_http_requests_in_flight"), 0)
+        finally:
+            server.stop()
+
+    def test_swap_preemption_with_a_too_small_pool_gives_every_request_its_solo_output(self):
+        # 192 KV slots (12 blocks) for 8 concurrent requests of 108 tokens (7 blocks) each: sequences
+        # must be preempted, and each still fits the pool alone.
+        prompts = [f"request number {i} asks for a story about the sea" for i in range(8)]
+        kwargs = dict(model="tiny", max_tokens=60, temperature=0, extra_body={"ignore_eos": True})
+        solo_server = Server("-c", "4096")
+        try:
+            want = [solo_server.client.completions.create(prompt=p, **kwargs).choices[0].text for p in prompts]
+        finally:
+            solo_server.stop()
+        server = Server("-c", "192", "--preemption", "swap", "--swap-space", "1024")
+        try:
+            got = [None] * len(prompts)
+
+            def run(i):
+                got[i] = server.client.completions.create(prompt=prompts[i], **kwargs).choices[0].text
+
+            threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(120)
+            self.assertEqual(got, want)
+            self.assertGreater(server.metric("tessera_swap_out_total"), 0, "some sequences were swapped")
+            self.assertEqual(server.metric("tessera_swap_in_total"), server.metric("tessera_swap_out_total"))
+            self.assertEqual(server.metric("tessera_kv_blocks_used"), 0)
         finally:
             server.stop()
 

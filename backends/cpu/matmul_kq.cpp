@@ -1,0 +1,167 @@
+// Int8-dot GEMV/GEMM for the super-block formats: the GGUF K-quants (256 elements with 6-bit or
+// int8 sub-block scales and mins) and NVFP4 (64 elements, a UE4M3 scale per 16). The loops and
+// the algebra are those of q8_dot-inl.h; only the block decoders differ.
+//   Q4_K/Q5_K: per 32: (d * sc[i]) * q - (dmin * m[i]), the min through dx * sum(qx).
+//   Q6_K:      per 16: (d * sc[j]) * (q - 32), the 32 removed in the integer domain.
+//   NVFP4:     per 16: (ue4m3 / 2) * (2 * e2m1).
+// Scales that change every 16 codes become a per-lane scale vector (i32 lanes 0-3 hold codes
+// 0-15 of a 32-element sub-block, lanes 4-7 codes 16-31).
+#include <cstring>
+#include <type_traits>
+
+#include "backends/cpu/kernels.h"
+#include "quant/fp4.h"
+#include "quant/kquants.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backends/cpu/matmul_kq.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "backends/cpu/simd-inl.h"
+#include "backends/cpu/q8_dot-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace tessera::cpu::HWY_NAMESPACE {
+
+// The eight 6-bit scales (low 8 bytes of the result) and mins of Q4_K/Q5_K, in the layout of
+// quant/kquants.h's pack_k_scales, with word arithmetic instead of 16 byte-wise unpacks.
+HWY_INLINE void k_scales(const uint8_t* in, uint64_t* sc, uint64_t* m) {
+  uint32_t u[3];
+  std::memcpy(u, in, 12);
+  const uint32_t lo6 = 0x3f3f3f3fu, lo4 = 0x0f0f0f0fu, lo2 = 0x03030303u;
+  *sc = (u[0] & lo6) | uint64_t((u[2] & lo4) | (((u[0] >> 6) & lo2) << 4)) << 32;
+  *m = (u[1] & lo6) | uint64_t(((u[2] >> 4) & lo4) | (((u[1] >> 6) & lo2) << 4)) << 32;
+}
+
+// Q4_K (kBits = 4) and Q5_K (kBits = 5): chunk c of 64 elements is qs[32c..32c+31], low nibbles
+// = sub-block 2c, high nibbles = 2c+1; Q5_K's bit 4 of element 32i + l is bit i of qh[l].
+template <int kBits>
+struct FmtQK : NoRowScale {
+  static constexpr DType kDType = kBits == 4 ? DType::kQ4_K : DType::kQ5_K;
+  using Block = std::conditional_t<kBits == 4, BlockQ4_K, BlockQ5_K>;
+  static constexpr int kSub = 8;
+  static constexpr int64_t kHeader = 0;
+#ifdef TESSERA_Q8_X86
+  template <int R>
+  static HWY_INLINE void block(const Block& wb, const ActQ8* const* x, int64_t b0, __m256* acc0, __m256* acc1,
+                               float* off) {
+    // The eight sub-block scales and mins as floats, once per super-block (vector converts; the
+    // per-sub-block broadcasts then read them from the stack).
+    uint64_t sc8, m8;
+    k_scales(wb.scales, &sc8, &m8);
+    alignas(32) float scale[8], mins[8];
+    _mm256_store_ps(scale, _mm256_mul_ps(f16_splat(wb.d), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(sc8))))));
+    _mm256_store_ps(mins, _mm256_mul_ps(f16_splat(wb.dmin), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(m8))))));
+    __m256i qh = _mm256_setzero_si256();
+    if constexpr (kBits == 5) qh = load32(wb.qh);
+    const __m256i one = _mm256_set1_epi8(1);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      const __m256i v = load32(wb.qs + 32 * c);
+      __m256i lo = low_nibbles(v), hi = high_nibbles(v);
+      if constexpr (kBits == 5) {
+        // Bits 2c and 2c+1 of every qh byte, moved to bit 4; qh is shifted right 2 per chunk.
+        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(qh, one), 4));
+        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4));
+        qh = _mm256_srli_epi16(qh, 2);
+      }
+      accum<R, false, -1>(lo, _mm256_broadcast_ss(&scale[2 * c]), x, b0 + 2 * c, acc0);
+      accum<R, false, -1>(hi, _mm256_broadcast_ss(&scale[2 * c + 1]), x, b0 + 2 * c + 1, acc1);
+    }
+    // The mins: off -= sum_i dmin * m[i] * dx_i * sum(qx_i).
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) accum_off<R>(-mins[i], x, b0 + i, off);
+  }
+#endif
+};
+
+// Q6_K: sub-block j (32 elements) = half h = j / 4, quarter t = j % 4: low 4 bits in nibble
+// t / 2 of ql[64h + 32(t % 2) + l], high 2 bits in bits 2t..2t+1 of qh[32h + l].
+struct FmtQ6K : NoRowScale {
+  static constexpr DType kDType = DType::kQ6_K;
+  using Block = BlockQ6_K;
+  static constexpr int kSub = 8;
+  static constexpr int64_t kHeader = 0;
+#ifdef TESSERA_Q8_X86
+  template <int R>
+  static HWY_INLINE void block(const Block& wb, const ActQ8* const* x, int64_t b0, __m256* acc0, __m256* acc1,
+                               float*) {
+    // The 16 per-16 scales as floats, once per super-block; sub-block j needs scales 2j and
+    // 2j+1 in lanes 0-3 and 4-7: one permute each.
+    const __m256 d = f16_splat(wb.d);
+    const __m128i sc16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.scales));
+    const __m256 scale[2] = {_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc16))),
+                             _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(sc16, sc16))))};
+    const __m256i three = _mm256_set1_epi8(3);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256i l0 = load32(wb.ql + 64 * h), l1 = load32(wb.ql + 64 * h + 32);
+      const __m256i qh = load32(wb.qh + 32 * h);
+      const __m256i q[4] = {
+          _mm256_or_si256(low_nibbles(l0), _mm256_slli_epi16(_mm256_and_si256(qh, three), 4)),
+          _mm256_or_si256(low_nibbles(l1), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), three), 4)),
+          _mm256_or_si256(high_nibbles(l0), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), three), 4)),
+          _mm256_or_si256(high_nibbles(l1), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), three), 4)),
+      };
+#pragma GCC unroll 4
+      for (int t = 0; t < 4; ++t) {
+        const __m256i pick = _mm256_setr_epi32(2 * t, 2 * t, 2 * t, 2 * t, 2 * t + 1, 2 * t + 1, 2 * t + 1, 2 * t + 1);
+        accum<R, false, 2>(q[t], _mm256_permutevar8x32_ps(scale[h], pick), x, b0 + 4 * h + t, t % 2 ? acc1 : acc0);
+      }
+    }
+  }
+#endif
+};
+
+// NVFP4: sub-block s of 16 is qs[8s..8s+7] (elements 0-7 low nibbles, 8-15 high nibbles), so a
+// 32-element sub-block j is the 16 bytes qs[16j..16j+15] reordered as lo(0..7), hi(0..7),
+// lo(8..15), hi(8..15).
+struct FmtNvfp4 : NoRowScale {
+  static constexpr DType kDType = DType::kNVFP4;
+  using Block = BlockNVFP4;
+  static constexpr int kSub = 2;
+  static constexpr int64_t kHeader = 0;
+#ifdef TESSERA_Q8_X86
+  template <int R>
+  static HWY_INLINE void block(const Block& wb, const ActQ8* const* x, int64_t b0, __m256* acc0, __m256* acc1,
+                               float*) {
+    // lo/hi nibbles of all 32 bytes; per 128-bit lane, unpack{lo,hi}_epi64 yields the element
+    // order of 16 bytes, and the two lanes hold sub-blocks 0 and 1 halves: recombine them.
+    const __m256i v = load32(wb.qs);
+    const __m256i lo = low_nibbles(v), hi = high_nibbles(v);
+    const __m256i a = _mm256_unpacklo_epi64(lo, hi), b = _mm256_unpackhi_epi64(lo, hi);
+    const __m256i sub0 = _mm256_permute2x128_si256(a, b, 0x20), sub1 = _mm256_permute2x128_si256(a, b, 0x31);
+    accum<R, true, -1>(e2m1x2(sub0), split_scale(kUe4m3Half[wb.d[0]], kUe4m3Half[wb.d[1]]), x, b0, acc0);
+    accum<R, true, -1>(e2m1x2(sub1), split_scale(kUe4m3Half[wb.d[2]], kUe4m3Half[wb.d[3]]), x, b0 + 1, acc1);
+  }
+#endif
+};
+
+void GemmQ8TileKq(DType w, const ActQ8* x, int64_t ldx, int64_t m0, int64_t m1, const char* wbase, int64_t ldw,
+                  int64_t n0, int64_t n1, int64_t nb, float* out, int64_t ldo) {
+#define TESSERA_Q8_CASE(F) return q8_tile<F>(x, ldx, m0, m1, wbase, ldw, n0, n1, nb, out, ldo)
+  switch (w) {
+    case DType::kQ4_K: TESSERA_Q8_CASE(FmtQK<4>);
+    case DType::kQ5_K: TESSERA_Q8_CASE(FmtQK<5>);
+    case DType::kQ6_K: TESSERA_Q8_CASE(FmtQ6K);
+    case DType::kNVFP4: TESSERA_Q8_CASE(FmtNvfp4);
+    default: return;  // gemm_q8_tile routes only these formats here
+  }
+#undef TESSERA_Q8_CASE
+}
+
+}  // namespace tessera::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace tessera::cpu {
+
+HWY_EXPORT(GemmQ8TileKq);
+
+void gemm_q8_tile_kq(DType w, const ActQ8* x, int64_t ldx, int64_t m0, int64_t m1, const char* wbase, int64_t ldw,
+                     int64_t n0, int64_t n1, int64_t nb, float* out, int64_t ldo) {
+  HWY_DYNAMIC_DISPATCH(GemmQ8TileKq)(w, x, ldx, m0, m1, wbase, ldw, n0, n1, nb, out, ldo);
+}
+
+}  // namespace tessera::cpu
+#endif  // HWY_ONCE

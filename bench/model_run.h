@@ -1,0 +1,26 @@
+// Shared by `tessera-bench model` and `tessera-bench moe`: engine runs of a loaded model and the
+// weight figures of the rooflines.
+#pragma once
+#include <vector>
+
+#include "models/model.h"
+
+namespace tessera::bench {
+
+// Weight bytes one decode step reads: every tensor once, except that the token embedding is
+// read for one row only (unless it is also the output head). For a MoE model this counts every
+// expert (what a dense read of the file costs), not only the k used ones.
+double weight_bytes_per_token(const Model& m);
+// Parameters, without the token embedding unless it is also the output head.
+double parameters(const Model& m);
+
+struct RunResult {
+  double prefill_tps = 0, decode_tps = 0, aggregate_tps = 0;
+};
+// |n_seqs| requests of |prompt| tokens each generating |decode| tokens, all submitted at once;
+// prefill from the median TTFT, decode from the median TPOT.
+Result<RunResult> run_requests(Model& m, int n_seqs, int prompt, int decode);
+
+double median_of(std::vector<double> v);
+
+}  // namespace tessera::bench
