@@ -19,6 +19,7 @@
 #include <omp.h>
 #endif
 
+#include "bench/device_clock.h"
 #include "bench/inputs.h"
 #include "bench/sweep.h"
 #include "bench/timing.h"
@@ -217,8 +218,9 @@ std::vector<Ceiling> cpu_ceilings(int threads, const CeilingOptions& o) {
 }
 
 namespace {
-// Times |c| through the HAL with two input sets; the figure is |amount| per second / 1e9.
-Result<Stat> hal_rate(Device& device, const KernelCase& c, double amount, double budget_s) {
+// Times |c| through the HAL with two input sets; the figure is |amount| per second / 1e9. Device
+// time (GPU timestamps) where the device has a clock, else host wall time; |how| says which.
+Result<Stat> hal_rate(Device& device, const KernelCase& c, double amount, double budget_s, std::string* how) {
   InputPlacer placer(device, nullptr);
   std::vector<Graph> graphs;
   for (int i = 0; i < 2; ++i) {
@@ -229,7 +231,9 @@ Result<Stat> hal_rate(Device& device, const KernelCase& c, double amount, double
   budget.budget_s = budget_s;
   auto call = [&](int64_t i) { return device.compute(graphs[size_t(i % 2)]); };
   auto finish = [&] { return device.synchronize(); };
-  TS_ASSIGN_OR_RETURN(Stat s, time_calls(call, finish, budget, nullptr));
+  std::string note;
+  TS_ASSIGN_OR_RETURN(Stat s, time_on_device(device, call, finish, budget, &note));
+  *how = note.rfind("device time", 0) == 0 ? " (GPU timestamps)" : "";
   return rate_stat(s, amount / 1e9);
 }
 }  // namespace
@@ -239,12 +243,18 @@ std::vector<Ceiling> hal_ceilings(Device& device, const CeilingOptions& o) {
   const int64_t n = o.quick ? 2048 : 4096;
   KernelCase gemv;
   gemv.op = OpKind::kMatmul, gemv.m = 1, gemv.n = n, gemv.k = n;
-  auto read = hal_rate(device, gemv, case_cost(gemv).bytes, 1.0);
-  if (read.ok()) out.push_back({"read", "GB/s", "HAL f32 GEMV [1," + std::to_string(n) + "] x [" + std::to_string(n) + "," + std::to_string(n) + "]", *read});
+  std::string how;
+  auto read = hal_rate(device, gemv, case_cost(gemv).bytes, 1.0, &how);
+  if (read.ok())
+    out.push_back({"read", "GB/s",
+                   "HAL f32 GEMV [1," + std::to_string(n) + "] x [" + std::to_string(n) + "," + std::to_string(n) + "]" + how,
+                   *read});
   KernelCase copy;
   copy.op = OpKind::kCopy, copy.m = n, copy.n = n;
-  auto copied = hal_rate(device, copy, case_cost(copy).bytes, 1.0);
-  if (copied.ok()) out.push_back({"copy", "GB/s", "HAL copy of [" + std::to_string(n) + "," + std::to_string(n) + "] f32 (read + write)", *copied});
+  auto copied = hal_rate(device, copy, case_cost(copy).bytes, 1.0, &how);
+  if (copied.ok())
+    out.push_back({"copy", "GB/s",
+                   "HAL copy of [" + std::to_string(n) + "," + std::to_string(n) + "] f32 (read + write)" + how, *copied});
   // Peak FLOP/s per weight dtype: grow a square matmul until one call takes 20 ms (or 2048).
   for (int i = 0; i < kNumDTypes; ++i) {
     const DType w = dtype_table()[i].dtype;
@@ -254,12 +264,12 @@ std::vector<Ceiling> hal_ceilings(Device& device, const CeilingOptions& o) {
     Result<Stat> best = Unavailable("not measured");
     for (int64_t s = 128; s <= (o.quick ? 512 : 2048); s *= 2) {
       mm.m = mm.n = mm.k = s;
-      best = hal_rate(device, mm, case_cost(mm).flops, o.quick ? 0.2 : 0.5);
+      best = hal_rate(device, mm, case_cost(mm).flops, o.quick ? 0.2 : 0.5, &how);
       if (!best.ok() || 2.0 * double(s) * s * s / (best->median * 1e9) > 0.02) break;
     }
     if (best.ok())
-      out.push_back({dtype_name(w), "GFLOP/s", "HAL matmul f32 x " + std::string(dtype_name(w)) + " at M=N=K=" +
-                                                   std::to_string(mm.m), *best});
+      out.push_back({dtype_name(w), "GFLOP/s",
+                     "HAL matmul f32 x " + std::string(dtype_name(w)) + " at M=N=K=" + std::to_string(mm.m) + how, *best});
   }
   return out;
 }

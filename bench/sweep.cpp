@@ -7,6 +7,7 @@
 #include <map>
 #include <numeric>
 
+#include "bench/device_clock.h"
 #include "bench/inputs.h"
 #include "bench/timing.h"
 
@@ -326,7 +327,7 @@ Status measure_case(Device& device, const KernelCase& c, const BufferPtr& slab, 
   std::string note;
   auto call = [&](int64_t i) { return device.compute(graphs[size_t(i) % graphs.size()]); };
   auto finish = [&] { return device.synchronize(); };
-  TS_ASSIGN_OR_RETURN(r.seconds, time_calls(call, finish, budget, &note));
+  TS_ASSIGN_OR_RETURN(r.seconds, time_on_device(device, call, finish, budget, &note));
   r.status = "ok";
   r.note = note;
   return OkStatus();

@@ -28,6 +28,10 @@ struct Capabilities {
   uint32_t max_workgroup_invocations = 0;
   uint32_t timestamp_bits = 0;
   float timestamp_period_ns = 1.0f;
+  // Prefill matmuls (M > 8) use the tiled shared-memory GEMM; a CPU implementation (lavapipe)
+  // runs the GEMV instead, since each shared-memory read costs it a per-lane loop (set from
+  // the device type and DeviceOptions::force_tiled_gemm).
+  bool tiled_gemm = true;
   // Empty when usable, else what is missing ("bufferDeviceAddress, shaderFloat64").
   std::string missing() const;
   std::string summary() const;  // DeviceInfo::features
@@ -38,6 +42,7 @@ struct DeviceOptions {
   bool force_staging = false;  // never map memory: exercise the staging-buffer upload/download path
   bool robust_access = false;  // enable robustBufferAccess (also on under validation)
   bool disable_fp64 = false;   // behave as a device without shaderFloat64 (rope's float variant)
+  bool force_tiled_gemm = false;  // use the tiled GEMM for M > 8 even on a CPU implementation
 };
 
 // The VkDevice and its function table, shared by the device and every buffer it allocated (a

@@ -8,8 +8,17 @@
 namespace tessera::vulkan {
 
 namespace {
-constexpr uint32_t kVecWorkgroup = 64;  // matmul.comp GEMV: one output column per subgroup
-constexpr int64_t kTiledMinRows = 4;  // below this the GEMV reads each weight row fewer times
+constexpr uint32_t kVecWorkgroup = 64;  // matmul.comp GEMV: COLS output columns per subgroup
+constexpr uint32_t kVecCols = 8;        // matmul.comp COLS
+constexpr uint32_t kVecMaxRows = 8;     // the largest ROWS variant: activation rows per weight read
+constexpr int64_t kTiledMinRows = 9;    // up to kVecMaxRows rows the GEMV reads the weights once
+
+// The GEMV's ROWS specialisation for |m| rows: 1, 2, 4 or 8 (few variants, few registers).
+uint32_t vec_rows(int64_t m) {
+  uint32_t r = 1;
+  while (r < kVecMaxRows && r < m) r *= 2;
+  return r;
+}
 
 // Ids the shader will index with, checked on the host when they are inputs it can read (mapped
 // memory); ids produced inside the graph (topk_route) are in range by construction and the
@@ -32,10 +41,30 @@ Status check_contiguous_i32(const Tensor& t, const char* op) {
   return OkStatus();
 }
 
-// GEMV grid: columns over workgroups of (workgroup / subgroup) subgroups, rows over y.
-std::array<uint32_t, 3> vec_groups(const Recorder& rec, const MatmulParams& p) {
-  const uint32_t per_group = std::max<uint32_t>(1, kVecWorkgroup / std::max<uint32_t>(1, rec.caps().subgroup_size));
-  return {groups_for(p.N, per_group), groups_for(p.M, 1), 1};
+// GEMV grid: COLS columns per subgroup, (workgroup / subgroup) subgroups per workgroup; row
+// groups over y.
+std::array<uint32_t, 3> vec_groups(const Recorder& rec, const MatmulParams& p, uint32_t rows_per_group) {
+  const uint32_t per_group = kVecCols * std::max<uint32_t>(1, kVecWorkgroup / std::max<uint32_t>(1, rec.caps().subgroup_size));
+  return {groups_for(p.N, per_group), groups_for(p.M, rows_per_group), 1};
+}
+
+// Sets kMatmulXF32Aligned when every row of |x| is f32, contiguous and 16-byte aligned.
+void set_x_flags(const Tensor& x, MatmulParams* p) {
+  bool aligned = x.dtype == DType::kF32 && x.stride[size_t(x.rank - 1)] == 4 && address_of(x) % 16 == 0;
+  for (int d = 0; d + 1 < x.rank; ++d) aligned = aligned && x.stride[size_t(d)] % 16 == 0;
+  if (aligned) p->flags |= kMatmulXF32Aligned;
+}
+
+// The unit loads of dequant.glsl assume each weight row starts at the alignment its format
+// keeps within a row (4 bytes for Q4_1's 20-byte blocks, the element size otherwise).
+Status check_weight_alignment(const Tensor& w, const char* op) {
+  const int64_t align = w.dtype == DType::kQ4_1 ? 4 : w.dtype == DType::kF32 ? 4 : 2;
+  bool ok = int64_t(address_of(w) % uint64_t(align)) == 0;
+  for (int d = 0; d + 1 < w.rank; ++d) ok = ok && w.stride[size_t(d)] % align == 0;
+  if (!ok)
+    return Unimplemented(std::string("vulkan: ") + op + " weight " + w.shape_string() + " (" + dtype_name(w.dtype) +
+                         ") at offset " + std::to_string(w.offset) + " is not " + std::to_string(align) + "-byte aligned");
+  return OkStatus();
 }
 
 std::string kernel(const char* family, DType w) { return std::string(family) + "_" + weight_kernel_suffix(w); }
@@ -73,6 +102,8 @@ Status record_matmul(Recorder& rec, const Graph& g, const Node& n) {
   p.N = uint32_t(w.shape[0]);
   p.K = uint32_t(w.shape[1]);
   p.out_dtype = uint32_t(out.dtype);
+  set_x_flags(x, &p);
+  TS_RETURN_IF_ERROR(check_weight_alignment(w, "matmul"));
   std::vector<Span> reads = {span_of(x), span_of(w)};
   if (g.has_input(n, in::kMatmulBias)) {
     const Tensor& b = g.input_tensor(n, in::kMatmulBias);
@@ -82,12 +113,14 @@ Status record_matmul(Recorder& rec, const Graph& g, const Node& n) {
     p.flags |= kMatmulBias;
     reads.push_back(span_of(b));
   }
-  if (x.rows() >= kTiledMinRows) {
-    const std::array<uint32_t, 3> groups = {uint32_t((p.N + 31) / 32), uint32_t((p.M + 31) / 32), 1};
+  if (x.rows() >= kTiledMinRows && rec.caps().tiled_gemm) {
+    const std::array<uint32_t, 3> groups = {uint32_t((p.N + 63) / 64), uint32_t((p.M + 31) / 32), 1};
     if (groups[0] > 65535 || groups[1] > 65535) return Unimplemented("vulkan: matmul too large for one dispatch: " + x.shape_string());
     return rec.dispatch(kernel("matmul_tiled", w.dtype), {}, p, groups, reads, {span_of(out)});
   }
-  return rec.dispatch(kernel("matmul_vec", w.dtype), {kVecWorkgroup}, p, vec_groups(rec, p), reads, {span_of(out)});
+  const uint32_t rows = vec_rows(p.M);
+  return rec.dispatch(kernel("matmul_vec", w.dtype), {kVecWorkgroup, rows}, p, vec_groups(rec, p, rows), reads,
+                      {span_of(out)});
 }
 
 Status record_matmul_id(Recorder& rec, const Graph& g, const Node& n) {
@@ -111,6 +144,8 @@ Status record_matmul_id(Recorder& rec, const Graph& g, const Node& n) {
   p.n_experts = uint32_t(w.shape[0]);
   p.flags = kMatmulIds | (x.rank == 3 ? kMatmulXPerSlot : 0u);
   p.out_dtype = uint32_t(out.dtype);
+  set_x_flags(x, &p);
+  TS_RETURN_IF_ERROR(check_weight_alignment(w, "matmul_id"));
   std::vector<Span> reads = {span_of(x), span_of(w), span_of(ids)};
   if (weighted) {
     const Tensor& wt = g.input_tensor(n, in::kMatmulIdWeights);
@@ -119,7 +154,8 @@ Status record_matmul_id(Recorder& rec, const Graph& g, const Node& n) {
     p.flags |= kMatmulWeighted;
     reads.push_back(span_of(wt));
   }
-  return rec.dispatch(kernel("matmul_vec", w.dtype), {kVecWorkgroup}, p, vec_groups(rec, p), reads, {span_of(out)});
+  return rec.dispatch(kernel("matmul_vec", w.dtype), {kVecWorkgroup, 1}, p, vec_groups(rec, p, 1), reads,
+                      {span_of(out)});
 }
 
 }  // namespace tessera::vulkan

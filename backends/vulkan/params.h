@@ -63,7 +63,7 @@ struct EmbedParams {
 static_assert(sizeof(EmbedParams) == 72);
 
 // matmul.comp (matmul and matmul_id)
-inline constexpr uint32_t kMatmulBias = 1, kMatmulIds = 2, kMatmulWeighted = 4, kMatmulXPerSlot = 8;
+inline constexpr uint32_t kMatmulBias = 1, kMatmulIds = 2, kMatmulWeighted = 4, kMatmulXPerSlot = 8, kMatmulXF32Aligned = 16;
 struct MatmulParams {
   TensorRef x, w;
   uint64_t bias = 0, ids = 0, weights = 0, dst = 0;

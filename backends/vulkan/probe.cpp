@@ -67,6 +67,8 @@ void probe_devices(std::vector<DeviceEntry>& out, DeviceOptions options) {
   }
   const char* robust = std::getenv("TESSERA_VULKAN_ROBUST");
   if (robust && *robust && std::strcmp(robust, "0") != 0) options.robust_access = true;
+  const char* tiled = std::getenv("TESSERA_VULKAN_TILED_GEMM");  // tests: the tiled GEMM on lavapipe too
+  if (tiled && *tiled && std::strcmp(tiled, "0") != 0) options.force_tiled_gemm = true;
   for (uint32_t i = 0; i < n; ++i) {
     const std::string id = "vulkan:" + std::to_string(i);
     VkPhysicalDeviceProperties props;

@@ -13,7 +13,8 @@ are exact in both, f16 KV is not used); q8_0 3e-2 and q4_0/q4_1 5e-2 (the CPU ke
 activations to 8 bits per 32-block before the integer dot products, the oracle does not; 30 layers
 for SmolLM2).
 Usage: compare_numpy.py TESSERA_BIN_DIR SCRATCH_DIR MODELS_DIR [--device cpu]
-Exit 77 (skip) only for the SmolLM2 part when the model file is absent.
+Exit 77 (skip) when the device is not usable on this machine (the registry's reason is printed);
+a missing SmolLM2 file skips only the SmolLM2 part.
 """
 import argparse
 import os
@@ -35,6 +36,15 @@ def tessera_logits(bin_dir, model, ids, device, scratch):
     subprocess.run([os.path.join(bin_dir, "tessera"), "eval", "-q", "-m", model, "--device", device,
                     "--kv-dtype", "f32", "--tokens", ",".join(map(str, ids)), "-o", out], check=True)
     return np.load(out).astype(np.float64)
+
+
+def device_unusable(bin_dir, model, device, scratch):
+    """The registry's reason when |device| cannot be used here (no driver, not built), else None."""
+    r = subprocess.run([os.path.join(bin_dir, "tessera"), "eval", "-q", "-m", model, "--device", device,
+                        "--tokens", "1", "-o", os.path.join(scratch, "probe.npy")], capture_output=True, text=True)
+    if r.returncode != 0 and ("is unavailable" in r.stderr or "no device '" in r.stderr):
+        return r.stderr.strip()
+    return None
 
 
 def compare(name, ours, ref, tol, positions=None):
@@ -74,6 +84,10 @@ def main():
     os.makedirs(args.scratch, exist_ok=True)
     subprocess.run([os.path.join(args.bin_dir, "make_tiny_model"), "--all", args.scratch], check=True,
                    stdout=subprocess.DEVNULL)
+    why = device_unusable(args.bin_dir, os.path.join(args.scratch, "tiny-llama-f32.gguf"), args.device, args.scratch)
+    if why:
+        print(f"SKIP: {why}")
+        sys.exit(77)
     rng = np.random.default_rng(1234)
     failures = []
     for arch in ("llama", "qwen3"):

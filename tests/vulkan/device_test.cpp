@@ -113,6 +113,26 @@ TEST(VulkanDevice, MappedPathMatchesTheReference) {
   for (const Case& c : mixed_cases()) EXPECT_EQ(conformance::run_case(*dev, c), "") << c.name;
 }
 
+// lavapipe runs prefill matmuls on the GEMV (see Capabilities::tiled_gemm); the tiled GEMM that
+// GPUs use must still match the reference there, on every weight format and activation dtype.
+TEST(VulkanDevice, TiledGemmMatchesTheReference) {
+  auto dev = first_device({.force_tiled_gemm = true});
+  if (!dev) GTEST_SKIP() << "no usable Vulkan device";
+  uint64_t seed = 9100;
+  for (DType w : conformance::required_weight_dtypes())
+    for (DType a : {DType::kF32, DType::kF16}) {
+      // Partial tiles in M and N, a K tail for the float formats, a bias.
+      const int64_t K = dtype_traits(w).is_quantized ? 160 : 45;
+      const Case c{std::string("tiled matmul w=") + dtype_name(w) + " a=" + dtype_name(a), OpKind::kMatmul, a, w, ++seed,
+                   [=](CaseContext& cc) {
+                     return V{cc.graph().matmul(cc.input(a, {37, K}), cc.input(w, {70, K}), cc.input(DType::kF32, {70}))};
+                   }};
+      EXPECT_EQ(conformance::run_case(*dev, c), "") << c.name;
+      ASSERT_EQ(dev->last_timings().size(), 1u);
+      EXPECT_EQ(dev->last_timings()[0].kernel, std::string("matmul_tiled_") + dtype_name(w));
+    }
+}
+
 TEST(VulkanDevice, RopeWithoutFloat64) {
   auto dev = first_device({.disable_fp64 = true});
   if (!dev) GTEST_SKIP() << "no usable Vulkan device";
@@ -129,7 +149,7 @@ TEST(VulkanDevice, RopeWithoutFloat64) {
 }
 
 TEST(VulkanDevice, TimingsAndPipelineCache) {
-  auto dev = first_device();
+  auto dev = first_device({.force_tiled_gemm = true});
   if (!dev) GTEST_SKIP() << "no usable Vulkan device";
   const Case c = mixed_cases()[0];
   ASSERT_EQ(conformance::run_case(*dev, c), "");
