@@ -1,18 +1,14 @@
 // GGUF reader: maps the file, then validates every byte it will later hand out. Parsing never
 // trusts a count or length before checking it against both a fixed limit and the bytes left, so
 // a hostile file cannot make us allocate more than a small multiple of its own size.
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <unordered_set>
 
 #include "models/gguf/gguf.h"
+#include "models/mapped_file.h"
 
 namespace tessera::gguf {
 
@@ -367,30 +363,8 @@ Result<std::shared_ptr<File>> File::open_memory(const void* data, size_t size, s
 }
 
 Result<std::shared_ptr<File>> File::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    const std::string msg = path + ": cannot open: " + std::strerror(err);
-    return err == ENOENT ? NotFound(msg) : Unavailable(msg);
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return InvalidArgument(path + ": not a regular file");
-  }
-  const size_t size = static_cast<size_t>(st.st_size);
-  if (size == 0) {
-    ::close(fd);
-    return DataLoss(path + ": truncated: the file is empty");
-  }
-  void* addr = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int err = errno;
-  ::close(fd);
-  if (addr == MAP_FAILED) return Unavailable(path + ": mmap failed: " + std::strerror(err));
-  std::shared_ptr<const void> mapping(addr, [size](const void* p) {
-    ::munmap(const_cast<void*>(p), size);
-  });
-  return parse(std::move(mapping), size, path);
+  TS_ASSIGN_OR_RETURN(MappedFile m, map_file_readonly(path));
+  return parse(std::move(m.data), m.size, path);
 }
 
 }  // namespace tessera::gguf

@@ -1,9 +1,5 @@
 // safetensors reader: maps the file, parses the JSON header and checks every tensor's dtype,
 // shape, byte count and offsets against the file before anything reads tensor data.
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -15,6 +11,7 @@
 #include <sstream>
 
 #include "models/safetensors/safetensors.h"
+#include "models/mapped_file.h"
 
 namespace tessera::safetensors {
 
@@ -190,28 +187,8 @@ Result<std::shared_ptr<File>> File::open_memory(const void* data, size_t size, s
 }
 
 Result<std::shared_ptr<File>> File::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    const std::string msg = path + ": cannot open: " + std::strerror(err);
-    return err == ENOENT ? NotFound(msg) : Unavailable(msg);
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return InvalidArgument(path + ": not a regular file");
-  }
-  const size_t size = static_cast<size_t>(st.st_size);
-  if (size == 0) {
-    ::close(fd);
-    return DataLoss(path + ": truncated: the file is empty");
-  }
-  void* addr = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int err = errno;
-  ::close(fd);
-  if (addr == MAP_FAILED) return Unavailable(path + ": mmap failed: " + std::strerror(err));
-  std::shared_ptr<const void> mapping(addr, [size](const void* p) { ::munmap(const_cast<void*>(p), size); });
-  return parse(std::move(mapping), size, path);
+  TS_ASSIGN_OR_RETURN(MappedFile m, map_file_readonly(path));
+  return parse(std::move(m.data), m.size, path);
 }
 
 // ---- Checkpoint ----

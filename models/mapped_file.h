@@ -1,0 +1,22 @@
+// A whole file mapped read-only, shared by the model file readers (GGUF, safetensors): weights
+// are used in place from the mapping, which lives as long as any tensor or reader holds it.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+
+namespace tessera {
+
+struct MappedFile {
+  std::shared_ptr<const void> data;  // unmapped when the last holder lets go
+  size_t size = 0;
+};
+
+// Errors name the path: NotFound for a missing file, InvalidArgument for a directory or other
+// non-regular file, DataLoss for an empty one, Unavailable when open or mmap fails.
+Result<MappedFile> map_file_readonly(const std::string& path);
+
+}  // namespace tessera
