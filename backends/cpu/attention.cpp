@@ -173,8 +173,10 @@ HWY_INLINE void softmax_row(const AttnItem& a, int64_t r, int64_t j0, int64_t n,
   const int64_t pos = a.pos0 + r / a.G, lo = a.window > 0 ? pos - a.window + 1 : 0;
   if (a.softcap > 0.0f)
     for (int64_t j = 0; j < n; ++j) s[j] = a.softcap * std::tanh(s[j] / a.softcap);
-  for (int64_t j = 0; j < C; ++j)
-    if (j >= n || j0 + j > pos || j0 + j < lo) s[j] = -INFINITY;
+  // Most chunks of a long context are fully visible: only the edges need the per-key mask.
+  if (n < C || j0 + C - 1 > pos || j0 < lo)
+    for (int64_t j = 0; j < C; ++j)
+      if (j >= n || j0 + j > pos || j0 + j < lo) s[j] = -INFINITY;
   VF vmax = hn::Set(df, -INFINITY);
   for (int64_t j = 0; j < C; j += L) vmax = hn::Max(vmax, hn::LoadU(df, s + j));
   const float mx = std::max(m, hn::GetLane(hn::MaxOfLanes(df, vmax)));
