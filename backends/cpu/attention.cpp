@@ -1,11 +1,15 @@
 // Paged varlen attention: store the new K/V into their slot_mapping slots, then causal GQA
 // attention of every query row over its sequence's keys read through the block table, with an
-// optional sliding window and logit softcap. Online (flash-style) softmax over chunks of keys,
-// f32 accumulation; threads take (token, kv head) items dynamically (causal rows differ in
-// length, so static splits would leave one thread idle).
+// optional sliding window and logit softcap. Flash-style: a work item is a block of consecutive
+// query tokens of one sequence times the G query heads of one kv head; each chunk of keys and
+// values is converted to f32 once per item and shared by all its rows (R = tokens x G), then
+// scores (4 rows per key load), a vectorised online softmax and P x V with the output rows held
+// in registers across the chunk. Threads take items dynamically, longest first (causal rows
+// differ in length, so static splits would leave one thread idle).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -15,22 +19,28 @@
 #ifndef TESSERA_CPU_ATTN_ITEM_
 #define TESSERA_CPU_ATTN_ITEM_
 namespace tessera::cpu {
-// One work item: the G query heads sharing kv head |hk| for one token, over keys [lo, hi].
+// One work item: tokens [0, n_tok) of a query block (consecutive positions of one sequence),
+// each with the G query heads sharing kv head hk; row r = token r / G, head r % G.
 struct AttnItem {
-  const float* q;             // [G, D] f32, already multiplied by the softmax scale
-  float* out;                 // [G, D] f32
-  int64_t G, D;
+  const float* q;             // [n_tok * G, D] f32, already multiplied by the softmax scale
+  float* out;                 // [n_tok * G, D] f32
+  int64_t n_tok, G, D;
   DType cache;                // f32/f16/bf16, or fp8_e4m3/int8_pc (a row = f32 scale + D codes)
   const char* const* k_blocks;  // per logical block of the sequence: its first byte in k_cache
   const char* const* v_blocks;
   int64_t block_size;
   int64_t k_slot_stride, v_slot_stride;  // bytes between slots of a block
   int64_t k_head_off, v_head_off;        // bytes to kv head hk within a slot
-  int64_t lo, hi;             // key positions, inclusive
+  int64_t pos0;               // position of token 0: token i sees keys up to pos0 + i
+  int64_t window;             // > 0: token i sees keys from pos0 + i - window + 1
   float softcap;
-  float* scratch;             // [G * (kChunk + 2) + G * D + 2 * D]
+  float* scratch;             // attn_scratch_floats(n_tok * G, D)
 };
+// Keys per chunk (a multiple of every target's f32 lane count) and query rows per item.
 inline constexpr int64_t kAttnChunk = 32;
+inline constexpr int64_t kAttnRows = 32;
+// Scores [R, C], max and sum [R] each, accumulators [R, D], K and V chunks [C, D] each.
+inline int64_t attn_scratch_floats(int64_t R, int64_t D) { return R * (kAttnChunk + 2 + D) + 2 * kAttnChunk * D; }
 }  // namespace tessera::cpu
 #endif
 
@@ -38,97 +48,184 @@ inline constexpr int64_t kAttnChunk = 32;
 #define HWY_TARGET_INCLUDE "backends/cpu/attention.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "hwy/contrib/math/math-inl.h"
 #include "backends/cpu/simd-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace tessera::cpu::HWY_NAMESPACE {
 
+constexpr bool is_row_scaled(DType t) { return t == DType::kFP8_E4M3 || t == DType::kINT8_PC; }
+
+// One cache row of D elements as f32. 8-bit rows carry an f32 scale before their codes.
 template <DType T>
-HWY_INLINE float dot_q_k(const float* q, const char* k, int64_t D) {
+HWY_INLINE void convert_row(const char* p, float* dst, int64_t D) {
   const DF df;
   const int64_t L = int64_t(hn::Lanes(df));
-  VF a0 = hn::Zero(df), a1 = hn::Zero(df);
   int64_t i = 0;
-  for (; i + 2 * L <= D; i += 2 * L) {
-    a0 = hn::MulAdd(hn::LoadU(df, q + i), load_as_f32<T>(df, k + i * elem_bytes<T>()), a0);
-    a1 = hn::MulAdd(hn::LoadU(df, q + i + L), load_as_f32<T>(df, k + (i + L) * elem_bytes<T>()), a1);
+  if constexpr (is_row_scaled(T)) {
+    float scale;
+    std::memcpy(&scale, p, 4);
+    p += 4;
+    if constexpr (T == DType::kFP8_E4M3) scale *= 256.0f;  // load_as_f32 reads E4M3 x 2^-8
+    const VF vs = hn::Set(df, scale);
+    for (; i + L <= D; i += L) {
+      VF v;
+      if constexpr (T == DType::kFP8_E4M3) {
+        v = load_as_f32<T>(df, p + i);
+      } else {
+        const hn::Rebind<int8_t, DF> di8;
+        const hn::RebindToSigned<DF> di32;
+        v = hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(di8, reinterpret_cast<const int8_t*>(p + i))));
+      }
+      hn::StoreU(hn::Mul(v, vs), df, dst + i);
+    }
+    for (; i < D; ++i)
+      dst[i] = (T == DType::kFP8_E4M3 ? scalar_as_f32<T>(p + i) : float(int8_t(p[i]))) * scale;
+  } else {
+    for (; i + L <= D; i += L) hn::StoreU(load_as_f32<T>(df, p + i * elem_bytes<T>()), df, dst + i);
+    for (; i < D; ++i) dst[i] = scalar_as_f32<T>(p + i * elem_bytes<T>());
   }
-  for (; i + L <= D; i += L) a0 = hn::MulAdd(hn::LoadU(df, q + i), load_as_f32<T>(df, k + i * elem_bytes<T>()), a0);
-  float s = reduce_sum(df, hn::Add(a0, a1));
-  for (; i < D; ++i) s += q[i] * scalar_as_f32<T>(k + i * elem_bytes<T>());
+}
+
+// Keys [j0, j0 + n) of one cache as f32 rows of |dst| [kAttnChunk, D]; rows past n are zero so
+// that masked (zero-probability) columns add exactly nothing.
+template <DType T>
+HWY_INLINE void load_chunk(const AttnItem& a, const char* const* blocks, int64_t stride, int64_t off, int64_t j0,
+                           int64_t n, float* dst) {
+  for (int64_t j = 0; j < n; ++j)
+    convert_row<T>(blocks[(j0 + j) / a.block_size] + ((j0 + j) % a.block_size) * stride + off, dst + j * a.D, a.D);
+  std::fill(dst + n * a.D, dst + kAttnChunk * a.D, 0.0f);
+}
+
+HWY_INLINE float dot_tail(const float* q, const float* k, int64_t i, int64_t D) {
+  float s = 0.0f;
+  for (; i < D; ++i) s += q[i] * k[i];
   return s;
 }
 
-// acc[0..D) = acc * c + p * v
-template <DType T>
-HWY_INLINE void axpy_v(float p, const char* v, float* acc, int64_t D) {
+// s[r, j] = q_r . k_j for rows [0, R) and keys [0, n); four rows share each key load.
+HWY_INLINE void scores(const float* q, const float* k, float* s, int64_t R, int64_t n, int64_t D) {
   const DF df;
-  const int64_t L = int64_t(hn::Lanes(df));
-  const VF vp = hn::Set(df, p);
-  int64_t i = 0;
-  for (; i + L <= D; i += L)
-    hn::StoreU(hn::MulAdd(vp, load_as_f32<T>(df, v + i * elem_bytes<T>()), hn::LoadU(df, acc + i)), df, acc + i);
-  for (; i < D; ++i) acc[i] += p * scalar_as_f32<T>(v + i * elem_bytes<T>());
+  const int64_t L = int64_t(hn::Lanes(df)), Dv = D / L * L, C = kAttnChunk;
+  int64_t r = 0;
+  for (; r + 4 <= R; r += 4) {
+    const float *q0 = q + r * D, *q1 = q0 + D, *q2 = q1 + D, *q3 = q2 + D;
+    for (int64_t j = 0; j < n; ++j) {
+      const float* kj = k + j * D;
+      VF a0 = hn::Zero(df), a1 = a0, a2 = a0, a3 = a0;
+      for (int64_t i = 0; i < Dv; i += L) {
+        const VF kv = hn::LoadU(df, kj + i);
+        a0 = hn::MulAdd(hn::LoadU(df, q0 + i), kv, a0);
+        a1 = hn::MulAdd(hn::LoadU(df, q1 + i), kv, a1);
+        a2 = hn::MulAdd(hn::LoadU(df, q2 + i), kv, a2);
+        a3 = hn::MulAdd(hn::LoadU(df, q3 + i), kv, a3);
+      }
+      s[(r + 0) * C + j] = reduce_sum(df, a0) + dot_tail(q0, kj, Dv, D);
+      s[(r + 1) * C + j] = reduce_sum(df, a1) + dot_tail(q1, kj, Dv, D);
+      s[(r + 2) * C + j] = reduce_sum(df, a2) + dot_tail(q2, kj, Dv, D);
+      s[(r + 3) * C + j] = reduce_sum(df, a3) + dot_tail(q3, kj, Dv, D);
+    }
+  }
+  for (; r < R; ++r)
+    for (int64_t j = 0; j < n; ++j) {
+      const float *qr = q + r * D, *kj = k + j * D;
+      VF a0 = hn::Zero(df);
+      for (int64_t i = 0; i < Dv; i += L) a0 = hn::MulAdd(hn::LoadU(df, qr + i), hn::LoadU(df, kj + i), a0);
+      s[r * C + j] = reduce_sum(df, a0) + dot_tail(qr, kj, Dv, D);
+    }
 }
 
-// 8-bit rows are dequantised once per key (shared by the G query heads) into f32.
-constexpr bool is_row_scaled(DType t) { return t == DType::kFP8_E4M3 || t == DType::kINT8_PC; }
-
-template <DType T>
-HWY_INLINE const char* cache_row(const char* p, float* tmp, int64_t D) {
-  if constexpr (is_row_scaled(T)) {
-    dtype_traits(T).dequantize_row(p, tmp, D);
-    return reinterpret_cast<const char*>(tmp);
-  } else {
-    return p;
+// acc[0, D) += sum_j p[j] * v[j, 0, D) over n keys, up to four vectors of acc in registers.
+HWY_INLINE void accumulate_pv(const float* p, const float* v, float* acc, int64_t n, int64_t D) {
+  const DF df;
+  const int64_t L = int64_t(hn::Lanes(df));
+  int64_t d = 0;
+  for (; d + 4 * L <= D; d += 4 * L) {
+    VF c0 = hn::LoadU(df, acc + d), c1 = hn::LoadU(df, acc + d + L), c2 = hn::LoadU(df, acc + d + 2 * L),
+       c3 = hn::LoadU(df, acc + d + 3 * L);
+    for (int64_t j = 0; j < n; ++j) {
+      const VF pj = hn::Set(df, p[j]);
+      const float* vj = v + j * D + d;
+      c0 = hn::MulAdd(pj, hn::LoadU(df, vj), c0);
+      c1 = hn::MulAdd(pj, hn::LoadU(df, vj + L), c1);
+      c2 = hn::MulAdd(pj, hn::LoadU(df, vj + 2 * L), c2);
+      c3 = hn::MulAdd(pj, hn::LoadU(df, vj + 3 * L), c3);
+    }
+    hn::StoreU(c0, df, acc + d), hn::StoreU(c1, df, acc + d + L);
+    hn::StoreU(c2, df, acc + d + 2 * L), hn::StoreU(c3, df, acc + d + 3 * L);
   }
+  for (; d + L <= D; d += L) {
+    VF c0 = hn::LoadU(df, acc + d);
+    for (int64_t j = 0; j < n; ++j) c0 = hn::MulAdd(hn::Set(df, p[j]), hn::LoadU(df, v + j * D + d), c0);
+    hn::StoreU(c0, df, acc + d);
+  }
+  for (; d < D; ++d)
+    for (int64_t j = 0; j < n; ++j) acc[d] += p[j] * v[j * D + d];
+}
+
+// Row r's scores over keys [j0, j0 + n) become probabilities against the running max m; the
+// running sum l and the accumulator row are rescaled. Masked keys (causal, window, padding
+// columns) get probability exactly 0.
+HWY_INLINE void softmax_row(const AttnItem& a, int64_t r, int64_t j0, int64_t n, float* s, float& m, float& l,
+                            float* acc) {
+  const DF df;
+  const int64_t L = int64_t(hn::Lanes(df)), C = kAttnChunk;
+  const int64_t pos = a.pos0 + r / a.G, lo = a.window > 0 ? pos - a.window + 1 : 0;
+  if (a.softcap > 0.0f)
+    for (int64_t j = 0; j < n; ++j) s[j] = a.softcap * std::tanh(s[j] / a.softcap);
+  // Most chunks of a long context are fully visible: only the edges need the per-key mask.
+  if (n < C || j0 + C - 1 > pos || j0 < lo)
+    for (int64_t j = 0; j < C; ++j)
+      if (j >= n || j0 + j > pos || j0 + j < lo) s[j] = -INFINITY;
+  VF vmax = hn::Set(df, -INFINITY);
+  for (int64_t j = 0; j < C; j += L) vmax = hn::Max(vmax, hn::LoadU(df, s + j));
+  const float mx = std::max(m, hn::GetLane(hn::MaxOfLanes(df, vmax)));
+  if (mx == -INFINITY) {  // nothing visible yet: this chunk adds nothing
+    std::fill(s, s + C, 0.0f);
+    return;
+  }
+  const VF vmx = hn::Set(df, mx), floor = hn::Set(df, -87.0f);
+  VF vsum = hn::Zero(df);
+  for (int64_t j = 0; j < C; j += L) {
+    const VF x = hn::Sub(hn::LoadU(df, s + j), vmx);
+    // exp underflows to 0 below -87 (and Exp is not defined at -inf): masked keys give 0.
+    const VF e = hn::IfThenZeroElse(hn::Lt(x, floor), hn::Exp(df, hn::Max(x, floor)));
+    hn::StoreU(e, df, s + j);
+    vsum = hn::Add(vsum, e);
+  }
+  const float corr = std::exp(m - mx);  // 0 on the first visible chunk (m = -inf)
+  l = l * corr + reduce_sum(df, vsum);
+  m = mx;
+  if (corr != 1.0f)
+    for (int64_t i = 0; i < a.D; ++i) acc[i] *= corr;
 }
 
 template <DType T>
 void attend(const AttnItem& a) {
-  // The element type the dot products read: 8-bit rows arrive as f32 from cache_row.
-  constexpr DType E = is_row_scaled(T) ? DType::kF32 : T;
-  const int64_t G = a.G, D = a.D, C = kAttnChunk;
-  float* s = a.scratch;        // [G, C] scores, then probabilities
-  float* m = s + G * C;        // [G] running max
-  float* l = m + G;            // [G] running sum
-  float* acc = l + G;          // [G, D]
-  float* krow = acc + G * D;   // [D] a dequantised key or value row
-
-  for (int64_t g = 0; g < G; ++g) { m[g] = -INFINITY; l[g] = 0.0f; }
-  std::fill(acc, acc + G * D, 0.0f);
-  auto key = [&](const char* const* blocks, int64_t stride, int64_t off, int64_t j) {
-    return blocks[j / a.block_size] + (j % a.block_size) * stride + off;
-  };
-  for (int64_t j0 = a.lo; j0 <= a.hi; j0 += C) {
-    const int64_t n = std::min(C, a.hi + 1 - j0);
-    for (int64_t j = 0; j < n; ++j) {
-      const char* k = cache_row<T>(key(a.k_blocks, a.k_slot_stride, a.k_head_off, j0 + j), krow, D);
-      for (int64_t g = 0; g < G; ++g) {
-        float d = dot_q_k<E>(a.q + g * D, k, D);
-        if (a.softcap > 0.0f) d = a.softcap * std::tanh(d / a.softcap);
-        s[g * C + j] = d;
-      }
-    }
-    for (int64_t g = 0; g < G; ++g) {
-      float mx = m[g];
-      for (int64_t j = 0; j < n; ++j) mx = std::max(mx, s[g * C + j]);
-      const float corr = std::exp(m[g] - mx);  // 0 on the first chunk (m = -inf)
-      float sum = 0.0f;
-      for (int64_t j = 0; j < n; ++j) sum += (s[g * C + j] = std::exp(s[g * C + j] - mx));
-      l[g] = l[g] * corr + sum;
-      m[g] = mx;
-      if (corr != 1.0f)
-        for (int64_t i = 0; i < D; ++i) acc[g * D + i] *= corr;
-    }
-    for (int64_t j = 0; j < n; ++j) {
-      const char* v = cache_row<T>(key(a.v_blocks, a.v_slot_stride, a.v_head_off, j0 + j), krow, D);
-      for (int64_t g = 0; g < G; ++g) axpy_v<E>(s[g * C + j], v, acc + g * D, D);
+  const int64_t R = a.n_tok * a.G, D = a.D, C = kAttnChunk;
+  float* s = a.scratch;       // [R, C] scores, then probabilities
+  float* m = s + R * C;       // [R] running max
+  float* l = m + R;           // [R] running sum
+  float* acc = l + R;         // [R, D]
+  float* kch = acc + R * D;   // [C, D]
+  float* vch = kch + C * D;   // [C, D]
+  std::fill(m, m + R, -INFINITY);
+  std::fill(l, l + R, 0.0f);
+  std::fill(acc, acc + R * D, 0.0f);
+  const int64_t hi = a.pos0 + a.n_tok - 1, lo = a.window > 0 ? std::max<int64_t>(0, a.pos0 - a.window + 1) : 0;
+  for (int64_t j0 = lo; j0 <= hi; j0 += C) {
+    const int64_t n = std::min(C, hi + 1 - j0);
+    load_chunk<T>(a, a.k_blocks, a.k_slot_stride, a.k_head_off, j0, n, kch);
+    load_chunk<T>(a, a.v_blocks, a.v_slot_stride, a.v_head_off, j0, n, vch);
+    scores(a.q, kch, s, R, n, D);
+    for (int64_t r = 0; r < R; ++r) {
+      softmax_row(a, r, j0, n, s + r * C, m[r], l[r], acc + r * D);
+      accumulate_pv(s + r * C, vch, acc + r * D, n, D);
     }
   }
-  for (int64_t g = 0; g < G; ++g) {
-    const float inv = 1.0f / l[g];
-    for (int64_t i = 0; i < D; ++i) a.out[g * D + i] = acc[g * D + i] * inv;
+  for (int64_t r = 0; r < R; ++r) {
+    const float inv = 1.0f / l[r];
+    for (int64_t i = 0; i < D; ++i) a.out[r * D + i] = acc[r * D + i] * inv;
   }
 }
 
@@ -210,28 +307,45 @@ Status attention(ThreadPool& pool, const Graph& g, const Node& n) {
       pos_of[size_t(t)] = len - (q1 - q0) + (t - q0);
     }
   }
-  std::atomic<int64_t> next{0};
-  const int64_t items = T * Hkv;
+  // Items: blocks of up to kAttnRows / G consecutive tokens of one sequence, per kv head,
+  // longest key range first so that the last items to start are the short ones.
+  struct Item { int64_t t0, n_tok, s, hk; };
+  std::vector<Item> items;
+  const int64_t tok_per_item = std::max<int64_t>(1, kAttnRows / G);
+  for (int64_t s = 0; s < S; ++s) {
+    const int64_t q0 = ref::load_i32(qs, s), q1 = ref::load_i32(qs, s + 1);
+    for (int64_t t0 = q0; t0 < q1; t0 += tok_per_item)
+      for (int64_t hk = 0; hk < Hkv; ++hk) items.push_back({t0, std::min(tok_per_item, q1 - t0), s, hk});
+  }
+  std::stable_sort(items.begin(), items.end(), [&](const Item& x, const Item& y) {
+    return pos_of[size_t(x.t0 + x.n_tok - 1)] > pos_of[size_t(y.t0 + y.n_tok - 1)];
+  });
+  std::atomic<size_t> next{0};
   auto work = [&](int) {
-    float* qbuf = thread_scratch(0, G * D);
-    float* obuf = thread_scratch(1, G * D);
+    const int64_t R = tok_per_item * G;
+    float* qbuf = thread_scratch(0, R * D);
+    float* obuf = thread_scratch(1, R * D);
     float* row = thread_scratch(2, D);
-    float* scratch = thread_scratch(3, G * (kAttnChunk + 2) + G * D + 2 * D);
-    for (int64_t it = next.fetch_add(1); it < items; it = next.fetch_add(1)) {
-      const int64_t t = it / Hkv, hk = it % Hkv, s = seq_of[size_t(t)], pos = pos_of[size_t(t)];
-      for (int64_t gi = 0; gi < G; ++gi) {
-        const float* qr = load_row_f32(q, t * Hq + hk * G + gi, row);
-        for (int64_t i = 0; i < D; ++i) qbuf[gi * D + i] = qr[i] * scale;
-      }
-      AttnItem a{qbuf, obuf, G, D, kc.dtype, &kblk[size_t(s * max_blocks)], &vblk[size_t(s * max_blocks)], bs,
-                 kc.stride[1], vc.stride[1], hk * kc.stride[2], hk * vc.stride[2],
-                 p.sliding_window > 0 ? std::max<int64_t>(0, pos - p.sliding_window + 1) : 0, pos, p.softcap, scratch};
+    float* scratch = thread_scratch(3, attn_scratch_floats(R, D));
+    for (size_t it = next.fetch_add(1); it < items.size(); it = next.fetch_add(1)) {
+      const Item& w = items[it];
+      for (int64_t ti = 0; ti < w.n_tok; ++ti)
+        for (int64_t gi = 0; gi < G; ++gi) {
+          const float* qr = load_row_f32(q, (w.t0 + ti) * Hq + w.hk * G + gi, row);
+          float* dst = qbuf + (ti * G + gi) * D;
+          for (int64_t i = 0; i < D; ++i) dst[i] = qr[i] * scale;
+        }
+      AttnItem a{qbuf, obuf, w.n_tok, G, D, kc.dtype, &kblk[size_t(w.s * max_blocks)], &vblk[size_t(w.s * max_blocks)],
+                 bs, kc.stride[1], vc.stride[1], w.hk * kc.stride[2], w.hk * vc.stride[2], pos_of[size_t(w.t0)],
+                 p.sliding_window, p.softcap, scratch};
       HWY_DYNAMIC_DISPATCH(AttendItem)(a);
-      for (int64_t gi = 0; gi < G; ++gi) store_row_f32(out, t * Hq + hk * G + gi, obuf + gi * D);
+      for (int64_t ti = 0; ti < w.n_tok; ++ti)
+        for (int64_t gi = 0; gi < G; ++gi)
+          store_row_f32(out, (w.t0 + ti) * Hq + w.hk * G + gi, obuf + (ti * G + gi) * D);
     }
   };
   // Small batches are not worth waking the workers.
-  if (items * D * (pos_of.empty() ? 1 : pos_of.back() + 1) < kParallelMinElems) work(0);
+  if (T * Hkv * D * (pos_of.empty() ? 1 : pos_of.back() + 1) < kParallelMinElems) work(0);
   else pool.run_on_all(work);
   return OkStatus();
 }

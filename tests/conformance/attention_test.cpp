@@ -1,5 +1,5 @@
 // Conformance cases for paged attention: a varlen batch mixing decodes, a fresh prefill and a
-// prefill chunk continuing a cached prefix; GQA; sliding window; softcap; f32/f16/bf16 caches and
+// prefill chunk continuing a cached prefix (a long one split into query blocks); GQA; sliding window; softcap; f32/f16/bf16 caches and
 // 8-bit ones (fp8_e4m3, int8_pc: an f32 scale per token and kv head);
 // block tables in shuffled order; padding rows that store nothing.
 #include <algorithm>
@@ -69,6 +69,10 @@ std::vector<Case> attention_cases() {
       {"mha d128 bs8", 2, 2, 128, 8, {{5, 3}, {0, 9}}, 0, 0.0f, false},
       {"sliding window", 4, 1, 32, 16, {{50, 4}, {0, 30}}, 8, 0.0f, false},
       {"softcap", 6, 2, 64, 16, {{10, 5}}, 0, 30.0f, false},
+      // A prefill chunk over a long prefix split into several query blocks (the CPU kernel's
+      // items: 32 / G tokens), beside decodes, with ragged key chunks.
+      {"long chunk gqa3", 9, 3, 64, 16, {{203, 23}, {70, 1}, {0, 1}}, 0, 0.0f, false},
+      {"window chunk", 6, 2, 32, 16, {{90, 40}}, 20, 0.0f, false},
   };
   std::vector<Case> cases;
   uint64_t seed = 3000;
