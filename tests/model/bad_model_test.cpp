@@ -12,6 +12,7 @@
 #include "core/sched/engine.h"
 #include "models/gguf/gguf.h"
 #include "models/model.h"
+#include "tests/support/test_support.h"
 
 namespace tessera {
 namespace {
@@ -21,12 +22,8 @@ namespace fs = std::filesystem;
 class BadModel : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = (fs::temp_directory_path() / ("tessera_bad_model_" + std::to_string(::getpid()))).string();
-    fs::create_directories(dir_);
-    const char* bin = std::getenv("TESSERA_BIN");
-    const std::string tool = std::string(bin ? bin : "build/bin") + "/make_tiny_model";
-    const std::string cmd = tool + " --arch llama --dtype f32 --out " + dir_ + "/good.gguf > /dev/null";
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    dir_ = testing::process_temp_dir("tessera_bad_model");
+    ASSERT_EQ(testing::run_make_tiny_model("--arch llama --dtype f32 --out " + dir_ + "/good.gguf"), "");
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
 

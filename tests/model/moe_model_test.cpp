@@ -14,6 +14,7 @@
 #include "models/gguf/gguf.h"
 #include "models/model.h"
 #include "models/scoring.h"
+#include "tests/support/test_support.h"
 
 namespace tessera {
 namespace {
@@ -23,15 +24,12 @@ namespace fs = std::filesystem;
 class MoeModel : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = (fs::temp_directory_path() / ("tessera_moe_model_" + std::to_string(::getpid()))).string();
-    fs::create_directories(dir_);
-    const char* bin = std::getenv("TESSERA_BIN");
-    const std::string tool = std::string(bin ? bin : "build/bin") + "/make_tiny_model";
+    dir_ = testing::process_temp_dir("tessera_moe_model");
     for (const char* arch : {"mixtral", "qwen2moe"})
       for (const char* layout : {"merged", "split"}) {
-        const std::string cmd = tool + " --arch " + arch + " --dtype q8_0 --expert-layout " + layout + " --out " + dir_ +
-                                "/" + arch + "-" + layout + ".gguf > /dev/null";
-        ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+        ASSERT_EQ(testing::run_make_tiny_model(std::string("--arch ") + arch + " --dtype q8_0 --expert-layout " + layout +
+                                               " --out " + dir_ + "/" + arch + "-" + layout + ".gguf"),
+                  "");
       }
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
@@ -146,10 +144,7 @@ TEST_F(MoeModel, MismatchedExpertShapeIsNamed) {
 
 TEST_F(MoeModel, MismatchedExpertDtypeIsNamed) {
   const std::string f32 = dir_ + "/mixtral-split-f32.gguf";
-  const char* bin = std::getenv("TESSERA_BIN");
-  const std::string cmd = std::string(bin ? bin : "build/bin") +
-                          "/make_tiny_model --arch mixtral --dtype f32 --expert-layout split --out " + f32 + " > /dev/null";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  ASSERT_EQ(testing::run_make_tiny_model("--arch mixtral --dtype f32 --expert-layout split --out " + f32), "");
   auto other = gguf::File::open(f32);
   ASSERT_TRUE(other.ok());
   const gguf::TensorInfo* replacement = (*other)->find_tensor("blk.1.ffn_down.6.weight");

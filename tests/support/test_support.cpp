@@ -1,7 +1,11 @@
 #include "tests/support/test_support.h"
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 #include "core/host_buffer.h"
 #include "core/reference/reference.h"
@@ -84,6 +88,18 @@ bool all_finite(const std::vector<double>& a) {
   for (double x : a)
     if (!std::isfinite(x)) return false;
   return true;
+}
+
+std::string run_make_tiny_model(const std::string& args) {
+  const char* bin = std::getenv("TESSERA_BIN");
+  const std::string cmd = std::string(bin ? bin : "build/bin") + "/make_tiny_model " + args + " > /dev/null";
+  return std::system(cmd.c_str()) == 0 ? std::string() : cmd;
+}
+
+std::string process_temp_dir(const std::string& tag) {
+  const std::string dir = (std::filesystem::temp_directory_path() / (tag + "_" + std::to_string(::getpid()))).string();
+  std::filesystem::create_directories(dir);
+  return dir;
 }
 
 }  // namespace tessera::testing

@@ -29,4 +29,10 @@ double nmse(const std::vector<double>& a, const std::vector<double>& ref);
 double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b);
 bool all_finite(const std::vector<double>& a);
 
+// Runs $TESSERA_BIN/make_tiny_model (default build/bin) with |args|, its output discarded;
+// returns the command line when it fails, "" when it succeeds.
+std::string run_make_tiny_model(const std::string& args);
+// A fresh folder under the system temp dir, named by |tag| and this process id.
+std::string process_temp_dir(const std::string& tag);
+
 }  // namespace tessera::testing
