@@ -72,6 +72,35 @@ struct FmtQK : NoRowScale {
 #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i) accum_off<R>(-mins[i], x, b0 + i, off);
   }
+  // Decode GEMV: the 8 sub-block scales times dx as one vector, the mins as one FMA.
+  static constexpr bool kGroup = true;
+  static constexpr int64_t kGroupBlocks = 1;
+  static HWY_INLINE void group(const Block* wbp, const ActQ8* x, const ActPairs& xp, int64_t b0, __m256* acc,
+                               __m256* off) {
+    const Block& wb = *wbp;
+    uint64_t sc8, m8;
+    k_scales(wb.scales, &sc8, &m8);
+    const __m256 scale = _mm256_mul_ps(f16_splat(wb.d), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(sc8)))));
+    const __m256 mins = _mm256_mul_ps(f16_splat(wb.dmin), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(m8)))));
+    const __m256 sc = _mm256_mul_ps(scale, _mm256_loadu_ps(xp.dx + b0));
+    *off = _mm256_fnmadd_ps(mins, _mm256_loadu_ps(xp.s + b0), *off);
+    __m256i qh = _mm256_setzero_si256();
+    if constexpr (kBits == 5) qh = load32(wb.qh);
+    const __m256i one = _mm256_set1_epi8(1);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      const __m256i v = load32(wb.qs + 32 * c);
+      __m256i lo = low_nibbles(v), hi = high_nibbles(v);
+      if constexpr (kBits == 5) {
+        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(qh, one), 4));
+        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4));
+        qh = _mm256_srli_epi16(qh, 2);
+      }
+      const __m256i plo = dot_u8s8(lo, load32(x[b0 + 2 * c].qs)), phi = dot_u8s8(hi, load32(x[b0 + 2 * c + 1].qs));
+      acc[(2 * c) & 3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(plo), lane_splat(sc, 2 * c), acc[(2 * c) & 3]);
+      acc[(2 * c + 1) & 3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(phi), lane_splat(sc, 2 * c + 1), acc[(2 * c + 1) & 3]);
+    }
+  }
 #endif
 };
 
@@ -107,6 +136,40 @@ struct FmtQ6K : NoRowScale {
       for (int t = 0; t < 4; ++t) {
         const __m256i pick = _mm256_setr_epi32(2 * t, 2 * t, 2 * t, 2 * t, 2 * t + 1, 2 * t + 1, 2 * t + 1, 2 * t + 1);
         accum<R, false, 2>(q[t], _mm256_permutevar8x32_ps(scale[h], pick), x, b0 + 4 * h + t, t % 2 ? acc1 : acc0);
+      }
+    }
+  }
+  // Decode GEMV: the per-16 scales times dx once per super-block (two vectors), not per sub-block.
+  static constexpr bool kGroup = true;
+  static constexpr int64_t kGroupBlocks = 1;
+  static HWY_INLINE void group(const Block* wbp, const ActQ8* x, const ActPairs& xp, int64_t b0, __m256* acc, __m256*) {
+    const Block& wb = *wbp;
+    const __m256 d = f16_splat(wb.d);
+    const __m128i sc16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.scales));
+    const __m256 dx = _mm256_loadu_ps(xp.dx + b0);
+    // Half h holds sub-blocks 4h..4h+3, two scales each: dx of sub-block 4h + t in lanes 2t, 2t+1.
+    const __m256 scale[2] = {
+        _mm256_mul_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc16))),
+                      _mm256_permutevar8x32_ps(dx, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3))),
+        _mm256_mul_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(sc16, sc16)))),
+                      _mm256_permutevar8x32_ps(dx, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7)))};
+    const __m256i three = _mm256_set1_epi8(3);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256i l0 = load32(wb.ql + 64 * h), l1 = load32(wb.ql + 64 * h + 32);
+      const __m256i qh = load32(wb.qh + 32 * h);
+      const __m256i q[4] = {
+          _mm256_or_si256(low_nibbles(l0), _mm256_slli_epi16(_mm256_and_si256(qh, three), 4)),
+          _mm256_or_si256(low_nibbles(l1), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), three), 4)),
+          _mm256_or_si256(high_nibbles(l0), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), three), 4)),
+          _mm256_or_si256(high_nibbles(l1), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), three), 4)),
+      };
+#pragma GCC unroll 4
+      for (int t = 0; t < 4; ++t) {
+        const ActQ8& xb = x[b0 + 4 * h + t];
+        const __m256i p = _mm256_sub_epi32(dot_u8s8(q[t], load32(xb.qs)), _mm256_slli_epi32(load32(xb.c8), 2));
+        const __m256i pick = _mm256_setr_epi32(2 * t, 2 * t, 2 * t, 2 * t, 2 * t + 1, 2 * t + 1, 2 * t + 1, 2 * t + 1);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_permutevar8x32_ps(scale[h], pick), acc[t]);
       }
     }
   }

@@ -6,6 +6,7 @@
 // once per call, activations stay in L1.
 // x86: AVX2 uses maddubs (u8 x s8 -> i16 pairs) + madd (-> i32); AVX3_DL uses vpdpbusd (VNNI).
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 #include "backends/cpu/kernels.h"
@@ -32,6 +33,18 @@ struct FmtQ8_0 : NoRowScale {
   static constexpr int kSub = 1;
   static constexpr int64_t kHeader = 0;
 #ifdef TESSERA_Q8_X86
+  // Decode GEMV: 8 blocks per group, their scales times dx as one vector.
+  static constexpr bool kGroup = true;
+  static constexpr int64_t kGroupBlocks = 8;
+  static HWY_INLINE void group(const Block* wb, const ActQ8* x, const ActPairs& xp, int64_t b0, __m256* acc, __m256*) {
+    const __m256 sc = _mm256_mul_ps(f16x8(wb, offsetof(Block, d)), _mm256_loadu_ps(xp.dx + b0));
+#pragma GCC unroll 8
+    for (int u = 0; u < 8; ++u) {
+      const __m256i w = load32(wb[u].qs);
+      const __m256i p = dot_u8s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(load32(x[b0 + u].qs), w));
+      acc[u & 3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), lane_splat(sc, u), acc[u & 3]);
+    }
+  }
   template <int R>
   static HWY_INLINE void block(const Block& wb, const ActQ8* const* x, int64_t b, __m256* acc, __m256*, float*) {
     accum<R, true, -1>(load32(wb.qs), f16_splat(wb.d), x, b, acc);
@@ -45,6 +58,14 @@ struct FmtQ4_0 : NoRowScale {  // codes w + 8
   static constexpr int kSub = 1;
   static constexpr int64_t kHeader = 0;
 #ifdef TESSERA_Q8_X86
+  static constexpr bool kPairs = true;
+  static HWY_INLINE void scales8(const Block* wb, __m256* d, __m256* c) {
+    *d = f16x8(wb, offsetof(Block, d));
+    *c = _mm256_mul_ps(*d, _mm256_set1_ps(-8.0f));
+  }
+  static HWY_INLINE void pair_codes(const Block& a, const Block& b, __m256i* lo, __m256i* hi) {
+    nibble_pair(a.qs, b.qs, lo, hi);
+  }
   template <int R>
   static HWY_INLINE void block(const Block& wb, const ActQ8* const* x, int64_t b, __m256* acc, __m256*, float*) {
     accum<R, false, 0>(nibbles16(wb.qs), f16_splat(wb.d), x, b, acc);
@@ -58,6 +79,14 @@ struct FmtQ4_1 : NoRowScale {  // d * q + m
   static constexpr int kSub = 1;
   static constexpr int64_t kHeader = 0;
 #ifdef TESSERA_Q8_X86
+  static constexpr bool kPairs = true;
+  static HWY_INLINE void scales8(const Block* wb, __m256* d, __m256* c) {
+    *d = f16x8(wb, offsetof(Block, d));
+    *c = f16x8(wb, offsetof(Block, m));
+  }
+  static HWY_INLINE void pair_codes(const Block& a, const Block& b, __m256i* lo, __m256i* hi) {
+    nibble_pair(a.qs, b.qs, lo, hi);
+  }
   template <int R>
   static HWY_INLINE void block(const Block& wb, const ActQ8* const* x, int64_t b, __m256* acc, __m256*, float* off) {
     accum<R, false, -1>(nibbles16(wb.qs), f16_splat(wb.d), x, b, acc);
@@ -72,6 +101,15 @@ struct FmtQ5_0 : NoRowScale {  // d * (q - 16), q = nibble | 5th bit
   static constexpr int kSub = 1;
   static constexpr int64_t kHeader = 0;
 #ifdef TESSERA_Q8_X86
+  static constexpr bool kPairs = true;
+  static HWY_INLINE void scales8(const Block* wb, __m256* d, __m256* c) {
+    *d = f16x8(wb, offsetof(Block, d));
+    *c = _mm256_mul_ps(*d, _mm256_set1_ps(-16.0f));
+  }
+  static HWY_INLINE void pair_codes(const Block& a, const Block& b, __m256i* lo, __m256i* hi) {
+    nibble_pair(a.qs, b.qs, lo, hi);
+    fifth_bit_pair(a.qh, b.qh, lo, hi);
+  }
   template <int R>
   static HWY_INLINE void block(const Block& wb, const ActQ8* const* x, int64_t b, __m256* acc, __m256*, float*) {
     uint32_t qh;
@@ -87,6 +125,15 @@ struct FmtQ5_1 : NoRowScale {  // d * q + m
   static constexpr int kSub = 1;
   static constexpr int64_t kHeader = 0;
 #ifdef TESSERA_Q8_X86
+  static constexpr bool kPairs = true;
+  static HWY_INLINE void scales8(const Block* wb, __m256* d, __m256* c) {
+    *d = f16x8(wb, offsetof(Block, d));
+    *c = f16x8(wb, offsetof(Block, m));
+  }
+  static HWY_INLINE void pair_codes(const Block& a, const Block& b, __m256i* lo, __m256i* hi) {
+    nibble_pair(a.qs, b.qs, lo, hi);
+    fifth_bit_pair(a.qh, b.qh, lo, hi);
+  }
   template <int R>
   static HWY_INLINE void block(const Block& wb, const ActQ8* const* x, int64_t b, __m256* acc, __m256*, float* off) {
     uint32_t qh;
@@ -103,6 +150,20 @@ struct FmtMxfp4 : NoRowScale {  // 2^(e-127) * e2m1 = 2^(e-128) * (2 * e2m1)
   static constexpr int kSub = 1;
   static constexpr int64_t kHeader = 0;
 #ifdef TESSERA_Q8_X86
+  // Pair path: 2 * e2m1 + 12 as unsigned codes (0..24), the 12 removed through c = -12 * d.
+  static constexpr bool kPairs = true;
+  static HWY_INLINE void scales8(const Block* wb, __m256* d, __m256* c) {
+    *d = _mm256_setr_ps(kE8m0Half[wb[0].e], kE8m0Half[wb[1].e], kE8m0Half[wb[2].e], kE8m0Half[wb[3].e],
+                        kE8m0Half[wb[4].e], kE8m0Half[wb[5].e], kE8m0Half[wb[6].e], kE8m0Half[wb[7].e]);
+    *c = _mm256_mul_ps(*d, _mm256_set1_ps(-12.0f));
+  }
+  static HWY_INLINE void pair_codes(const Block& a, const Block& b, __m256i* lo, __m256i* hi) {
+    const __m256i lut = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,  //
+                                         12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+    nibble_pair(a.qs, b.qs, lo, hi);
+    *lo = _mm256_shuffle_epi8(lut, *lo);
+    *hi = _mm256_shuffle_epi8(lut, *hi);
+  }
   template <int R>
   static HWY_INLINE void block(const Block& wb, const ActQ8* const* x, int64_t b, __m256* acc, __m256*, float*) {
     accum<R, true, -1>(e2m1x2(nibbles16(wb.qs)), _mm256_set1_ps(kE8m0Half[wb.e]), x, b, acc);
@@ -138,6 +199,15 @@ struct FmtInt4 : NoRowScale {
   static constexpr int kSub = G / 32;
   static constexpr int64_t kHeader = 0;
 #ifdef TESSERA_Q8_X86
+  // Pair path for G = 32 only (one scale per 32-element block).
+  static constexpr bool kPairs = G == 32;
+  static HWY_INLINE void scales8(const Block* wb, __m256* d, __m256* c) {
+    *d = f16x8(wb, offsetof(Block, d));
+    *c = _mm256_mul_ps(*d, _mm256_sub_ps(_mm256_setzero_ps(), u8x8(wb, offsetof(Block, zero))));
+  }
+  static HWY_INLINE void pair_codes(const Block& a, const Block& b, __m256i* lo, __m256i* hi) {
+    nibble_pair(a.qs, b.qs, lo, hi);
+  }
   template <int R>
   static HWY_INLINE void block(const Block& wb, const ActQ8* const* x, int64_t b0, __m256* acc0, __m256* acc1,
                                float* off) {
