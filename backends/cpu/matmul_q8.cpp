@@ -178,6 +178,18 @@ struct FmtInt8Pc {
   static constexpr int kSub = 1;
   static constexpr int64_t kHeader = 4;
 #ifdef TESSERA_Q8_X86
+  // Decode GEMV: 8 blocks per group, dx as one vector (no weight scale per block).
+  static constexpr bool kGroup = true;
+  static constexpr int64_t kGroupBlocks = 8;
+  static HWY_INLINE void group(const Block* wb, const ActQ8* x, const ActPairs& xp, int64_t b0, __m256* acc, __m256*) {
+    const __m256 dx = _mm256_loadu_ps(xp.dx + b0);
+#pragma GCC unroll 8
+    for (int u = 0; u < 8; ++u) {
+      const __m256i w = load32(wb[u].q);
+      const __m256i p = dot_u8s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(load32(x[b0 + u].qs), w));
+      acc[u & 3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), lane_splat(dx, u), acc[u & 3]);
+    }
+  }
   template <int R>
   static HWY_INLINE void block(const Block& wb, const ActQ8* const* x, int64_t b, __m256* acc, __m256*, float*) {
     accum<R, true, -1>(load32(wb.q), _mm256_set1_ps(1.0f), x, b, acc);
@@ -207,6 +219,39 @@ struct FmtInt4 : NoRowScale {
   }
   static HWY_INLINE void pair_codes(const Block& a, const Block& b, __m256i* lo, __m256i* hi) {
     nibble_pair(a.qs, b.qs, lo, hi);
+  }
+  // Decode GEMV for G = 64/128: 256 elements (256 / G blocks) per group; the per-sub-block
+  // scales d * dx and zero terms d * zero * s as vectors (lane = sub-block of the group).
+  static constexpr bool kGroup = G != 32;
+  static constexpr int64_t kGroupBlocks = 256 / G;
+  static HWY_INLINE void group(const Block* wb, const ActQ8* x, const ActPairs& xp, int64_t b0, __m256* acc,
+                               __m256* off) {
+    uint64_t dd = 0, zz = 0;
+    for (int j = 0; j < kGroupBlocks; ++j) {
+      uint64_t dj = wb[j].d, zj = wb[j].zero;
+      asm("" : "+r"(dj), "+r"(zj));  // integer registers, as in f16x8
+      dd |= dj << (16 * j);
+      zz |= zj << (8 * j);
+    }
+    const __m256i lane_block = kSub == 2 ? _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3) : _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+    const __m256 d = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(dd)))), lane_block);
+    const __m256 z = _mm256_permutevar8x32_ps(
+        _mm256_castps128_ps256(_mm_cvtepi32_ps(_mm_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(zz))))), lane_block);
+    const __m256 sc = _mm256_mul_ps(d, _mm256_loadu_ps(xp.dx + b0));
+    *off = _mm256_fnmadd_ps(_mm256_mul_ps(d, z), _mm256_loadu_ps(xp.s + b0), *off);
+    constexpr int kHalf = G / 64;
+#pragma GCC unroll 4
+    for (int j = 0; j < kGroupBlocks; ++j) {
+#pragma GCC unroll 2
+      for (int c = 0; c < kHalf; ++c) {
+        const __m256i v = load32(wb[j].qs + 32 * c);
+        const int lo = j * kSub + c, hi = j * kSub + kHalf + c;
+        const __m256i plo = dot_u8s8(low_nibbles(v), load32(x[b0 + lo].qs));
+        const __m256i phi = dot_u8s8(high_nibbles(v), load32(x[b0 + hi].qs));
+        acc[lo & 3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(plo), lane_splat(sc, lo), acc[lo & 3]);
+        acc[hi & 3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(phi), lane_splat(sc, hi), acc[hi & 3]);
+      }
+    }
   }
   template <int R>
   static HWY_INLINE void block(const Block& wb, const ActQ8* const* x, int64_t b0, __m256* acc0, __m256* acc1,
