@@ -308,7 +308,7 @@ std::vector<const Tensor*> Model::weight_tensors() const {
 StepCostCoefficients Model::cost_prior() const {
   // FLOPs: 2 per weight per token through the layers (MoE: the routed experts only), 2 per
   // output-head weight per sampled row, 4 * head_dim per head and layer per query-key pair (QK
-  // and PV), doubled for softmax and cache reads. Bytes: every weight read once per step.
+  // and PV), doubled for softmax. Bytes: every weight read once per step.
   const double d = cfg_.n_embd, q = double(cfg_.n_heads) * cfg_.head_dim, kv = double(cfg_.n_kv_heads) * cfg_.head_dim;
   const double ff = cfg_.is_moe() ? double(cfg_.n_experts_used) * cfg_.n_ff_exp + cfg_.n_ff_shexp : double(cfg_.n_ff);
   const double layer_weights = d * q * 2 + d * kv * 2 + 3 * d * ff;
@@ -324,7 +324,10 @@ StepCostCoefficients Model::cost_prior() const {
   for (const auto& [dtype, f] : info.peak_flops) flops_per_ms = std::max(flops_per_ms, f / 1e3);
   const double bytes_per_ms = (info.peak_read_gbs > 0 ? info.peak_read_gbs : cpu ? 10.0 : 500.0) * 1e6;
   const double fixed_ms = cpu ? 0.5 : 1.0;  // graph build, launches, synchronisation
-  return {fixed_ms + bytes / bytes_per_ms, flops_token / flops_per_ms, flops_logit / flops_per_ms, flops_pair / flops_per_ms};
+  // A cached key and value of every layer, read (and converted to f32) once per sequence: f16.
+  const double key_bytes = 2.0 * 2.0 * kv * cfg_.n_layers;
+  return {fixed_ms + bytes / bytes_per_ms, flops_token / flops_per_ms, flops_logit / flops_per_ms, 2 * key_bytes / bytes_per_ms,
+          flops_pair / flops_per_ms};
 }
 
 Status Model::upload_step(const StepPlan& p, const std::vector<int32_t>& rows, StepTensors* t) {

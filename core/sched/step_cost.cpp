@@ -5,6 +5,15 @@
 
 namespace tessera {
 
+namespace {
+// Damping towards the previous fit, in units of one observation whose terms are each a fair
+// share of its time: weak (a step outweighs it), but it never decays, so a direction the recent
+// steps say nothing about (only decodes for a while) keeps its last estimate instead of becoming
+// singular. Anchored at the previous fit, not the prior, it leaves no bias at convergence (an
+// anchor at the prior kept the pair term 50% off when the prior was 10x off).
+constexpr double kRidge = 1e-3;
+}  // namespace
+
 double attention_pairs(int32_t n_computed, int32_t n_new) {
   // Token i (0-based) of the chunk attends to n_computed + i + 1 keys.
   return double(n_new) * double(n_computed) + double(n_new) * double(n_new + 1) / 2.0;
@@ -13,6 +22,7 @@ double attention_pairs(int32_t n_computed, int32_t n_new) {
 void StepShape::add(int32_t n_computed, int32_t n_new, bool samples) {
   n_tokens += n_new;
   n_logits += samples ? 1 : 0;
+  n_keys += double(n_computed) + double(n_new);
   n_pairs += attention_pairs(n_computed, n_new);
 }
 
@@ -23,18 +33,14 @@ StepCostModel::StepCostModel(const StepCostCoefficients& prior, double forgettin
   prior_.c0_ms = positive(prior_.c0_ms, 1.0);
   prior_.token_ms = positive(prior_.token_ms, 0.1);
   prior_.logit_ms = positive(prior_.logit_ms, 0.1);
+  prior_.key_ms = positive(prior_.key_ms, 1e-4);
   prior_.pair_ms = positive(prior_.pair_ms, 1e-5);
   theta_.fill(1.0);
-  // A relative standard deviation of 10 per coefficient: the prior is only a guess (a nominal
-  // device speed), the data decide within a few dozen steps. The same value bounds the
-  // covariance later; a tighter bound acts as a lasting pull towards the prior (measured: a
-  // bound of 9 left the token and pair terms 20% off on exact synthetic data).
-  p_max_ = 100.0;
-  for (int i = 0; i < kTerms; ++i) p_[size_t(i)][size_t(i)] = p_max_;
 }
 
 StepCostModel::Vec StepCostModel::features(const StepShape& s) const {
-  return {prior_.c0_ms, prior_.token_ms * s.n_tokens, prior_.logit_ms * s.n_logits, prior_.pair_ms * s.n_pairs};
+  return {prior_.c0_ms, prior_.token_ms * s.n_tokens, prior_.logit_ms * s.n_logits, prior_.key_ms * s.n_keys,
+          prior_.pair_ms * s.n_pairs};
 }
 
 double StepCostModel::predict_ms(const StepShape& s) const {
@@ -46,7 +52,7 @@ double StepCostModel::predict_ms(const StepShape& s) const {
 
 void StepCostModel::observe(const StepShape& s, double measured_ms) {
   if (!(measured_ms > 0) || !std::isfinite(measured_ms)) return;
-  // Relative errors: divide the regression row by the measured time.
+  // Relative errors: divide the regression row by the measured time (target 1).
   Vec x = features(s);
   for (double& v : x) v /= measured_ms;
   double pred = 0;
@@ -59,38 +65,62 @@ void StepCostModel::observe(const StepShape& s, double measured_ms) {
     err = std::clamp(err, -bound, bound);
   }
   mean_abs_err_ = n_observed_ == 0 ? std::abs(err) : 0.95 * mean_abs_err_ + 0.05 * std::abs(err);
-  // RLS with forgetting: k = P x / (lambda + x' P x); theta += k err; P = (P - k x' P) / lambda.
-  Vec px{};
-  for (int i = 0; i < kTerms; ++i)
-    for (int j = 0; j < kTerms; ++j) px[size_t(i)] += p_[size_t(i)][size_t(j)] * x[size_t(j)];
-  double denom = forgetting_;
-  for (int i = 0; i < kTerms; ++i) denom += x[size_t(i)] * px[size_t(i)];
-  Vec k{};
-  for (int i = 0; i < kTerms; ++i) k[size_t(i)] = px[size_t(i)] / denom;
-  for (int i = 0; i < kTerms; ++i) theta_[size_t(i)] += k[size_t(i)] * err;
-  for (int i = 0; i < kTerms; ++i)
-    for (int j = 0; j < kTerms; ++j)
-      p_[size_t(i)][size_t(j)] = (p_[size_t(i)][size_t(j)] - k[size_t(i)] * px[size_t(j)]) / forgetting_;
-  // Bound the covariance: while only decodes run, the token and pair directions get no new
-  // information and forgetting would inflate them without limit (one noisy step would then
-  // swing the fit). Scaling row and column i keeps P symmetric positive definite.
+  const double y = pred + err;
   for (int i = 0; i < kTerms; ++i) {
-    const double d = p_[size_t(i)][size_t(i)];
-    if (d <= p_max_) continue;
-    const double f = std::sqrt(p_max_ / d);
-    for (int j = 0; j < kTerms; ++j) {
-      p_[size_t(i)][size_t(j)] *= f;
-      p_[size_t(j)][size_t(i)] *= f;
-    }
+    rhs_[size_t(i)] = forgetting_ * rhs_[size_t(i)] + x[size_t(i)] * y;
+    for (int j = 0; j < kTerms; ++j)
+      info_[size_t(i)][size_t(j)] = forgetting_ * info_[size_t(i)][size_t(j)] + x[size_t(i)] * x[size_t(j)];
   }
-  // Costs are never negative; a negative fit comes from noise or collinear data.
-  for (double& t : theta_) t = std::max(t, 0.0);
+  solve();
   ++n_observed_;
   max_tokens_observed_ = std::max(max_tokens_observed_, s.n_tokens);
 }
 
+void StepCostModel::solve() {
+  // (info + ridge) theta = rhs + ridge * theta_previous, with theta >= 0: solve, pin any negative
+  // coefficient at 0, and solve again for the rest (at most kTerms rounds).
+  std::array<bool, kTerms> pinned{};
+  for (int round = 0; round < kTerms; ++round) {
+    std::array<Vec, kTerms> a{};
+    Vec b{};
+    for (int i = 0; i < kTerms; ++i) {
+      for (int j = 0; j < kTerms; ++j) a[size_t(i)][size_t(j)] = pinned[size_t(i)] || pinned[size_t(j)] ? 0.0 : info_[size_t(i)][size_t(j)];
+      a[size_t(i)][size_t(i)] += pinned[size_t(i)] ? 1.0 : kRidge;
+      b[size_t(i)] = pinned[size_t(i)] ? 0.0 : rhs_[size_t(i)] + kRidge * theta_[size_t(i)];
+    }
+    // Gaussian elimination with partial pivoting (a is symmetric positive definite: the ridge).
+    for (int c = 0; c < kTerms; ++c) {
+      int piv = c;
+      for (int r = c + 1; r < kTerms; ++r)
+        if (std::abs(a[size_t(r)][size_t(c)]) > std::abs(a[size_t(piv)][size_t(c)])) piv = r;
+      std::swap(a[size_t(c)], a[size_t(piv)]);
+      std::swap(b[size_t(c)], b[size_t(piv)]);
+      for (int r = c + 1; r < kTerms; ++r) {
+        const double f = a[size_t(r)][size_t(c)] / a[size_t(c)][size_t(c)];
+        for (int k = c; k < kTerms; ++k) a[size_t(r)][size_t(k)] -= f * a[size_t(c)][size_t(k)];
+        b[size_t(r)] -= f * b[size_t(c)];
+      }
+    }
+    Vec t{};
+    for (int r = kTerms - 1; r >= 0; --r) {
+      double v = b[size_t(r)];
+      for (int k = r + 1; k < kTerms; ++k) v -= a[size_t(r)][size_t(k)] * t[size_t(k)];
+      t[size_t(r)] = v / a[size_t(r)][size_t(r)];
+    }
+    bool negative = false;
+    for (int i = 0; i < kTerms; ++i)
+      if (!pinned[size_t(i)] && !(t[size_t(i)] >= 0)) pinned[size_t(i)] = negative = true;
+    if (!negative) {
+      for (int i = 0; i < kTerms; ++i) theta_[size_t(i)] = pinned[size_t(i)] ? 0.0 : t[size_t(i)];
+      return;
+    }
+  }
+  // Every term pinned (not expected): keep the previous fit.
+}
+
 StepCostCoefficients StepCostModel::coefficients() const {
-  return {prior_.c0_ms * theta_[0], prior_.token_ms * theta_[1], prior_.logit_ms * theta_[2], prior_.pair_ms * theta_[3]};
+  return {prior_.c0_ms * theta_[0], prior_.token_ms * theta_[1], prior_.logit_ms * theta_[2], prior_.key_ms * theta_[3],
+          prior_.pair_ms * theta_[4]};
 }
 
 int32_t StepCostModel::max_chunk(const StepShape& base, int32_t n_computed, double limit_ms, int32_t cap) const {

@@ -1,16 +1,20 @@
 // StepCostModel: predicts how long one engine step takes from its shape, so the scheduler can size
-// prefill chunks that keep running decodes smooth. The model is linear in four terms:
+// prefill chunks that keep running decodes smooth. The model is linear in five terms:
 //
-//   ms = c0 + c_tok * tokens + c_logit * logit rows + c_pair * query-key pairs
+//   ms = c0 + c_tok * tokens + c_logit * logit rows + c_key * keys read + c_pair * query-key pairs
 //
 // c0 is the fixed cost of a step (reading every weight once, launches), c_tok the per-token cost
-// of the linear layers, c_logit the output head of each sampled row, c_pair attention (each new
-// token attends to every earlier key of its sequence). The coefficients start from a prior (from
-// the model's dimensions and the device; ModelRunner::cost_prior) and are fitted online to the
-// measured time of each step by recursive least squares with forgetting, on relative errors (a
-// 5 s step and a 50 ms step weigh the same), with the covariance bounded (no wind-up while only
-// decodes run), residuals clipped (a step stalled by the OS moves the fit little) and the
-// coefficients kept non-negative. Not thread-safe: the engine thread owns it.
+// of the linear layers, c_logit the output head of each sampled row, c_key the cost of reading a
+// sequence's cached keys and values once (each sequence of a step reads its whole context:
+// memory-bound for a decode or a small chunk), c_pair the attention arithmetic (each new token
+// attends to every earlier key of its sequence). The coefficients start from a prior (from the
+// model's dimensions and the device; ModelRunner::cost_prior) and are fitted online to the
+// measured time of each step: exponentially weighted least squares on relative errors (a 5 s step
+// and a 50 ms step weigh the same) in information form (normal equations re-solved each step,
+// with a weak damping towards the previous fit that never decays, so directions that
+// decode-only periods do not excite keep their estimate instead of drifting or winding up), residuals clipped (a step stalled by the OS
+// moves the fit little) and the coefficients kept non-negative (active set). Not thread-safe:
+// the engine thread owns it.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -21,6 +25,7 @@ namespace tessera {
 struct StepShape {
   int32_t n_tokens = 0;   // query rows (new tokens of every sequence)
   int32_t n_logits = 0;   // rows that go through the output head (sampled)
+  double n_keys = 0;      // sum over sequences of their context length (n_computed + n_new)
   double n_pairs = 0;     // sum over sequences of n_new * (n_computed + (n_new + 1) / 2)
 
   // Adds one sequence's |n_new| tokens after its |n_computed| cached ones.
@@ -35,6 +40,7 @@ struct StepCostCoefficients {
   double c0_ms = 0;
   double token_ms = 0;
   double logit_ms = 0;
+  double key_ms = 0;
   double pair_ms = 0;
 };
 
@@ -59,16 +65,17 @@ class StepCostModel {
   int32_t max_tokens_observed() const { return max_tokens_observed_; }
 
  private:
-  static constexpr int kTerms = 4;
+  static constexpr int kTerms = 5;
   using Vec = std::array<double, kTerms>;
   Vec features(const StepShape& s) const;  // each term's prior contribution in ms
+  void solve();                            // theta_ from info_ and rhs_
 
   StepCostCoefficients prior_;
   double forgetting_;
-  Vec theta_{};  // coefficients relative to the prior (1 = the prior)
-  std::array<Vec, kTerms> p_{};  // covariance of theta_
-  double p_max_;                 // bound on its diagonal
-  double mean_abs_err_ = 0.0;    // running mean of |relative residual|
+  Vec theta_{};                     // coefficients relative to the prior (1 = the prior)
+  std::array<Vec, kTerms> info_{};  // sum of decayed x x' (relative features)
+  Vec rhs_{};                       // sum of decayed x y
+  double mean_abs_err_ = 0.0;       // running mean of |relative residual|
   int64_t n_observed_ = 0;
   int32_t max_tokens_observed_ = 0;
 };

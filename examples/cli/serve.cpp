@@ -97,11 +97,11 @@ void serve_command(const ServeCommandOptions& o) {
   if (!o.serve.step_log.empty()) {
     step_log.reset(std::fopen(o.serve.step_log.c_str(), "w"));
     if (!step_log) return serve_fail("--step-log: cannot write '" + o.serve.step_log + "'", 2);
-    std::fprintf(step_log.get(), "step,seqs,tokens,prefill_tokens,limit_ms,predicted_ms,measured_ms,c0_ms,token_ms,logit_ms,pair_ms\n");
+    std::fprintf(step_log.get(), "step,seqs,tokens,prefill_tokens,limit_ms,predicted_ms,measured_ms,c0_ms,token_ms,logit_ms,key_ms,pair_ms\n");
     ec.on_step = [f = step_log.get()](const StepRecord& r) {
-      std::fprintf(f, "%lld,%d,%d,%d,%.3f,%.3f,%.3f,%.4g,%.4g,%.4g,%.4g\n", static_cast<long long>(r.step), r.seqs, r.tokens,
+      std::fprintf(f, "%lld,%d,%d,%d,%.3f,%.3f,%.3f,%.4g,%.4g,%.4g,%.4g,%.4g\n", static_cast<long long>(r.step), r.seqs, r.tokens,
                    r.prefill_tokens, r.limit_ms, r.predicted_ms, r.measured_ms, r.cost.c0_ms, r.cost.token_ms, r.cost.logit_ms,
-                   r.cost.pair_ms);
+                   r.cost.key_ms, r.cost.pair_ms);
     };
   }
   Engine engine(**model, **kv, (*model)->codec(), ec);
