@@ -324,10 +324,7 @@ StepCostCoefficients Model::cost_prior() const {
   for (const auto& [dtype, f] : info.peak_flops) flops_per_ms = std::max(flops_per_ms, f / 1e3);
   const double bytes_per_ms = (info.peak_read_gbs > 0 ? info.peak_read_gbs : cpu ? 10.0 : 500.0) * 1e6;
   const double fixed_ms = cpu ? 0.5 : 1.0;  // graph build, launches, synchronisation
-  // A cached key and value of every layer, read (and converted to f32) once per sequence: f16.
-  const double key_bytes = 2.0 * 2.0 * kv * cfg_.n_layers;
-  return {fixed_ms + bytes / bytes_per_ms, flops_token / flops_per_ms, flops_logit / flops_per_ms, 2 * key_bytes / bytes_per_ms,
-          flops_pair / flops_per_ms};
+  return {fixed_ms + bytes / bytes_per_ms, flops_token / flops_per_ms, flops_logit / flops_per_ms, flops_pair / flops_per_ms};
 }
 
 Status Model::upload_step(const StepPlan& p, const std::vector<int32_t>& rows, StepTensors* t) {

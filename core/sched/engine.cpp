@@ -1,10 +1,19 @@
 #include "core/sched/engine.h"
 
 #include <algorithm>
+#include <ctime>
 
 namespace tessera {
 
 using Clock = std::chrono::steady_clock;
+
+namespace {
+double process_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) * 1e-6;
+}
+}  // namespace
 
 const char* finish_reason_name(FinishReason r) {
   switch (r) {
@@ -110,6 +119,7 @@ Status Engine::step() {
   // NOTE: a failed swap (host copies; not expected) fails the step's requests like any error.
   // The step is timed from its copies to its last sample: what the decodes wait for.
   const auto t0 = Clock::now();
+  const double cpu0 = cfg_.cost_cpu_threads > 0 ? process_cpu_ms() : 0.0;
   Status s = swapped;
   for (const auto& [src, dst] : plan_.block_copies)
     if (s.ok()) s = kv_.copy_block(src, dst);
@@ -125,11 +135,12 @@ Status Engine::step() {
   size_t row = 0;
   for (size_t i = 0; i < scheduled.size(); ++i)
     if (scheduled[i].samples) sample_and_emit(ids[i], logits_.data() + row++ * vocab);
-  scheduler_.observe(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  const double wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  scheduler_.observe(cfg_.cost_cpu_threads > 0 ? (process_cpu_ms() - cpu0) / cfg_.cost_cpu_threads : wall_ms);
   if (cfg_.on_step) {
     const SchedulerStats& ss = scheduler_.stats();
     cfg_.on_step({ss.steps, int32_t(scheduled.size()), ss.last_step_tokens, ss.last_prefill_tokens, ss.last_limit_ms,
-                  ss.last_predicted_ms, ss.last_step_ms, ss.cost});
+                  ss.last_predicted_ms, ss.last_step_ms, wall_ms, ss.cost});
   }
   return OkStatus();
 }

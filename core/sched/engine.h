@@ -101,7 +101,8 @@ struct StepRecord {
   int32_t prefill_tokens = 0;
   double limit_ms = 0;      // the cost limit of its prefill chunks (0: none)
   double predicted_ms = 0;  // before it ran
-  double measured_ms = 0;
+  double measured_ms = 0;    // what the fit saw (wall, or CPU time per thread: cost_cpu_threads)
+  double wall_ms = 0;
   StepCostCoefficients cost;  // the fit after it
 };
 
@@ -109,6 +110,12 @@ struct EngineConfig {
   SchedulerConfig scheduler;
   // Called on the engine thread after every step that computed something; must not block.
   std::function<void(const StepRecord&)> on_step;
+  // > 0: the step cost model is fitted to this process's CPU time per step divided by this many
+  // threads (the CPU device's pool) instead of wall time. On a machine shared with other work
+  // the wall time of identical steps varies several-fold with their load, which the fit would
+  // otherwise chase; the policy's limit is a ratio of predictions, so the unit does not matter.
+  // Only for devices that compute on this process's threads (a GPU's wait may not burn CPU).
+  int cost_cpu_threads = 0;
 };
 
 class Engine {

@@ -296,7 +296,10 @@ int32_t Scheduler::chunk_size(const Sequence& s, int32_t budget) {
   if (want <= 1 || limit_ms_ <= 0) return want;
   // The fit is trusted up to twice the largest step it has seen (on a fast device the chunk
   // doubles each step until the limit or the budget holds it, never a blind jump to the budget).
-  const int32_t trusted = std::max(2 * cost_.max_tokens_observed() - limit_shape_.n_tokens, 0);
+  // Likewise a chunk at most doubles the previous step's prefill tokens: a step whose chunk
+  // leaps far beyond recent ones rests on extrapolation the recent fit has not checked.
+  const int32_t grow = 2 * std::max(prev_prefill_tokens_, cfg_.min_prefill_chunk);
+  const int32_t trusted = std::min(std::max(2 * cost_.max_tokens_observed() - limit_shape_.n_tokens, 0), grow);
   int32_t n = cost_.max_chunk(limit_shape_, s.n_computed, limit_ms_, std::min(want, trusted));
   if (n < want) ++stats_.cost_limited_chunks;
   // The floor keeps a prefill progressing however slow a step is (one chunk per step).
@@ -317,6 +320,7 @@ std::vector<ScheduledSeq> Scheduler::plan(StepPlan* plan) {
   copies_.clear();
   swap_out_.clear();
   swap_in_.clear();
+  prev_prefill_tokens_ = stats_.last_prefill_tokens;  // of the latest planned step
   start_cost_limit();
   schedule_running(&out, &budget);  // decodes (and unfinished prefill chunks) first
   admit_waiting(&out, &budget);     // then prefill chunks of waiting sequences
@@ -328,6 +332,7 @@ std::vector<ScheduledSeq> Scheduler::plan(StepPlan* plan) {
   swap_out_.clear();
   swap_in_.clear();
   if (!out.empty()) ++stats_.steps;
+  if (out.empty()) return out;  // an idle plan keeps the latest step's figures
   planned_ = StepShape{};
   stats_.last_prefill_tokens = 0;
   for (const auto& sc : out) {

@@ -160,6 +160,7 @@ class Scheduler {
   double limit_ms_ = 0;
   StepShape limit_shape_;
   bool prefill_in_step_ = false;
+  int32_t prev_prefill_tokens_ = 0;  // prefill tokens of the previous step
   StepShape planned_;
 };
 

@@ -22,7 +22,6 @@ double attention_pairs(int32_t n_computed, int32_t n_new) {
 void StepShape::add(int32_t n_computed, int32_t n_new, bool samples) {
   n_tokens += n_new;
   n_logits += samples ? 1 : 0;
-  n_keys += double(n_computed) + double(n_new);
   n_pairs += attention_pairs(n_computed, n_new);
 }
 
@@ -33,14 +32,12 @@ StepCostModel::StepCostModel(const StepCostCoefficients& prior, double forgettin
   prior_.c0_ms = positive(prior_.c0_ms, 1.0);
   prior_.token_ms = positive(prior_.token_ms, 0.1);
   prior_.logit_ms = positive(prior_.logit_ms, 0.1);
-  prior_.key_ms = positive(prior_.key_ms, 1e-4);
   prior_.pair_ms = positive(prior_.pair_ms, 1e-5);
   theta_.fill(1.0);
 }
 
 StepCostModel::Vec StepCostModel::features(const StepShape& s) const {
-  return {prior_.c0_ms, prior_.token_ms * s.n_tokens, prior_.logit_ms * s.n_logits, prior_.key_ms * s.n_keys,
-          prior_.pair_ms * s.n_pairs};
+  return {prior_.c0_ms, prior_.token_ms * s.n_tokens, prior_.logit_ms * s.n_logits, prior_.pair_ms * s.n_pairs};
 }
 
 double StepCostModel::predict_ms(const StepShape& s) const {
@@ -119,8 +116,7 @@ void StepCostModel::solve() {
 }
 
 StepCostCoefficients StepCostModel::coefficients() const {
-  return {prior_.c0_ms * theta_[0], prior_.token_ms * theta_[1], prior_.logit_ms * theta_[2], prior_.key_ms * theta_[3],
-          prior_.pair_ms * theta_[4]};
+  return {prior_.c0_ms * theta_[0], prior_.token_ms * theta_[1], prior_.logit_ms * theta_[2], prior_.pair_ms * theta_[3]};
 }
 
 int32_t StepCostModel::max_chunk(const StepShape& base, int32_t n_computed, double limit_ms, int32_t cap) const {

@@ -1,13 +1,15 @@
 // StepCostModel: predicts how long one engine step takes from its shape, so the scheduler can size
-// prefill chunks that keep running decodes smooth. The model is linear in five terms:
+// prefill chunks that keep running decodes smooth. The model is linear in four terms:
 //
-//   ms = c0 + c_tok * tokens + c_logit * logit rows + c_key * keys read + c_pair * query-key pairs
+//   ms = c0 + c_tok * tokens + c_logit * logit rows + c_pair * query-key pairs
 //
 // c0 is the fixed cost of a step (reading every weight once, launches), c_tok the per-token cost
-// of the linear layers, c_logit the output head of each sampled row, c_key the cost of reading a
-// sequence's cached keys and values once (each sequence of a step reads its whole context:
-// memory-bound for a decode or a small chunk), c_pair the attention arithmetic (each new token
-// attends to every earlier key of its sequence). The coefficients start from a prior (from the
+// of the linear layers, c_logit the output head of each sampled row, c_pair attention (each new
+// token attends to every earlier key of its sequence). NOTE: a fifth term, keys read per
+// sequence (a small chunk is memory-bound on its context), was tried and dropped: with chunks of
+// similar size it is collinear with the pairs, and the fit gave it the long prompt's context
+// cost, which it then charged to every decode too (a decode-only step predicted at 2.5x its
+// measured time, so the limit let steps grow to 5x). The coefficients start from a prior (from the
 // model's dimensions and the device; ModelRunner::cost_prior) and are fitted online to the
 // measured time of each step: exponentially weighted least squares on relative errors (a 5 s step
 // and a 50 ms step weigh the same) in information form (normal equations re-solved each step,
@@ -25,7 +27,6 @@ namespace tessera {
 struct StepShape {
   int32_t n_tokens = 0;   // query rows (new tokens of every sequence)
   int32_t n_logits = 0;   // rows that go through the output head (sampled)
-  double n_keys = 0;      // sum over sequences of their context length (n_computed + n_new)
   double n_pairs = 0;     // sum over sequences of n_new * (n_computed + (n_new + 1) / 2)
 
   // Adds one sequence's |n_new| tokens after its |n_computed| cached ones.
@@ -40,7 +41,6 @@ struct StepCostCoefficients {
   double c0_ms = 0;
   double token_ms = 0;
   double logit_ms = 0;
-  double key_ms = 0;
   double pair_ms = 0;
 };
 
@@ -65,7 +65,7 @@ class StepCostModel {
   int32_t max_tokens_observed() const { return max_tokens_observed_; }
 
  private:
-  static constexpr int kTerms = 5;
+  static constexpr int kTerms = 4;
   using Vec = std::array<double, kTerms>;
   Vec features(const StepShape& s) const;  // each term's prior contribution in ms
   void solve();                            // theta_ from info_ and rhs_

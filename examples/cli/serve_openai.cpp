@@ -499,11 +499,10 @@ std::string prometheus(ServerContext& ctx) {
   metric("tessera_step_limit_seconds", "gauge", "Step time limit of the latest step's prefill chunks (0: none).", s.last_step_limit_ms / 1e3);
   metric("tessera_prefill_chunks_cost_limited_total", "counter", "Prefill chunks the step cost limit cut below the token budget.",
          double(s.cost_limited_chunks));
-  o << "# HELP tessera_step_cost_seconds Fitted step cost coefficients (seconds per step, token, sampled row, cached key read, query-key pair).\n"
+  o << "# HELP tessera_step_cost_seconds Fitted step cost coefficients (seconds per step, token, sampled row, query-key pair).\n"
        "# TYPE tessera_step_cost_seconds gauge\n";
   const std::pair<const char*, double> terms[] = {{"step", s.step_cost.c0_ms}, {"token", s.step_cost.token_ms},
-                                                  {"logit", s.step_cost.logit_ms}, {"key", s.step_cost.key_ms},
-                                                  {"pair", s.step_cost.pair_ms}};
+                                                  {"logit", s.step_cost.logit_ms}, {"pair", s.step_cost.pair_ms}};
   for (const auto& [term, ms] : terms) o << "tessera_step_cost_seconds{term=\"" << term << "\"} " << ms / 1e3 << "\n";
   std::lock_guard<std::mutex> lock(ctx.mu);
   o << "# HELP tessera_request_finished_total Finished choices by reason.\n# TYPE tessera_request_finished_total counter\n";

@@ -12,11 +12,10 @@ namespace tessera {
 namespace {
 
 // A CPU-like truth: attention over a long context costs several times a short step.
-constexpr StepCostCoefficients kTruth{20.0, 0.8, 0.4, 4e-3, 4e-4};
+constexpr StepCostCoefficients kTruth{20.0, 0.8, 0.4, 4e-4};
 
 double true_ms(const StepShape& s) {
-  return kTruth.c0_ms + kTruth.token_ms * s.n_tokens + kTruth.logit_ms * s.n_logits + kTruth.key_ms * s.n_keys +
-         kTruth.pair_ms * s.n_pairs;
+  return kTruth.c0_ms + kTruth.token_ms * s.n_tokens + kTruth.logit_ms * s.n_logits + kTruth.pair_ms * s.n_pairs;
 }
 
 // A random step: some decodes at random contexts, sometimes a prefill chunk.
@@ -44,7 +43,7 @@ TEST(StepCost, AttentionPairsCountEveryCausalQueryKeyPair) {
 
 TEST(StepCost, FitConvergesOnNoisyTimingsFromAWrongPrior) {
   // The prior is off by 3-10x in different directions (as a nominal device speed would be).
-  StepCostModel m({kTruth.c0_ms * 5, kTruth.token_ms / 3, kTruth.logit_ms * 4, kTruth.key_ms * 3, kTruth.pair_ms / 10});
+  StepCostModel m({kTruth.c0_ms * 5, kTruth.token_ms / 3, kTruth.logit_ms * 4, kTruth.pair_ms / 10});
   std::mt19937 rng(1234);
   std::lognormal_distribution<double> noise(0.0, 0.05);  // ~5% jitter
   for (int i = 0; i < 600; ++i) {
@@ -57,7 +56,6 @@ TEST(StepCost, FitConvergesOnNoisyTimingsFromAWrongPrior) {
   expect_near_rel(c.c0_ms, kTruth.c0_ms, 0.15, "c0");
   expect_near_rel(c.token_ms, kTruth.token_ms, 0.15, "token");
   expect_near_rel(c.logit_ms, kTruth.logit_ms, 0.3, "logit");  // the smallest term: least certain
-  expect_near_rel(c.key_ms, kTruth.key_ms, 0.3, "key");
   expect_near_rel(c.pair_ms, kTruth.pair_ms, 0.15, "pair");
   for (int i = 0; i < 50; ++i) {
     const StepShape s = random_step(rng);
@@ -81,7 +79,7 @@ TEST(StepCost, TracksADeviceThatSlowsDown) {
 TEST(StepCost, ALongDecodeOnlyPeriodKeepsWhatPrefillCosts) {
   // Decode-only steps excite one direction; the fit must neither forget what a prefill chunk
   // costs nor wind up so that one stalled step swings it.
-  StepCostModel m({kTruth.c0_ms * 2, kTruth.token_ms / 2, kTruth.logit_ms * 2, kTruth.key_ms / 2, kTruth.pair_ms * 2});
+  StepCostModel m({kTruth.c0_ms * 2, kTruth.token_ms / 2, kTruth.logit_ms * 2, kTruth.pair_ms * 2});
   std::mt19937 rng(11);
   std::lognormal_distribution<double> noise(0.0, 0.05);
   for (int i = 0; i < 300; ++i) {
@@ -111,7 +109,6 @@ TEST(StepCost, CoefficientsStayNonNegativeAndIgnoreBadTimings) {
   EXPECT_GE(c.c0_ms, 0.0);
   EXPECT_GE(c.token_ms, 0.0);
   EXPECT_GE(c.logit_ms, 0.0);
-  EXPECT_GE(c.key_ms, 0.0);
   EXPECT_GE(c.pair_ms, 0.0);
   EXPECT_GT(c.c0_ms, 5.0) << "the constant term should carry the shape-independent time";
 }
@@ -200,7 +197,7 @@ TEST(StepCostPolicy, ChunksShrinkAsContextGrowsAndKeepStepsWithinTheFactor) {
   cfg.block_size = 16;
   cfg.itl_factor = 2.0;
   cfg.min_prefill_chunk = 4;
-  cfg.cost_prior = {kTruth.c0_ms * 3, kTruth.token_ms / 3, kTruth.logit_ms, kTruth.key_ms, kTruth.pair_ms / 3};  // learnt
+  cfg.cost_prior = {kTruth.c0_ms * 3, kTruth.token_ms / 3, kTruth.logit_ms, kTruth.pair_ms / 3};  // learnt
   const PolicyRun r = run_policy(cfg, 8, 4000);
   ASSERT_GT(r.chunk.size(), 10u);
   EXPECT_EQ(r.first_chunk_no_decodes, 64) << "a lone prompt takes its whole prompt (budget 512)";
