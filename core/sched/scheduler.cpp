@@ -278,6 +278,7 @@ void Scheduler::start_cost_limit() {
   limit_ms_ = 0;
   limit_shape_ = StepShape{};
   prefill_in_step_ = false;
+  probe_ = false;
   if (cfg_.itl_factor <= 0 && cfg_.max_step_ms <= 0) return;
   // The decodes this step will carry (running sequences with one pending token).
   int32_t n = 0;
@@ -289,11 +290,13 @@ void Scheduler::start_cost_limit() {
   if (n == 0) return;  // nobody waits on tokens: prefill may use the whole budget
   limit_ms_ = cfg_.itl_factor > 0 ? cfg_.itl_factor * cost_.predict_ms(limit_shape_) : cfg_.max_step_ms;
   if (cfg_.max_step_ms > 0) limit_ms_ = std::min(limit_ms_, cfg_.max_step_ms);
+  probe_ = cfg_.cost_probe_every > 0 && ++steps_since_decode_only_ >= cfg_.cost_probe_every;
 }
 
 int32_t Scheduler::chunk_size(const Sequence& s, int32_t budget) {
   const int32_t want = std::min(s.n_pending(), budget);
   if (want <= 1 || limit_ms_ <= 0) return want;
+  if (probe_) return 0;
   // The fit is trusted up to twice the largest step it has seen (on a fast device the chunk
   // doubles each step until the limit or the budget holds it, never a blind jump to the budget).
   // Likewise a chunk at most doubles the previous step's prefill tokens: a step whose chunk
@@ -320,7 +323,7 @@ std::vector<ScheduledSeq> Scheduler::plan(StepPlan* plan) {
   copies_.clear();
   swap_out_.clear();
   swap_in_.clear();
-  prev_prefill_tokens_ = stats_.last_prefill_tokens;  // of the latest planned step
+  if (stats_.last_prefill_tokens > 0) prev_prefill_tokens_ = stats_.last_prefill_tokens;
   start_cost_limit();
   schedule_running(&out, &budget);  // decodes (and unfinished prefill chunks) first
   admit_waiting(&out, &budget);     // then prefill chunks of waiting sequences
@@ -339,6 +342,7 @@ std::vector<ScheduledSeq> Scheduler::plan(StepPlan* plan) {
     planned_.add(sc.seq->n_computed, sc.n_new, sc.samples);
     if (sc.seq->n_pending() > 1) stats_.last_prefill_tokens += sc.n_new;
   }
+  if (limit_ms_ > 0 && stats_.last_prefill_tokens == 0) steps_since_decode_only_ = 0;
   stats_.last_step_tokens = planned_.n_tokens;
   stats_.last_limit_ms = limit_ms_;
   stats_.last_predicted_ms = cost_.predict_ms(planned_);

@@ -60,6 +60,10 @@ struct SchedulerConfig {
   int32_t min_prefill_chunk = 4;
   StepCostCoefficients cost_prior;  // the engine fills it from ModelRunner::cost_prior
   double cost_forgetting = 0.98;
+  // While a prefill runs beside decodes, every Nth step leaves the prefill out (0: never): a
+  // decode-only step whose time re-anchors the fit, which otherwise sees only look-alike
+  // steps (the same decodes plus a chunk) and cannot tell the decodes' share from the chunk's.
+  int32_t cost_probe_every = 16;
 };
 
 // One scheduled sequence of a step: its rows in the plan and whether it samples a token.
@@ -160,7 +164,9 @@ class Scheduler {
   double limit_ms_ = 0;
   StepShape limit_shape_;
   bool prefill_in_step_ = false;
-  int32_t prev_prefill_tokens_ = 0;  // prefill tokens of the previous step
+  int32_t prev_prefill_tokens_ = 0;  // prefill tokens of the latest step that had any
+  int32_t steps_since_decode_only_ = 0;  // steps with decodes since one without prefill
+  bool probe_ = false;               // this step leaves prefill out (cost_probe_every)
   StepShape planned_;
 };
 

@@ -2,6 +2,7 @@
 // driven with synthetic step times from a known cost function (no model, no clock).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -139,6 +140,7 @@ struct PolicyRun {
   std::vector<int32_t> chunk, context;
   std::vector<double> predicted, limit;
   int32_t first_chunk_no_decodes = 0;
+  int steps = 0, probes = 0;  // steps while the long prompt was pending, and those without it
 };
 
 PolicyRun run_policy(const SchedulerConfig& cfg, int n_decodes, int32_t prompt_len) {
@@ -180,6 +182,8 @@ PolicyRun run_policy(const SchedulerConfig& cfg, int n_decodes, int32_t prompt_l
   while (longp->n_computed < prompt_len) {
     const int32_t before = longp->n_computed;
     auto sc = step();
+    ++r.steps;
+    if (std::none_of(sc.begin(), sc.end(), [&](const ScheduledSeq& x) { return x.seq == longp; })) ++r.probes;
     for (const auto& x : sc)
       if (x.seq == longp) {
         r.chunk.push_back(x.n_new);
@@ -217,6 +221,8 @@ TEST(StepCostPolicy, ChunksShrinkAsContextGrowsAndKeepStepsWithinTheFactor) {
   ASSERT_GT(n_early, 0);
   ASSERT_GT(n_late, 0);
   EXPECT_GT(early / n_early, 2.0 * late / n_late) << "chunks must shrink as the context grows";
+  // Every 16th step is a decode-only probe that re-anchors the fit.
+  EXPECT_NEAR(r.probes, r.steps / cfg.cost_probe_every, 2) << r.steps << " steps";
 }
 
 TEST(StepCostPolicy, AbsoluteStepLimitAndOffSwitch) {
