@@ -305,6 +305,28 @@ std::vector<const Tensor*> Model::weight_tensors() const {
   return out;
 }
 
+StepCostCoefficients Model::cost_prior() const {
+  // FLOPs: 2 per weight per token through the layers (MoE: the routed experts only), 2 per
+  // output-head weight per sampled row, 4 * head_dim per head and layer per query-key pair (QK
+  // and PV), doubled for softmax. Bytes: every weight read once per step.
+  const double d = cfg_.n_embd, q = double(cfg_.n_heads) * cfg_.head_dim, kv = double(cfg_.n_kv_heads) * cfg_.head_dim;
+  const double ff = cfg_.is_moe() ? double(cfg_.n_experts_used) * cfg_.n_ff_exp + cfg_.n_ff_shexp : double(cfg_.n_ff);
+  const double layer_weights = d * q * 2 + d * kv * 2 + 3 * d * ff;
+  const double flops_token = 2 * layer_weights * cfg_.n_layers;
+  const double flops_logit = 2 * d * cfg_.n_vocab;
+  const double flops_pair = 8 * q * cfg_.n_layers;
+  double bytes = 0;
+  for (const Tensor* t : weight_tensors()) bytes += double(t->nbytes());
+  // Nominal speeds when tessera-bench has not measured the device: a few AVX2 cores, or a GPU.
+  const DeviceInfo& info = device_->info();
+  const bool cpu = info.kind == DeviceKind::kCpu || info.kind == DeviceKind::kReference || info.emulated;
+  double flops_per_ms = cpu ? 1e7 * std::max(1, info.threads) : 2e10;
+  for (const auto& [dtype, f] : info.peak_flops) flops_per_ms = std::max(flops_per_ms, f / 1e3);
+  const double bytes_per_ms = (info.peak_read_gbs > 0 ? info.peak_read_gbs : cpu ? 10.0 : 500.0) * 1e6;
+  const double fixed_ms = cpu ? 0.5 : 1.0;  // graph build, launches, synchronisation
+  return {fixed_ms + bytes / bytes_per_ms, flops_token / flops_per_ms, flops_logit / flops_per_ms, flops_pair / flops_per_ms};
+}
+
 Status Model::upload_step(const StepPlan& p, const std::vector<int32_t>& rows, StepTensors* t) {
   const int64_t T = p.n_tokens(), S = p.n_seqs(), R = int64_t(rows.size());
   size_t offset = 0;

@@ -63,6 +63,8 @@ class Model final : public ModelRunner {
   int32_t vocab_size() const override { return cfg_.n_vocab; }
   int32_t context_length() const override { return cfg_.n_ctx_train; }
   Status forward(const StepPlan& plan, KvCache& kv, std::vector<float>* logits) override;
+  // From the weights' FLOPs and bytes and a nominal device speed (the engine refits it online).
+  StepCostCoefficients cost_prior() const override;
 
   // Expert statistics (MoE models; a no-op for dense ones). Off by default: when on, each step
   // keeps the router's expert ids ([T, k] i32 per layer) alive and downloads them after compute.

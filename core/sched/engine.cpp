@@ -1,10 +1,19 @@
 #include "core/sched/engine.h"
 
 #include <algorithm>
+#include <ctime>
 
 namespace tessera {
 
 using Clock = std::chrono::steady_clock;
+
+namespace {
+double process_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) * 1e-6;
+}
+}  // namespace
 
 const char* finish_reason_name(FinishReason r) {
   switch (r) {
@@ -33,6 +42,7 @@ Engine::Engine(ModelRunner& model, KvCache& kv, TextCodec codec, EngineConfig cf
     : model_(model), kv_(kv), codec_(std::move(codec)), cfg_(cfg), scheduler_([&] {
         SchedulerConfig s = cfg.scheduler;
         s.block_size = kv.config().block_size;
+        if (s.cost_prior.c0_ms <= 0) s.cost_prior = model.cost_prior();
         return s;
       }(), kv.pool()) {
   // Swap preemption needs host slots: reserve them in the cache (host memory, not device).
@@ -107,6 +117,9 @@ Status Engine::step() {
   std::vector<RequestId> ids;
   for (const auto& sc : scheduled) ids.push_back(sc.seq->id);
   // NOTE: a failed swap (host copies; not expected) fails the step's requests like any error.
+  // The step is timed from its copies to its last sample: what the decodes wait for.
+  const auto t0 = Clock::now();
+  const double cpu0 = cfg_.cost_cpu_threads > 0 ? process_cpu_ms() : 0.0;
   Status s = swapped;
   for (const auto& [src, dst] : plan_.block_copies)
     if (s.ok()) s = kv_.copy_block(src, dst);
@@ -122,6 +135,13 @@ Status Engine::step() {
   size_t row = 0;
   for (size_t i = 0; i < scheduled.size(); ++i)
     if (scheduled[i].samples) sample_and_emit(ids[i], logits_.data() + row++ * vocab);
+  const double wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  scheduler_.observe(cfg_.cost_cpu_threads > 0 ? (process_cpu_ms() - cpu0) / cfg_.cost_cpu_threads : wall_ms);
+  if (cfg_.on_step) {
+    const SchedulerStats& ss = scheduler_.stats();
+    cfg_.on_step({ss.steps, int32_t(scheduled.size()), ss.last_step_tokens, ss.last_prefill_tokens, ss.last_limit_ms,
+                  ss.last_predicted_ms, ss.last_step_ms, wall_ms, ss.cost});
+  }
   return OkStatus();
 }
 
@@ -282,6 +302,13 @@ EngineStats Engine::stats() const {
   st.swap_ins = ss.swap_ins;
   st.blocks_swapped_out = ss.blocks_swapped_out;
   st.blocks_swapped_in = ss.blocks_swapped_in;
+  st.cost_limited_chunks = ss.cost_limited_chunks;
+  st.last_prefill_tokens = ss.last_prefill_tokens;
+  st.last_step_tokens = ss.last_step_tokens;
+  st.last_step_limit_ms = ss.last_limit_ms;
+  st.last_step_predicted_ms = ss.last_predicted_ms;
+  st.last_step_ms = ss.last_step_ms;
+  st.step_cost = ss.cost;
   return st;
 }
 

@@ -76,6 +76,14 @@ struct EngineStats {
   int64_t swap_ins = 0;
   int64_t blocks_swapped_out = 0;
   int64_t blocks_swapped_in = 0;
+  // Step cost policy (SchedulerConfig::itl_factor): the latest step and the fitted model.
+  int64_t cost_limited_chunks = 0;   // prefill chunks cut below the budget by the cost limit
+  int32_t last_prefill_tokens = 0;
+  int32_t last_step_tokens = 0;
+  double last_step_limit_ms = 0;     // 0: no limit (no decode was running)
+  double last_step_predicted_ms = 0;
+  double last_step_ms = 0;           // measured
+  StepCostCoefficients step_cost;
   double prefix_hit_rate() const { return prompt_tokens ? double(cached_tokens) / double(prompt_tokens) : 0.0; }
 };
 
@@ -85,8 +93,29 @@ struct TextCodec {
   std::function<bool(int32_t)> is_eog;          // end of generation (EOS, EOT, <|im_end|>)
 };
 
+// One engine step, for a trace of the step cost policy (EngineConfig::on_step).
+struct StepRecord {
+  int64_t step = 0;
+  int32_t seqs = 0;
+  int32_t tokens = 0;
+  int32_t prefill_tokens = 0;
+  double limit_ms = 0;      // the cost limit of its prefill chunks (0: none)
+  double predicted_ms = 0;  // before it ran
+  double measured_ms = 0;    // what the fit saw (wall, or CPU time per thread: cost_cpu_threads)
+  double wall_ms = 0;
+  StepCostCoefficients cost;  // the fit after it
+};
+
 struct EngineConfig {
   SchedulerConfig scheduler;
+  // Called on the engine thread after every step that computed something; must not block.
+  std::function<void(const StepRecord&)> on_step;
+  // > 0: the step cost model is fitted to this process's CPU time per step divided by this many
+  // threads (the CPU device's pool) instead of wall time. On a machine shared with other work
+  // the wall time of identical steps varies several-fold with their load, which the fit would
+  // otherwise chase; the policy's limit is a ratio of predictions, so the unit does not matter.
+  // Only for devices that compute on this process's threads (a GPU's wait may not burn CPU).
+  int cost_cpu_threads = 0;
 };
 
 class Engine {

@@ -5,7 +5,8 @@
 
 namespace tessera {
 
-Scheduler::Scheduler(const SchedulerConfig& cfg, BlockPool& pool) : cfg_(cfg), pool_(pool) {
+Scheduler::Scheduler(const SchedulerConfig& cfg, BlockPool& pool)
+    : cfg_(cfg), pool_(pool), cost_(cfg.cost_prior, cfg.cost_forgetting) {
   if (cfg_.swap)
     for (int32_t h = cfg_.swap_blocks - 1; h >= 0; --h) host_free_.push_back(h);
 }
@@ -209,7 +210,7 @@ void Scheduler::schedule_running(std::vector<ScheduledSeq>* out, int32_t* budget
   std::sort(running_.begin(), running_.end(), [](const auto& a, const auto& b) { return before(*a, *b); });
   for (size_t i = 0; i < running_.size() && *budget > 0 && int32_t(out->size()) < cfg_.max_seqs; ++i) {
     Sequence& s = *running_[i];
-    const int32_t n = std::min(s.n_pending(), *budget);
+    const int32_t n = chunk_size(s, *budget);
     if (n <= 0) continue;
     bool ok = ensure_blocks(s, s.n_computed + n);
     while (!ok) {
@@ -227,26 +228,26 @@ void Scheduler::schedule_running(std::vector<ScheduledSeq>* out, int32_t* budget
       if (running_.size() > 1) { preempt(s); --i; }
       continue;
     }
-    out->push_back({&s, n, s.n_computed + n == int32_t(s.tokens.size())});
-    *budget -= n;
+    take(out, budget, s, n);
   }
 }
 
 void Scheduler::admit_waiting(std::vector<ScheduledSeq>* out, int32_t* budget) {
   while (!waiting_.empty() && *budget > 0 && int32_t(out->size()) < cfg_.max_seqs) {
     Sequence& s = *waiting_.front();
+    // The step is already at its cost limit: no room for another prefill chunk.
+    if (prefill_in_step_ && limit_ms_ > 0 && cost_.max_chunk(limit_shape_, 0, limit_ms_, 1) == 0) break;
     if (!s.host_slots.empty()) {  // swapped out: its blocks come back from host memory
-      const int32_t n = std::min(s.n_pending(), *budget);
-      if (!swap_in(s, n)) break;
+      const int32_t n = chunk_size(s, *budget);
+      if (n <= 0 || !swap_in(s, n)) break;
       running_.push_back(std::move(waiting_.front()));
       waiting_.pop_front();
-      out->push_back({&s, n, s.n_computed + n == int32_t(s.tokens.size())});
-      *budget -= n;
+      take(out, budget, s, n);
       continue;
     }
     match_prefix(s);
-    const int32_t n = std::min(s.n_pending(), *budget);
-    if (!ensure_blocks(s, s.n_computed + n)) {
+    const int32_t n = chunk_size(s, *budget);
+    if (n <= 0 || !ensure_blocks(s, s.n_computed + n)) {
       free_blocks(s);  // no partial admission: wait for blocks
       s.n_computed = 0;
       break;
@@ -259,9 +260,61 @@ void Scheduler::admit_waiting(std::vector<ScheduledSeq>* out, int32_t* budget) {
     stats_.cached_tokens += s.n_computed;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
-    out->push_back({&s, n, s.n_computed + n == int32_t(s.tokens.size())});
-    *budget -= n;
+    take(out, budget, s, n);
   }
+}
+
+void Scheduler::take(std::vector<ScheduledSeq>* out, int32_t* budget, Sequence& s, int32_t n) {
+  const bool samples = s.n_computed + n == int32_t(s.tokens.size());
+  out->push_back({&s, n, samples});
+  *budget -= n;
+  if (s.n_pending() > 1) {  // a prefill chunk (decodes are in limit_shape_ already)
+    limit_shape_.add(s.n_computed, n, samples);
+    prefill_in_step_ = true;
+  }
+}
+
+void Scheduler::start_cost_limit() {
+  limit_ms_ = 0;
+  limit_shape_ = StepShape{};
+  prefill_in_step_ = false;
+  probe_ = false;
+  if (cfg_.itl_factor <= 0 && cfg_.max_step_ms <= 0) return;
+  // The decodes this step will carry (running sequences with one pending token).
+  int32_t n = 0;
+  for (const auto& r : running_)
+    if (r->n_pending() == 1 && n < cfg_.max_seqs) {
+      limit_shape_.add(r->n_computed, 1, true);
+      ++n;
+    }
+  if (n == 0) return;  // nobody waits on tokens: prefill may use the whole budget
+  limit_ms_ = cfg_.itl_factor > 0 ? cfg_.itl_factor * cost_.predict_ms(limit_shape_) : cfg_.max_step_ms;
+  if (cfg_.max_step_ms > 0) limit_ms_ = std::min(limit_ms_, cfg_.max_step_ms);
+  probe_ = cfg_.cost_probe_every > 0 && ++steps_since_decode_only_ >= cfg_.cost_probe_every;
+}
+
+int32_t Scheduler::chunk_size(const Sequence& s, int32_t budget) {
+  const int32_t want = std::min(s.n_pending(), budget);
+  if (want <= 1 || limit_ms_ <= 0) return want;
+  if (probe_) return 0;
+  // The fit is trusted up to twice the largest step it has seen (on a fast device the chunk
+  // doubles each step until the limit or the budget holds it, never a blind jump to the budget).
+  // Likewise a chunk at most doubles the previous step's prefill tokens: a step whose chunk
+  // leaps far beyond recent ones rests on extrapolation the recent fit has not checked.
+  const int32_t grow = 2 * std::max(prev_prefill_tokens_, cfg_.min_prefill_chunk);
+  const int32_t trusted = std::min(std::max(2 * cost_.max_tokens_observed() - limit_shape_.n_tokens, 0), grow);
+  int32_t n = cost_.max_chunk(limit_shape_, s.n_computed, limit_ms_, std::min(want, trusted));
+  if (n < want) ++stats_.cost_limited_chunks;
+  // The floor keeps a prefill progressing however slow a step is (one chunk per step).
+  if (n < cfg_.min_prefill_chunk && !prefill_in_step_) n = std::min(want, std::max(cfg_.min_prefill_chunk, 1));
+  return n;
+}
+
+void Scheduler::observe(double ms) {
+  if (planned_.n_tokens == 0) return;
+  cost_.observe(planned_, ms);
+  stats_.last_step_ms = ms;
+  stats_.cost = cost_.coefficients();
 }
 
 std::vector<ScheduledSeq> Scheduler::plan(StepPlan* plan) {
@@ -270,6 +323,8 @@ std::vector<ScheduledSeq> Scheduler::plan(StepPlan* plan) {
   copies_.clear();
   swap_out_.clear();
   swap_in_.clear();
+  if (stats_.last_prefill_tokens > 0) prev_prefill_tokens_ = stats_.last_prefill_tokens;
+  start_cost_limit();
   schedule_running(&out, &budget);  // decodes (and unfinished prefill chunks) first
   admit_waiting(&out, &budget);     // then prefill chunks of waiting sequences
   fill(plan, out);
@@ -280,6 +335,18 @@ std::vector<ScheduledSeq> Scheduler::plan(StepPlan* plan) {
   swap_out_.clear();
   swap_in_.clear();
   if (!out.empty()) ++stats_.steps;
+  if (out.empty()) return out;  // an idle plan keeps the latest step's figures
+  planned_ = StepShape{};
+  stats_.last_prefill_tokens = 0;
+  for (const auto& sc : out) {
+    planned_.add(sc.seq->n_computed, sc.n_new, sc.samples);
+    if (sc.seq->n_pending() > 1) stats_.last_prefill_tokens += sc.n_new;
+  }
+  if (limit_ms_ > 0 && stats_.last_prefill_tokens == 0) steps_since_decode_only_ = 0;
+  stats_.last_step_tokens = planned_.n_tokens;
+  stats_.last_limit_ms = limit_ms_;
+  stats_.last_predicted_ms = cost_.predict_ms(planned_);
+  stats_.cost = cost_.coefficients();
   return out;
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/kv/block_pool.h"
+#include "core/sched/step_cost.h"
 #include "core/sched/step_plan.h"
 #include "core/status.h"
 
@@ -48,6 +49,21 @@ struct SchedulerConfig {
   bool prefix_caching = true;
   bool swap = false;          // preempt by swapping to host memory (else recompute)
   int32_t swap_blocks = 0;    // host slots for swapped blocks (KvCache::reserve_swap)
+  // Step-cost policy (core/sched/step_cost.h): while decodes run, each step's prefill chunks are
+  // the largest whose predicted step time stays within itl_factor x the predicted decode-only
+  // step (and within max_step_ms when > 0), at least min_prefill_chunk tokens per step so the
+  // prefill always progresses; max_batch_tokens stays the hard cap. With no decode running,
+  // prefill fills the budget. itl_factor 0 turns the policy off: chunks then fill the budget
+  // (plans independent of timing).
+  double itl_factor = 2.0;
+  double max_step_ms = 0.0;
+  int32_t min_prefill_chunk = 4;
+  StepCostCoefficients cost_prior;  // the engine fills it from ModelRunner::cost_prior
+  double cost_forgetting = 0.98;
+  // While a prefill runs beside decodes, every Nth step leaves the prefill out (0: never): a
+  // decode-only step whose time re-anchors the fit, which otherwise sees only look-alike
+  // steps (the same decodes plus a chunk) and cannot tell the decodes' share from the chunk's.
+  int32_t cost_probe_every = 16;
 };
 
 // One scheduled sequence of a step: its rows in the plan and whether it samples a token.
@@ -67,6 +83,14 @@ struct SchedulerStats {
   int64_t swap_ins = 0;
   int64_t blocks_swapped_out = 0;
   int64_t blocks_swapped_in = 0;
+  // Step-cost policy: the latest step and the fitted coefficients.
+  int64_t cost_limited_chunks = 0;  // prefill chunks the cost limit made smaller than the budget
+  int32_t last_prefill_tokens = 0;  // prefill tokens in the latest step
+  int32_t last_step_tokens = 0;
+  double last_limit_ms = 0;         // its step-time limit (0: none, no decode was running)
+  double last_predicted_ms = 0;     // its predicted time
+  double last_step_ms = 0;          // its measured time (Scheduler::observe)
+  StepCostCoefficients cost;        // fitted
 };
 
 // A snapshot of KV occupancy. Waste: allocated slots that hold no token (the partial last block
@@ -88,6 +112,9 @@ class Scheduler {
   std::vector<ScheduledSeq> plan(StepPlan* plan);
   // After the step ran: marks the computed tokens.
   void commit(const std::vector<ScheduledSeq>& scheduled);
+  // The planned step took |ms| (the engine times it): fits the step cost model.
+  void observe(double ms);
+  const StepCostModel& cost_model() const { return cost_; }
   // Frees the blocks of a finished or cancelled sequence and forgets it.
   void finish(RequestId id);
   Sequence* find(RequestId id);
@@ -113,6 +140,9 @@ class Scheduler {
   void register_full_blocks(Sequence& s);
   void schedule_running(std::vector<ScheduledSeq>* out, int32_t* budget);
   void admit_waiting(std::vector<ScheduledSeq>* out, int32_t* budget);
+  void start_cost_limit();
+  int32_t chunk_size(const Sequence& s, int32_t budget);
+  void take(std::vector<ScheduledSeq>* out, int32_t* budget, Sequence& s, int32_t n);
   void free_blocks(Sequence& s);
   void preempt(Sequence& s);
   bool swap_out(Sequence& s);
@@ -128,6 +158,16 @@ class Scheduler {
   std::vector<std::pair<int32_t, int32_t>> copies_;  // this step's copy-on-write (src, dst)
   std::vector<std::pair<int32_t, int32_t>> swap_out_, swap_in_;  // this step's swaps
   std::vector<int32_t> host_free_;                   // free host slots
+  StepCostModel cost_;
+  // This step's cost limit (0: none), the shape chunks are sized against (the running decodes,
+  // then each chunk taken) and whether a prefill chunk was taken; the planned step's shape.
+  double limit_ms_ = 0;
+  StepShape limit_shape_;
+  bool prefill_in_step_ = false;
+  int32_t prev_prefill_tokens_ = 0;  // prefill tokens of the latest step that had any
+  int32_t steps_since_decode_only_ = 0;  // steps with decodes since one without prefill
+  bool probe_ = false;               // this step leaves prefill out (cost_probe_every)
+  StepShape planned_;
 };
 
 }  // namespace tessera

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/sched/step_cost.h"
 #include "core/status.h"
 
 namespace tessera {
@@ -41,6 +42,9 @@ class ModelRunner {
   // Runs |plan| through the model, writing the new K/V into |kv|, and returns the logits of
   // plan.logit_rows as [R, vocab] f32 in |logits|.
   virtual Status forward(const StepPlan& plan, KvCache& kv, std::vector<float>* logits) = 0;
+  // A guess at the cost of a step (from the model's dimensions and the device), the starting
+  // point of the scheduler's fitted step cost model. All zero: unknown (generic defaults).
+  virtual StepCostCoefficients cost_prior() const { return {}; }
 };
 
 }  // namespace tessera

@@ -5,12 +5,14 @@
 #include <httplib.h>
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <ctime>
 #include <functional>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <thread>
 
 #include "core/registry.h"
@@ -29,6 +31,7 @@ struct ServeCommandOptions {
   bool no_prefix_caching = false;
   std::string preemption = "recompute";
   int swap_space = 16384;  // host tokens for swapped-out KV (with --preemption swap)
+  bool wall_clock_cost = false;  // fit the step cost on wall time even on a CPU device
   ServeOptions serve;
 };
 
@@ -89,6 +92,23 @@ void serve_command(const ServeCommandOptions& o) {
   ec.scheduler.prefix_caching = !o.no_prefix_caching;
   ec.scheduler.swap = o.preemption == "swap";
   ec.scheduler.swap_blocks = ec.scheduler.swap ? (o.swap_space + (*kv)->config().block_size - 1) / (*kv)->config().block_size : 0;
+  ec.scheduler.itl_factor = o.serve.itl_factor;
+  ec.scheduler.max_step_ms = o.serve.max_step_ms;
+  ec.scheduler.min_prefill_chunk = o.serve.min_prefill_chunk;
+  // A CPU device computes on our threads: fit on CPU time, immune to other processes' load.
+  const DeviceInfo& di = (*model)->device().info();
+  if (di.kind == DeviceKind::kCpu && !o.wall_clock_cost) ec.cost_cpu_threads = std::max(1, di.threads);
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> step_log(nullptr, &std::fclose);
+  if (!o.serve.step_log.empty()) {
+    step_log.reset(std::fopen(o.serve.step_log.c_str(), "w"));
+    if (!step_log) return serve_fail("--step-log: cannot write '" + o.serve.step_log + "'", 2);
+    std::fprintf(step_log.get(), "step,seqs,tokens,prefill_tokens,limit_ms,predicted_ms,measured_ms,wall_ms,c0_ms,token_ms,logit_ms,pair_ms\n");
+    ec.on_step = [f = step_log.get()](const StepRecord& r) {
+      std::fprintf(f, "%lld,%d,%d,%d,%.3f,%.3f,%.3f,%.3f,%.4g,%.4g,%.4g,%.4g\n", static_cast<long long>(r.step), r.seqs, r.tokens,
+                   r.prefill_tokens, r.limit_ms, r.predicted_ms, r.measured_ms, r.wall_ms, r.cost.c0_ms, r.cost.token_ms, r.cost.logit_ms,
+                   r.cost.pair_ms);
+    };
+  }
   Engine engine(**model, **kv, (*model)->codec(), ec);
   EngineThread engine_thread(engine);
 
@@ -143,6 +163,21 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(1, 100000));
   cmd->add_option("--max-batch-tokens", o->serve.max_batch_tokens, "token budget of one engine step")->capture_default_str()
       ->check(CLI::Range(16, 1 << 20));
+  cmd->add_option("--itl-factor", o->serve.itl_factor,
+                  "while requests are decoding, size each step's prefill chunks so the step's predicted time (an online-fitted "
+                  "cost model) stays within this factor of a decode-only step; 0: chunks fill --max-batch-tokens")
+      ->capture_default_str()->check(CLI::Range(0.0, 1000.0));
+  cmd->add_option("--max-step-ms", o->serve.max_step_ms,
+                  "also keep predicted steps with decodes under this many milliseconds (0: no absolute limit)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1e7));
+  cmd->add_option("--min-prefill-chunk", o->serve.min_prefill_chunk,
+                  "prefill tokens a step takes however slow it is predicted to be (so a prefill always progresses)")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  cmd->add_flag("--step-cost-wall-clock", o->wall_clock_cost,
+                "on a CPU device, fit the step cost model to wall time instead of process CPU time per thread "
+                "(CPU time ignores other processes' load)");
+  cmd->add_option("--step-log", o->serve.step_log, "write a CSV line per engine step (tokens, prefill chunk, limit, predicted and "
+                  "measured ms, fitted coefficients) to this file");
   cmd->add_option("--max-seqs", o->serve.max_seqs, "sequences in one engine step")->capture_default_str()->check(CLI::Range(1, 4096));
   cmd->add_option("--http-threads", o->serve.http_threads, "HTTP worker threads (0: max-in-flight + 8)")->capture_default_str();
   cmd->callback([o] { serve_command(*o); });

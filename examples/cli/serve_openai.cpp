@@ -492,6 +492,18 @@ std::string prometheus(ServerContext& ctx) {
   metric("tessera_prompt_tokens_cached_total", "counter", "Prompt tokens served from the prefix cache.", double(s.cached_tokens));
   metric("tessera_prefix_cache_hit_rate", "gauge", "Cached over admitted prompt tokens.", s.prefix_hit_rate());
   metric("tessera_generation_tokens_total", "counter", "Tokens generated.", double(s.generated_tokens));
+  metric("tessera_step_tokens", "gauge", "Tokens in the latest engine step.", s.last_step_tokens);
+  metric("tessera_step_prefill_tokens", "gauge", "Prefill chunk tokens in the latest engine step.", s.last_prefill_tokens);
+  metric("tessera_step_seconds", "gauge", "Measured time of the latest engine step.", s.last_step_ms / 1e3);
+  metric("tessera_step_predicted_seconds", "gauge", "Step cost model's prediction for the latest step.", s.last_step_predicted_ms / 1e3);
+  metric("tessera_step_limit_seconds", "gauge", "Step time limit of the latest step's prefill chunks (0: none).", s.last_step_limit_ms / 1e3);
+  metric("tessera_prefill_chunks_cost_limited_total", "counter", "Prefill chunks the step cost limit cut below the token budget.",
+         double(s.cost_limited_chunks));
+  o << "# HELP tessera_step_cost_seconds Fitted step cost coefficients (seconds per step, token, sampled row, query-key pair).\n"
+       "# TYPE tessera_step_cost_seconds gauge\n";
+  const std::pair<const char*, double> terms[] = {{"step", s.step_cost.c0_ms}, {"token", s.step_cost.token_ms},
+                                                  {"logit", s.step_cost.logit_ms}, {"pair", s.step_cost.pair_ms}};
+  for (const auto& [term, ms] : terms) o << "tessera_step_cost_seconds{term=\"" << term << "\"} " << ms / 1e3 << "\n";
   std::lock_guard<std::mutex> lock(ctx.mu);
   o << "# HELP tessera_request_finished_total Finished choices by reason.\n# TYPE tessera_request_finished_total counter\n";
   for (const auto& [reason, n] : ctx.finished) o << "tessera_request_finished_total{reason=\"" << reason << "\"} " << n << "\n";
