@@ -62,14 +62,20 @@ class Server:
         return float(m.group(1)) if m else None
 
     def stop(self):
+        """SIGTERM, then the exit status must be 0: a sanitizer build reports what it found at exit
+        (leaks, errors on the shutdown path) only through the status and stderr."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(30)
+                self.proc.wait(60)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+                self.proc.wait()
+        err = self.proc.stderr.read()
         self.proc.stdout.close()
         self.proc.stderr.close()
+        if self.proc.returncode != 0:
+            raise AssertionError(f"tessera serve exited with status {self.proc.returncode}:\n{err[-6000:]}")
 
 
 def setUpModule():
