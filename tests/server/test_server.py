@@ -221,6 +221,11 @@ class Lifecycle(unittest.TestCase):
                                       stdout=subprocess.PIPE, text=True)
             for _ in range(3):
                 self.assertEqual(client.stdout.readline().strip(), "chunk")
+            # /metrics is a snapshot taken after each engine step, and the chunks above stream out
+            # during the first one: on a loaded machine (a sanitizer build) the gauge can lag.
+            deadline = time.time() + 20
+            while time.time() < deadline and not server.metric("tessera_kv_blocks_used"):
+                time.sleep(0.01)
             self.assertGreater(server.metric("tessera_kv_blocks_used"), 0, "the request holds blocks mid-stream")
             client.kill()
             client.wait()
