@@ -59,7 +59,7 @@ bool env_on(const char* name) {
 #if TESSERA_SANITIZE
 // LeakSanitizer names the module of each leak only while it is mapped, and the loader unloads the
 // driver and layers in vkDestroyInstance: pin them (RTLD_NODELETE) so that the suppressions in
-// tests/lsan_vulkan.supp can match lavapipe's and the validation layer's own leaks by name.
+// tests/sanitizers/lsan.supp can match lavapipe's and the validation layer's own leaks by name.
 void pin_vulkan_modules() {
   std::ifstream maps("/proc/self/maps");
   std::set<std::string> paths;
