@@ -52,7 +52,8 @@ struct QuantizeOptions {
 
 // The type the embedding and output head get by default: the target itself when it has 8 bits
 // per weight or more, else q8_0 (llama.cpp's mixes keep these tensors at 6-8 bits because their
-// error reaches every token's logits directly).
+// error reaches every token's logits directly); f16 for the fp8 targets, as FP8 checkpoints keep
+// embed_tokens and lm_head in 16 bits.
 DType default_high_type(DType target);
 // Types tried, in order, when |t|'s block size does not divide a row: the nearest formats of at
 // least the same accuracy with smaller blocks, ending in f16 (block 1, always fits).
