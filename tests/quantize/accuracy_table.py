@@ -29,7 +29,7 @@ import sys
 import time
 
 FORMATS = ["f16", "bf16", "q8_0", "int8_pc", "int8_pc:calib", "fp8_e4m3", "fp8_e4m3:calib", "fp8_e4m3:head=fp8_e4m3",
-           "fp8_e4m3:calib:head=fp8_e4m3", "fp8_e5m2", "fp8_e5m2:head=fp8_e5m2", "q6_k", "q5_1", "q5_k", "q5_0",
+           "fp8_e4m3:calib:head=fp8_e4m3", "fp8_e5m2", "fp8_e5m2:calib", "fp8_e5m2:head=fp8_e5m2", "q6_k", "q5_1", "q5_k", "q5_0",
            "q4_1", "int4_g32", "q4_k", "q4_0", "q4_0:calib", "nvfp4", "int4_g64", "mxfp4", "int4_g128",
            "int4_g128:calib"]
 BEGIN, END = "<!-- accuracy-table:begin -->", "<!-- accuracy-table:end -->"
