@@ -6,6 +6,8 @@
 #include <map>
 
 #include "examples/cli/commands.h"
+#include "core/reference/reference.h"
+#include "core/registry.h"
 #include "examples/cli/common.h"
 #include "models/quantize/quantize.h"
 #include "models/safetensors/convert.h"
@@ -17,6 +19,8 @@ namespace {
 
 struct QuantizeCliOptions {
   std::string in, out, type, embed_type, output_type;
+  std::string calib, calib_device = "cpu";
+  int64_t calib_tokens = 4096;
   std::vector<std::string> rules;
   bool dry_run = false, quiet = false;
   int threads = 0;
@@ -85,6 +89,26 @@ void draw_bar(int64_t done, int64_t total, int* last) {
   std::fflush(stderr);
 }
 
+// Runs the source model over --calib's text on --calib-device and keeps each weight's input
+// statistics for GPTQ.
+Status calibrate(const QuantizeCliOptions& c, CalibrationStats* out) {
+  TS_ASSIGN_OR_RETURN(DevicePtr dev, c.calib_device == "reference"
+                                          ? Result<DevicePtr>(DevicePtr(std::make_shared<ref::ReferenceDevice>()))
+                                          : Registry::global().find(c.calib_device));
+  CalibrationOptions co;
+  co.max_tokens = c.calib_tokens;
+  if (!c.quiet && isatty(2))
+    co.progress = [](int64_t d, int64_t t) {
+      std::fprintf(stderr, "\rcalibrating: %lld/%lld tokens", (long long)d, (long long)t);
+      if (d >= t) std::fprintf(stderr, "\n");
+    };
+  TS_ASSIGN_OR_RETURN(*out, collect_calibration(c.in, dev, c.calib, co));
+  if (!c.quiet)
+    std::fprintf(stderr, "calibration: %lld tokens of %s in %d windows, statistics for %zu weights\n",
+                 (long long)out->tokens, c.calib.c_str(), out->windows, out->by_weight.size());
+  return OkStatus();
+}
+
 void quantize_command(const QuantizeCliOptions& c) {
   auto opts = build_options(c);
   if (!opts.ok()) return fail(opts.status());
@@ -98,12 +122,19 @@ void quantize_command(const QuantizeCliOptions& c) {
     return;
   }
   if (!c.quiet) print_summary(*plan);
+  CalibrationStats calib;
+  if (!c.calib.empty()) {
+    auto st = calibrate(c, &calib);
+    if (!st.ok()) return fail(st);
+    opts->calib = &calib;
+  }
   int last = -1;
   if (!c.quiet && isatty(2)) opts->progress = [&last](int64_t d, int64_t t) { draw_bar(d, t, &last); };
   auto stats = quantize_model(**src, *plan, *opts, c.out);
   if (!stats.ok()) return fail(stats.status());
   if (!c.quiet)
-    std::fprintf(stderr, "wrote %s: %.1f MB in %.1f s\n", c.out.c_str(), double(stats->bytes_out) / 1e6, stats->seconds);
+    std::fprintf(stderr, "wrote %s: %.1f MB in %.1f s%s\n", c.out.c_str(), double(stats->bytes_out) / 1e6, stats->seconds,
+                 opts->calib ? (", " + std::to_string(stats->gptq_tensors) + " tensors with GPTQ").c_str() : "");
 }
 
 }  // namespace
@@ -120,6 +151,13 @@ void add_quantize_command(CLI::App& app) {
   q->add_option("--embed-type", c->embed_type, "token embedding format (default: the target at >= 8 bits, else q8_0)");
   q->add_option("--output-type", c->output_type, "output head format (default: the target at >= 8 bits, else q8_0)");
   q->add_option("--rule", c->rules, "REGEX=TYPE: tensors whose name matches get TYPE (first match wins; repeatable)");
+  q->add_option("--calib", c->calib,
+                "calibration text (UTF-8): run the model on it and write the covered weights with GPTQ instead of "
+                "round-to-nearest");
+  q->add_option("--calib-tokens", c->calib_tokens, "calibration tokens at most, from the text's start (0: all)")
+      ->capture_default_str();
+  q->add_option("--calib-device", c->calib_device, "device that runs the calibration (cpu, reference, ...)")
+      ->capture_default_str();
   q->add_flag("--dry-run", c->dry_run, "print the per-tensor plan and write nothing");
   q->add_option("--threads", c->threads, "encoder threads (0: all cores)")->capture_default_str();
   q->add_flag("-q,--quiet", c->quiet, "no plan summary or progress bar");

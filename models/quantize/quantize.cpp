@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -30,6 +32,17 @@ struct Progress {
   }
 };
 
+// Every decoded value must be finite: rows [row0, row0 + n) of |p| in |x|.
+Status check_finite(const TensorSource& src, const TensorPlan& p, int64_t row0, int64_t n, const float* x) {
+  const int64_t cols = p.shape.back();
+  for (int64_t i = 0; i < n * cols; ++i) {
+    if (!std::isfinite(x[i]))
+      return InvalidArgument(src.path() + ": tensor '" + p.name + "': row " + std::to_string(row0 + i / cols) +
+                             ", column " + std::to_string(i % cols) + " is " + std::to_string(x[i]) + " (not finite)");
+  }
+  return OkStatus();
+}
+
 // Encodes rows [row0, row0 + n) of |p| into |dst| (their place in the output tensor).
 Status encode_rows(const TensorSource& src, const TensorPlan& p, int64_t row0, int64_t n, std::vector<float>* buf,
                    uint8_t* dst) {
@@ -38,15 +51,8 @@ Status encode_rows(const TensorSource& src, const TensorPlan& p, int64_t row0, i
   TS_RETURN_IF_ERROR(src.read_rows(p.index, row0, n, buf->data()));
   const DTypeTraits& tr = dtype_traits(p.to);
   const int64_t row_bytes = dtype_row_bytes(p.to, cols);
-  for (int64_t r = 0; r < n; ++r) {
-    const float* row = buf->data() + r * cols;
-    for (int64_t c = 0; c < cols; ++c) {
-      if (!std::isfinite(row[c]))
-        return InvalidArgument(src.path() + ": tensor '" + p.name + "': row " + std::to_string(row0 + r) + ", column " +
-                               std::to_string(c) + " is " + std::to_string(row[c]) + " (not finite)");
-    }
-    tr.quantize_row(row, dst + r * row_bytes, cols);
-  }
+  TS_RETURN_IF_ERROR(check_finite(src, p, row0, n, buf->data()));
+  for (int64_t r = 0; r < n; ++r) tr.quantize_row(buf->data() + r * cols, dst + r * row_bytes, cols);
   return OkStatus();
 }
 
@@ -93,6 +99,52 @@ Status convert_tensor(const TensorSource& src, const TensorPlan& p, int threads,
   return first_error;
 }
 
+// GPTQ factors, shared by the tensors that read the same input (q/k/v, gate/up): computed on first
+// use and dropped after the last, so at most a layer's worth is held.
+class FactorCache {
+ public:
+  FactorCache(const std::vector<TensorPlan>& plan, const QuantizeOptions& o) {
+    for (const TensorPlan& p : plan)
+      if (uses_gptq(p, o)) ++uses_[o.calib->find(p.name)];
+  }
+  Result<std::shared_ptr<const GptqFactor>> get(const Hessian* h, const std::string& what, int threads) {
+    std::shared_ptr<const GptqFactor>& e = cache_[h];
+    if (!e) {
+      TS_ASSIGN_OR_RETURN(GptqFactor f, gptq_factor(*h, what, 0.01, threads));
+      e = std::make_shared<const GptqFactor>(std::move(f));
+    }
+    std::shared_ptr<const GptqFactor> out = e;
+    if (--uses_[h] <= 0) cache_.erase(h);
+    return out;
+  }
+
+ private:
+  std::map<const Hessian*, int> uses_;
+  std::map<const Hessian*, std::shared_ptr<const GptqFactor>> cache_;
+};
+
+// One tensor written with GPTQ from its input statistics |h|: the whole matrix is decoded, swept
+// column by column (rows split across threads inside gptq_quantize), and encoded.
+Status gptq_tensor(const TensorSource& src, const TensorPlan& p, const Hessian& h, FactorCache* factors, int threads,
+                   Progress* progress, std::vector<uint8_t>* out) {
+  const SourceTensor& s = src.tensors()[p.index];
+  const int64_t rows = s.rows(), cols = s.cols();
+  const std::string what = src.path() + ": tensor '" + p.name + "'";
+  if (h.k != cols)
+    return InvalidArgument(what + ": calibration saw inputs of " + std::to_string(h.k) + " elements, rows have " +
+                           std::to_string(cols));
+  std::vector<float> w(size_t(rows * cols));
+  TS_RETURN_IF_ERROR(src.read_rows(p.index, 0, rows, w.data()));
+  TS_RETURN_IF_ERROR(check_finite(src, p, 0, rows, w.data()));
+  TS_ASSIGN_OR_RETURN(auto f, factors->get(&h, what, threads));
+  out->assign(size_t(p.out_bytes), 0);
+  int64_t reported = 0;
+  return gptq_quantize(p.to, *f, w.data(), rows, cols, out->data(), threads, [&](int64_t done) {
+    progress->add((done - reported) * cols);
+    reported = done;
+  });
+}
+
 bool is_rewritten_key(const std::string& k) {
   return k == "general.alignment" || k == "general.file_type" || k == "general.quantization_version";
 }
@@ -128,6 +180,11 @@ Status check_output(const TensorSource& src, const std::string& out_path, const 
 
 }  // namespace
 
+bool uses_gptq(const TensorPlan& p, const QuantizeOptions& o) {
+  return o.calib && o.calib->find(p.name) && p.shape.size() == 2 && gptq_supports(p.to) &&
+         p.name != "token_embd.weight";
+}
+
 Result<QuantizeStats> quantize_model(const TensorSource& src, const std::vector<TensorPlan>& plan,
                                      const QuantizeOptions& o, const std::string& out_path) {
   const auto start = std::chrono::steady_clock::now();
@@ -145,9 +202,16 @@ Result<QuantizeStats> quantize_model(const TensorSource& src, const std::vector<
   gguf::Writer w;
   Status st = copy_metadata(src, o, &w);
   std::vector<uint8_t> bytes;
+  FactorCache factors(plan, o);
+  int gptq_tensors = 0;
   for (size_t i = 0; st.ok() && i < plan.size(); ++i) {
     const TensorPlan& p = plan[i];
-    st = convert_tensor(src, p, threads, &progress, &bytes);
+    if (uses_gptq(p, o)) {
+      st = gptq_tensor(src, p, *o.calib->find(p.name), &factors, threads, &progress, &bytes);
+      ++gptq_tensors;
+    } else {
+      st = convert_tensor(src, p, threads, &progress, &bytes);
+    }
     if (st.ok()) st = w.add_tensor(p.name, p.to, p.shape, bytes.data(), bytes.size());
   }
   if (st.ok()) st = w.write(tmp_path);
@@ -162,6 +226,7 @@ Result<QuantizeStats> quantize_model(const TensorSource& src, const std::vector<
   }
   QuantizeStats stats;
   stats.bytes_out = int64_t(std::filesystem::file_size(out_path, ec));
+  stats.gptq_tensors = gptq_tensors;
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;
 }

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "models/quantize/calibrate.h"
 #include "models/quantize/tensor_source.h"
 
 namespace tessera {
@@ -42,13 +43,17 @@ struct QuantizeOptions {
   std::optional<DType> output_type;  // default: default_high_type(type)
   std::vector<QuantRule> rules;
   int threads = 0;  // 0: all hardware threads
+  // Calibration statistics (collect_calibration); when set, every tensor they cover whose target
+  // is a quantised format is written with GPTQ instead of round-to-nearest (uses_gptq).
+  const CalibrationStats* calib = nullptr;
   // (elements done, elements total) after each chunk of rows; called from one thread at a time.
   std::function<void(int64_t, int64_t)> progress;
 };
 
 // The type the embedding and output head get by default: the target itself when it has 8 bits
 // per weight or more, else q8_0 (llama.cpp's mixes keep these tensors at 6-8 bits because their
-// error reaches every token's logits directly).
+// error reaches every token's logits directly); f16 for the fp8 targets, as FP8 checkpoints keep
+// embed_tokens and lm_head in 16 bits.
 DType default_high_type(DType target);
 // Types tried, in order, when |t|'s block size does not divide a row: the nearest formats of at
 // least the same accuracy with smaller blocks, ending in f16 (block 1, always fits).
@@ -72,8 +77,15 @@ struct TensorPlan {
 
 Result<std::vector<TensorPlan>> plan_quantization(const TensorSource& src, const QuantizeOptions& o);
 
+// Whether quantize_model writes |p| with GPTQ: o.calib has its input statistics, its target is a
+// quantised format, and it is not token_embd.weight. A (tied) embedding table is also read by
+// row lookup, where GPTQ's trade of error between columns does not pay, so it stays
+// round-to-nearest.
+bool uses_gptq(const TensorPlan& p, const QuantizeOptions& o);
+
 struct QuantizeStats {
   int64_t bytes_out = 0;  // the whole output file
+  int gptq_tensors = 0;   // written with GPTQ
   double seconds = 0;
 };
 

@@ -9,6 +9,11 @@ Each format is quantised from that baseline with the default rules, then scored 
       --model models-cache/SmolLM2-135M-Instruct.Q4_1.gguf \
       --text tests/data/text/alice_ch1.txt --work /tmp/tessera-acc --update-doc docs/quant.md
 
+A format may carry options after colons: `calib` quantises with GPTQ calibrated on --calib-text
+(`tessera quantize --calib`), `head=TYPE` sets `--output-type TYPE`; e.g. `fp8_e4m3:calib` or
+`fp8_e4m3:head=fp8_e4m3`. Their rows name the variant; plain names are round-to-nearest with the
+default rules.
+
 Needs about 0.4 GB of disk per format at a time plus the 0.3 GB baseline logit file. Results
 are kept in WORK/results.json as each format finishes: --reuse keeps the baseline and the formats
 already measured, --render-only rebuilds the table from that file.
@@ -23,8 +28,10 @@ import subprocess
 import sys
 import time
 
-FORMATS = ["f16", "bf16", "q8_0", "int8_pc", "fp8_e4m3", "fp8_e5m2", "q6_k", "q5_1", "q5_k", "q5_0",
-           "q4_1", "int4_g32", "q4_k", "q4_0", "nvfp4", "int4_g64", "mxfp4", "int4_g128"]
+FORMATS = ["f16", "bf16", "q8_0", "int8_pc", "int8_pc:calib", "fp8_e4m3", "fp8_e4m3:calib", "fp8_e4m3:head=fp8_e4m3",
+           "fp8_e4m3:calib:head=fp8_e4m3", "fp8_e5m2", "fp8_e5m2:calib", "fp8_e5m2:head=fp8_e5m2", "q6_k", "q5_1", "q5_k", "q5_0",
+           "q4_1", "int4_g32", "q4_k", "q4_0", "q4_0:calib", "nvfp4", "int4_g64", "mxfp4", "int4_g128",
+           "int4_g128:calib"]
 BEGIN, END = "<!-- accuracy-table:begin -->", "<!-- accuracy-table:end -->"
 
 
@@ -34,8 +41,26 @@ def run(cmd):
     return p.returncode, p.stdout, p.stderr, time.time() - t0
 
 
-def quantize(args, src, dst, fmt):
-    rc, out, err, secs = run([f"{args.bin}/tessera", "quantize", src, dst, "--type", fmt])
+def split_variant(entry):
+    """'fp8_e4m3:calib:head=f16' -> ('fp8_e4m3', extra quantize args, variant text for the table)."""
+    fmt, *opts = entry.split(":")
+    extra, words = [], []
+    for o in opts:
+        if o == "calib":
+            extra += ["--calib", "{calib}"]
+            words.append("GPTQ")
+        elif o.startswith("head="):
+            extra += ["--output-type", o[5:]]
+            words.append(f"head {o[5:]}")
+        else:
+            raise SystemExit(f"{entry}: unknown option '{o}' (calib, head=TYPE)")
+    return fmt, extra, ", ".join(words) if words else "RTN"
+
+
+def quantize(args, src, dst, entry):
+    fmt, extra, _ = split_variant(entry)
+    extra = [a.replace("{calib}", args.calib_text) for a in extra]
+    rc, out, err, secs = run([f"{args.bin}/tessera", "quantize", src, dst, "--type", fmt] + extra)
     if rc != 0:
         raise RuntimeError(f"quantize {fmt}: {err.strip().splitlines()[-1] if err.strip() else rc}")
     plan = re.search(r"plan: \d+ tensors \(([^)]*)\)", err)
@@ -75,6 +100,7 @@ def fmt_kl(x):
 
 def mix_of(plan, fmt):
     """'f32 61, q4_k 30, q5_0 180, q8_0 1' -> '30 q4_k, 180 q5_0, 1 q8_0' (f32 norms left out)."""
+    fmt = fmt.split(":")[0]
     parts = [p.split() for p in plan.split(", ") if p]
     return ", ".join(f"{n} {t}" for t, n in parts if t != "f32" or fmt == "f32")
 
@@ -84,6 +110,8 @@ def main():
     ap.add_argument("--bin", default="build/bin")
     ap.add_argument("--model", default="models-cache/SmolLM2-135M-Instruct.Q4_1.gguf")
     ap.add_argument("--text", default="tests/data/text/alice_ch1.txt")
+    ap.add_argument("--calib-text", default="tests/data/text/alice_ch2.txt",
+                    help="calibration text of the ':calib' variants (not the scored text)")
     ap.add_argument("--work", default="/tmp/tessera-acc")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--window", type=int, default=512)
@@ -118,7 +146,7 @@ def main():
         for fmt in args.formats.split(","):
             if fmt in results and results[fmt]["r"] is not None:
                 continue
-            out = f"{args.work}/{fmt}.gguf"
+            out = f"{args.work}/{fmt.replace(':', '-').replace('=', '-')}.gguf"
             try:
                 plan, qsecs = quantize(args, base_gguf, out, fmt)
                 r = perplexity(args, out, ["--kl-base", base_logits])
@@ -134,20 +162,26 @@ def main():
             save()
     base = results["base"]["r"]
     order = ["base", "q4_1 source file"] + args.formats.split(",")
-    rows = [("f32 (baseline)" if k == "base" else k, results[k]["size"], results[k]["r"], results[k]["mix"])
-            for k in order if k in results]
+    rows = []
+    for k in order:
+        if k not in results:
+            continue
+        name, variant = ("f32 (baseline)", "") if k == "base" else (k, "")
+        if k not in ("base", "q4_1 source file"):
+            name, _, variant = split_variant(k)
+        rows.append((name, variant, results[k]["size"], results[k]["r"], results[k]["mix"]))
 
-    lines = ["| format | file MB | perplexity | ppl change | mean KL (± s.e.) | p99 KL | top-1 agreement | tensors (norms stay f32) |",
-             "|---|---:|---:|---:|---:|---:|---:|---|"]
-    for name, size, r, mix in rows:
+    lines = ["| format | variant | file MB | perplexity | ppl change | mean KL (± s.e.) | p99 KL | top-1 agreement | tensors (norms stay f32) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for name, variant, size, r, mix in rows:
         if r is None:
-            lines.append(f"| {name} | | | | | | | not run: {mix} |")
+            lines.append(f"| {name} | {variant} | | | | | | | not run: {mix} |")
             continue
         change = 100.0 * (r["ppl"] / base["ppl"] - 1.0)
         kl = f"{fmt_kl(r['kl'])} ± {fmt_kl(r['kl_se'])}" if "kl" in r else "0 (itself)"
         p99 = fmt_kl(r["kl_p99"]) if "kl" in r else ""
         top1 = f"{r['top1']:.2f} %" if "top1" in r else "100 %"
-        lines.append(f"| {name} | {size / 1e6:.1f} | {r['ppl']:.4f} | {change:+.2f} % | {kl} | {p99} | {top1} | {mix} |")
+        lines.append(f"| {name} | {variant} | {size / 1e6:.1f} | {r['ppl']:.4f} | {change:+.2f} % | {kl} | {p99} | {top1} | {mix} |")
     table = "\n".join(lines)
     print(table)
     if args.update_doc:

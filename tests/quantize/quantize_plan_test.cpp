@@ -44,10 +44,16 @@ TEST_F(QuantizePlan, LlamaMixFollowsTheRules) {
 
 TEST_F(QuantizePlan, EightBitTargetsKeepEmbeddingsAtTheTarget) {
   QuantizeOptions o;
-  o.type = DType::kFP8_E4M3;
+  o.type = DType::kINT8_PC;
   auto plan = plan_of("llama.gguf", o);
-  EXPECT_EQ(plan["token_embd.weight"].to, DType::kFP8_E4M3);
-  EXPECT_EQ(plan["output.weight"].to, DType::kFP8_E4M3);
+  EXPECT_EQ(plan["token_embd.weight"].to, DType::kINT8_PC);
+  EXPECT_EQ(plan["output.weight"].to, DType::kINT8_PC);
+  // FP8 keeps them in f16, as FP8 checkpoints keep embed_tokens and lm_head in 16 bits.
+  o.type = DType::kFP8_E4M3;
+  plan = plan_of("llama.gguf", o);
+  EXPECT_EQ(plan["token_embd.weight"].to, DType::kF16);
+  EXPECT_EQ(plan["output.weight"].to, DType::kF16);
+  EXPECT_EQ(plan["blk.0.attn_q.weight"].to, DType::kFP8_E4M3);
   o.embed_type = DType::kF16;
   o.output_type = DType::kQ6_K;  // 64-wide rows: falls back to q8_0
   plan = plan_of("llama.gguf", o);
@@ -135,6 +141,8 @@ TEST(QuantizeOptionsParse, FallbackChainsEndInATypeThatAlwaysFits) {
   EXPECT_EQ(default_high_type(DType::kQ4_K), DType::kQ8_0);
   EXPECT_EQ(default_high_type(DType::kINT8_PC), DType::kINT8_PC);
   EXPECT_EQ(default_high_type(DType::kBF16), DType::kBF16);
+  EXPECT_EQ(default_high_type(DType::kFP8_E4M3), DType::kF16);  // as FP8 checkpoints keep lm_head
+  EXPECT_EQ(default_high_type(DType::kFP8_E5M2), DType::kF16);
 }
 
 }  // namespace
