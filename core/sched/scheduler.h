@@ -55,7 +55,7 @@ struct SchedulerConfig {
   // prefill always progresses; max_batch_tokens stays the hard cap. With no decode running,
   // prefill fills the budget. itl_factor 0 turns the policy off: chunks then fill the budget
   // (plans independent of timing).
-  double itl_factor = 2.0;
+  double itl_factor = 4.0;  // 4 keeps a long prompt's TTFT near a fixed 512-token budget's (docs/serving.md)
   double max_step_ms = 0.0;
   int32_t min_prefill_chunk = 4;
   StepCostCoefficients cost_prior;  // the engine fills it from ModelRunner::cost_prior
