@@ -112,6 +112,16 @@ struct FmtQ6K : NoRowScale {
   static constexpr int kSub = 8;
   static constexpr int64_t kHeader = 0;
 #ifdef TESSERA_Q8_X86
+  // The unsigned 6-bit codes (0..63) of half h's four 32-element sub-blocks.
+  static HWY_INLINE void codes(const Block& wb, int h, __m256i q[4]) {
+    const __m256i three = _mm256_set1_epi8(3);
+    const __m256i l0 = load32(wb.ql + 64 * h), l1 = load32(wb.ql + 64 * h + 32);
+    const __m256i qh = load32(wb.qh + 32 * h);
+    q[0] = _mm256_or_si256(low_nibbles(l0), _mm256_slli_epi16(_mm256_and_si256(qh, three), 4));
+    q[1] = _mm256_or_si256(low_nibbles(l1), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), three), 4));
+    q[2] = _mm256_or_si256(high_nibbles(l0), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), three), 4));
+    q[3] = _mm256_or_si256(high_nibbles(l1), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), three), 4));
+  }
   template <int R>
   static HWY_INLINE void block(const Block& wb, const ActQ8* const* x, int64_t b0, __m256* acc0, __m256* acc1,
                                float*) {
@@ -121,17 +131,10 @@ struct FmtQ6K : NoRowScale {
     const __m128i sc16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.scales));
     const __m256 scale[2] = {_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc16))),
                              _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(sc16, sc16))))};
-    const __m256i three = _mm256_set1_epi8(3);
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
-      const __m256i l0 = load32(wb.ql + 64 * h), l1 = load32(wb.ql + 64 * h + 32);
-      const __m256i qh = load32(wb.qh + 32 * h);
-      const __m256i q[4] = {
-          _mm256_or_si256(low_nibbles(l0), _mm256_slli_epi16(_mm256_and_si256(qh, three), 4)),
-          _mm256_or_si256(low_nibbles(l1), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), three), 4)),
-          _mm256_or_si256(high_nibbles(l0), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), three), 4)),
-          _mm256_or_si256(high_nibbles(l1), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), three), 4)),
-      };
+      __m256i q[4];
+      codes(wb, h, q);
 #pragma GCC unroll 4
       for (int t = 0; t < 4; ++t) {
         const __m256i pick = _mm256_setr_epi32(2 * t, 2 * t, 2 * t, 2 * t, 2 * t + 1, 2 * t + 1, 2 * t + 1, 2 * t + 1);
@@ -153,17 +156,10 @@ struct FmtQ6K : NoRowScale {
                       _mm256_permutevar8x32_ps(dx, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3))),
         _mm256_mul_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(sc16, sc16)))),
                       _mm256_permutevar8x32_ps(dx, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7)))};
-    const __m256i three = _mm256_set1_epi8(3);
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
-      const __m256i l0 = load32(wb.ql + 64 * h), l1 = load32(wb.ql + 64 * h + 32);
-      const __m256i qh = load32(wb.qh + 32 * h);
-      const __m256i q[4] = {
-          _mm256_or_si256(low_nibbles(l0), _mm256_slli_epi16(_mm256_and_si256(qh, three), 4)),
-          _mm256_or_si256(low_nibbles(l1), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), three), 4)),
-          _mm256_or_si256(high_nibbles(l0), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), three), 4)),
-          _mm256_or_si256(high_nibbles(l1), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), three), 4)),
-      };
+      __m256i q[4];
+      codes(wb, h, q);
 #pragma GCC unroll 4
       for (int t = 0; t < 4; ++t) {
         const ActQ8& xb = x[b0 + 4 * h + t];
