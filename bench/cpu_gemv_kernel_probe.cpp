@@ -20,7 +20,10 @@
 #include "backends/cpu/kernels.h"
 #include "quant/dtype.h"
 
+#include "bench/read_loop.h"
+
 using namespace tessera;
+using tessera::bench::read_avx2;
 
 namespace {
 double thread_cpu_seconds() {
@@ -29,18 +32,6 @@ double thread_cpu_seconds() {
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
-__attribute__((target("avx2"))) float read_avx2(const float* p, int64_t n) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  for (int64_t i = 0; i + 32 <= n; i += 32) {
-    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
-    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
-    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
-    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
-  }
-  float o[8];
-  _mm256_storeu_ps(o, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-  return o[0] + o[7];
-}
 }  // namespace
 
 int main(int argc, char** argv) {

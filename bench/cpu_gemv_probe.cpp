@@ -20,7 +20,10 @@
 #include "backends/cpu/cpu_device.h"
 #include "core/reference/reference.h"
 
+#include "bench/read_loop.h"
+
 using namespace tessera;
+using tessera::bench::read_avx2;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -36,19 +39,6 @@ double process_cpu_seconds() {
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
-}
-
-__attribute__((target("avx2"))) float read_avx2(const float* p, int64_t n) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  for (int64_t i = 0; i + 32 <= n; i += 32) {
-    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
-    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
-    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
-    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
-  }
-  float out[8];
-  _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-  return out[0] + out[7];
 }
 
 // GB/s of |threads| threads reading |n_bufs| buffers of |bytes| each, every thread its own half.

@@ -20,6 +20,7 @@
 #include "backends/cpu/thread_pool.h"
 #include "bench/ceilings.h"
 #include "bench/commands.h"
+#include "bench/read_loop.h"
 #include "bench/sweep.h"
 #include "bench/timing.h"
 
@@ -53,20 +54,6 @@ Timing time_repeats(int threads, int reps, Fn fn) {
   return {median(wall), median(cpu)};
 }
 
-#if defined(__x86_64__)
-__attribute__((target("avx2"))) float read_avx2(const float* p, int64_t n) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  for (int64_t i = 0; i + 32 <= n; i += 32) {
-    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
-    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
-    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
-    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
-  }
-  float out[8];
-  _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-  return out[0] + out[7];
-}
-#endif
 float read_plain(const float* p, int64_t n) {
   float s[8] = {};
   for (int64_t i = 0; i + 8 <= n; i += 8)
