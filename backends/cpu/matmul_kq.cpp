@@ -42,29 +42,42 @@ struct FmtQK : NoRowScale {
   static constexpr int kSub = 8;
   static constexpr int64_t kHeader = 0;
 #ifdef TESSERA_Q8_X86
+  // The eight sub-block scales d * sc[j] and mins dmin * m[j] as floats.
+  static HWY_INLINE void scales(const Block& wb, __m256* scale, __m256* mins) {
+    uint64_t sc8, m8;
+    k_scales(wb.scales, &sc8, &m8);
+    *scale = _mm256_mul_ps(f16_splat(wb.d), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(sc8)))));
+    *mins = _mm256_mul_ps(f16_splat(wb.dmin), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(m8)))));
+  }
+  // Chunk c's unsigned codes of sub-blocks 2c (lo) and 2c+1 (hi). Q5_K: bits 2c and 2c+1 of every
+  // qh byte move to bit 4; *qh (load32(wb.qh) before chunk 0) is shifted right 2 per chunk.
+  static HWY_INLINE void codes(const Block& wb, int c, __m256i* qh, __m256i* lo, __m256i* hi) {
+    const __m256i v = load32(wb.qs + 32 * c);
+    *lo = low_nibbles(v);
+    *hi = high_nibbles(v);
+    if constexpr (kBits == 5) {
+      const __m256i one = _mm256_set1_epi8(1);
+      *lo = _mm256_or_si256(*lo, _mm256_slli_epi16(_mm256_and_si256(*qh, one), 4));
+      *hi = _mm256_or_si256(*hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(*qh, 1), one), 4));
+      *qh = _mm256_srli_epi16(*qh, 2);
+    }
+  }
   template <int R>
   static HWY_INLINE void block(const Block& wb, const ActQ8* const* x, int64_t b0, __m256* acc0, __m256* acc1,
                                float* off) {
     // The eight sub-block scales and mins as floats, once per super-block (vector converts; the
     // per-sub-block broadcasts then read them from the stack).
-    uint64_t sc8, m8;
-    k_scales(wb.scales, &sc8, &m8);
+    __m256 scale_v, mins_v;
+    scales(wb, &scale_v, &mins_v);
     alignas(32) float scale[8], mins[8];
-    _mm256_store_ps(scale, _mm256_mul_ps(f16_splat(wb.d), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(sc8))))));
-    _mm256_store_ps(mins, _mm256_mul_ps(f16_splat(wb.dmin), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(m8))))));
+    _mm256_store_ps(scale, scale_v);
+    _mm256_store_ps(mins, mins_v);
     __m256i qh = _mm256_setzero_si256();
     if constexpr (kBits == 5) qh = load32(wb.qh);
-    const __m256i one = _mm256_set1_epi8(1);
 #pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) {
-      const __m256i v = load32(wb.qs + 32 * c);
-      __m256i lo = low_nibbles(v), hi = high_nibbles(v);
-      if constexpr (kBits == 5) {
-        // Bits 2c and 2c+1 of every qh byte, moved to bit 4; qh is shifted right 2 per chunk.
-        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(qh, one), 4));
-        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4));
-        qh = _mm256_srli_epi16(qh, 2);
-      }
+      __m256i lo, hi;
+      codes(wb, c, &qh, &lo, &hi);
       accum<R, false, -1>(lo, _mm256_broadcast_ss(&scale[2 * c]), x, b0 + 2 * c, acc0);
       accum<R, false, -1>(hi, _mm256_broadcast_ss(&scale[2 * c + 1]), x, b0 + 2 * c + 1, acc1);
     }
@@ -78,24 +91,16 @@ struct FmtQK : NoRowScale {
   static HWY_INLINE void group(const Block* wbp, const ActQ8* x, const ActPairs& xp, int64_t b0, __m256* acc,
                                __m256* off) {
     const Block& wb = *wbp;
-    uint64_t sc8, m8;
-    k_scales(wb.scales, &sc8, &m8);
-    const __m256 scale = _mm256_mul_ps(f16_splat(wb.d), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(sc8)))));
-    const __m256 mins = _mm256_mul_ps(f16_splat(wb.dmin), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(m8)))));
+    __m256 scale, mins;
+    scales(wb, &scale, &mins);
     const __m256 sc = _mm256_mul_ps(scale, _mm256_loadu_ps(xp.dx + b0));
     *off = _mm256_fnmadd_ps(mins, _mm256_loadu_ps(xp.s + b0), *off);
     __m256i qh = _mm256_setzero_si256();
     if constexpr (kBits == 5) qh = load32(wb.qh);
-    const __m256i one = _mm256_set1_epi8(1);
 #pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) {
-      const __m256i v = load32(wb.qs + 32 * c);
-      __m256i lo = low_nibbles(v), hi = high_nibbles(v);
-      if constexpr (kBits == 5) {
-        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(qh, one), 4));
-        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4));
-        qh = _mm256_srli_epi16(qh, 2);
-      }
+      __m256i lo, hi;
+      codes(wb, c, &qh, &lo, &hi);
       const __m256i plo = dot_u8s8(lo, load32(x[b0 + 2 * c].qs)), phi = dot_u8s8(hi, load32(x[b0 + 2 * c + 1].qs));
       acc[(2 * c) & 3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(plo), lane_splat(sc, 2 * c), acc[(2 * c) & 3]);
       acc[(2 * c + 1) & 3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(phi), lane_splat(sc, 2 * c + 1), acc[(2 * c + 1) & 3]);
