@@ -114,7 +114,6 @@ class Scheduler {
   void commit(const std::vector<ScheduledSeq>& scheduled);
   // The planned step took |ms| (the engine times it): fits the step cost model.
   void observe(double ms);
-  const StepCostModel& cost_model() const { return cost_; }
   // Frees the blocks of a finished or cancelled sequence and forgets it.
   void finish(RequestId id);
   Sequence* find(RequestId id);

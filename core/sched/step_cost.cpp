@@ -52,8 +52,7 @@ void StepCostModel::observe(const StepShape& s, double measured_ms) {
   // Relative errors: divide the regression row by the measured time (target 1).
   Vec x = features(s);
   for (double& v : x) v /= measured_ms;
-  double pred = 0;
-  for (int i = 0; i < kTerms; ++i) pred += x[size_t(i)] * theta_[size_t(i)];
+  const double pred = predict_ms(s) / measured_ms;
   double err = 1.0 - pred;
   // A step stalled by something else (another process, page faults) is an outlier: once the
   // fit has settled, clip its residual to a few times the typical one.

@@ -59,7 +59,6 @@ class StepCostModel {
   int32_t max_chunk(const StepShape& base, int32_t n_computed, double limit_ms, int32_t cap) const;
 
   StepCostCoefficients coefficients() const;
-  const StepCostCoefficients& prior() const { return prior_; }
   int64_t n_observed() const { return n_observed_; }
   // The most tokens in one observed step: the fit is trusted to extrapolate only so far.
   int32_t max_tokens_observed() const { return max_tokens_observed_; }

@@ -319,7 +319,6 @@ Result<GptqFactor> gptq_factor(const Hessian& h, const std::string& what, double
                          std::to_string(f.damp) + " (mean diagonal " + std::to_string(mean_diag) + ")");
 }
 
-bool gptq_has_rounding(DType t) { return rounding_of(t) != nullptr; }
 
 bool gptq_supports(DType t) {
   const DTypeTraits& tr = dtype_traits(t);

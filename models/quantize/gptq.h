@@ -10,7 +10,7 @@
 // error-updated weights, and then round its columns one at a time with those parameters
 // (q8_0, q4_0, q4_1, q5_0, q5_1, int4_g*). Formats without a per-element rounding hook here
 // (q4_k, q5_k, q6_k, mxfp4, nvfp4) quantise the whole block with the reference at that point and
-// push the error of each of its columns onward; see gptq_has_rounding.
+// push the error of each of its columns onward.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -43,8 +43,6 @@ struct GptqFactor {
 };
 Result<GptqFactor> gptq_factor(const Hessian& h, const std::string& what, double damp_frac = 0.01, int threads = 1);
 
-// Whether |t| rounds element by element under GPTQ (else whole blocks; see the top comment).
-bool gptq_has_rounding(DType t);
 // Whether gptq_quantize accepts |t| at all (every quantised format with a reference quantiser).
 bool gptq_supports(DType t);
 
