@@ -16,18 +16,14 @@
 #include <vector>
 
 #include "backends/cpu/cpu_device.h"
+#include "bench/timing.h"
 #include "core/reference/reference.h"
 
 using namespace tessera;
+using tessera::bench::process_cpu_seconds;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-double process_cpu_seconds() {
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
-
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
