@@ -1,5 +1,6 @@
 #include "models/safetensors/repack.h"
 
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -130,9 +131,12 @@ Result<std::vector<uint8_t>> repack_nvfp4(const uint8_t* packed, const uint8_t* 
       for (int s = 0; s < 4; ++s) {
         const uint8_t sc = scales[r * subs + b * 4 + s];
         // Our UE4M3 ignores the sign bit, and 0x7F reads as 0 where E4M3FN has NaN.
-        if ((sc & 0x80) || sc == 0x7F)
-          return InvalidArgument("NVFP4 scale byte 0x" + std::to_string(sc) + " (row " + std::to_string(r) + ", sub-block " +
+        if ((sc & 0x80) || sc == 0x7F) {
+          char hex[8];
+          std::snprintf(hex, sizeof hex, "0x%02X", unsigned(sc));
+          return InvalidArgument(std::string("NVFP4 scale byte ") + hex + " (row " + std::to_string(r) + ", sub-block " +
                                  std::to_string(b * 4 + s) + ") is negative or NaN");
+        }
         blk.d[s] = sc;
         const int64_t base = (b * 64 + s * 16) / 2;  // byte of this sub-block's first element
         auto e2m1 = [&](int j) { return (row[base + j / 2] >> (4 * (j & 1))) & 15; };
