@@ -86,10 +86,12 @@ TEST(MoeDenseEquivalence, SmolLM2WithCopiedExpertsMatchesTheDenseModel) {
     // Not bit-identical: an expert that receives one row takes the decode GEMV, the dense model's
     // prefill the multi-row kernel; their f32 sums differ in order, and kernels that round
     // activations to int8 turn such 1e-7 differences into flipped roundings in later layers
-    // (~1e-2 here, the same size as two CPU builds' decode differ). A wrong gather, scatter or
-    // expert weighting moves the logits by far more than that.
+    // (0.014 measured on the CPU, the size by which two CPU builds' decodes differ). Float
+    // kernels (Vulkan: 7e-7) keep the bit-level bound. A wrong gather, scatter or expert
+    // weighting moves the logits by far more than either.
     const double nrmse = std::sqrt(num / den);
-    EXPECT_LT(nrmse, 0.05) << "normalised RMS difference of the logits";
+    const double tol = dev->info().kind == DeviceKind::kCpu ? 0.03 : 1e-4;
+    EXPECT_LT(nrmse, tol) << "normalised RMS difference of the logits";
     std::printf("[ info ] %s: dense vs MoE copy logits nrmse %.3g\n", dev->info().id.c_str(), nrmse);
     const size_t V = size_t((*dense)->vocab_size());
     int decisive = 0;
