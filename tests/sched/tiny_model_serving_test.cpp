@@ -14,6 +14,7 @@
 #include "core/registry.h"
 #include "core/sched/engine.h"
 #include "models/model.h"
+#include "tests/support/test_support.h"
 
 namespace tessera {
 namespace {
@@ -29,40 +30,44 @@ class TinyModelFile : public ::testing::Environment {
  public:
   void SetUp() override {
     const char* bin = std::getenv("TESSERA_BIN");
-    if (!bin) return;
-    const std::filesystem::path tool = std::filesystem::path(bin) / "make_tiny_model";
-    if (!std::filesystem::exists(tool)) return;
-    const std::string p =
-        (std::filesystem::temp_directory_path() / ("tessera_sched_tiny_" + std::to_string(::getpid()) + ".gguf")).string();
+    if (!bin || !std::filesystem::exists(std::filesystem::path(bin) / "make_tiny_model")) return;
+    dir = testing::process_temp_dir("tessera_sched_tiny");
+    const std::string p = dir + "/tiny.gguf";
     // Head dim 32: the 8-bit KV formats need whole 32-element rows.
-    const std::string cmd =
-        tool.string() + " --arch llama --dtype f32 --dim 128 --heads 4 --kv-heads 2 --ff 256 --out " + p + " > /dev/null";
-    if (std::system(cmd.c_str()) == 0) path = p;
+    failed_cmd = testing::run_make_tiny_model("--arch llama --dtype f32 --dim 128 --heads 4 --kv-heads 2 --ff 256 --out " + p);
+    if (failed_cmd.empty()) path = p;
   }
   void TearDown() override {
     models.clear();  // before the registry's devices go at exit
-    if (!path.empty()) std::filesystem::remove(path);
+    if (!dir.empty()) std::filesystem::remove_all(dir);
   }
-  static std::string path;
+  static std::string dir, path, failed_cmd;
   static std::map<std::string, std::unique_ptr<Model>> models;  // one per device, loaded once
 };
-std::string TinyModelFile::path;
+std::string TinyModelFile::dir, TinyModelFile::path, TinyModelFile::failed_cmd;
 std::map<std::string, std::unique_ptr<Model>> TinyModelFile::models;
 [[maybe_unused]] const auto* const kTinyModelFile = ::testing::AddGlobalTestEnvironment(new TinyModelFile);
 
 class TinyModelServing : public ::testing::TestWithParam<std::string> {
  protected:
   // The model on |device|, loaded on first use (loading uploads the weights).
-  static Model* model_for(const std::string& device, std::string* why) {
+  // |skip| is set only where the test cannot run here (no tool, no such device), never on errors.
+  static Model* model_for(const std::string& device, std::string* why, bool* skip) {
     auto& models = TinyModelFile::models;
     if (auto it = models.find(device); it != models.end()) return it->second.get();
+    if (!TinyModelFile::failed_cmd.empty()) {
+      *why = "make_tiny_model failed: " + TinyModelFile::failed_cmd;
+      return nullptr;
+    }
     if (TinyModelFile::path.empty()) {
       *why = "no tiny model: TESSERA_BIN/make_tiny_model is needed (build make_tiny_model)";
+      *skip = true;
       return nullptr;
     }
     auto dev = Registry::global().find(device);
     if (!dev.ok()) {
       *why = "no " + device + " device: " + dev.status().to_string();
+      *skip = true;
       return nullptr;
     }
     auto m = Model::load(TinyModelFile::path, *dev);
@@ -74,8 +79,9 @@ class TinyModelServing : public ::testing::TestWithParam<std::string> {
   }
   void SetUp() override {
     std::string why;
-    model_ = model_for(GetParam(), &why);
-    if (!model_ && why.rfind("no ", 0) == 0) GTEST_SKIP() << why;
+    bool skip = false;
+    model_ = model_for(GetParam(), &why, &skip);
+    if (skip) GTEST_SKIP() << why;
     ASSERT_NE(model_, nullptr) << why;
   }
 
