@@ -5,7 +5,6 @@
 // per device ("cpu", "vulkan"); a device that is absent skips with the registry's reason.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
