@@ -3,10 +3,12 @@
 // the same thread count, and the prefill GEMM (M = 512) in GFLOP/s next to oneDNN's f32, bf16
 // and int8 GEMM peaks measured in the same run.
 //
-// The machines are shared, so every figure is given twice: by wall time and by CPU time (process
-// CPU seconds / threads: the time the work would take unloaded, since the pool's idle workers
-// block rather than spin). Both are medians of repeats; the % of read bandwidth compares like
-// with like (CPU time with CPU time).
+// The machines are shared and their bandwidth drifts by +-15% within seconds (other tenants,
+// clock changes), so the share of read bandwidth is PAIRED: every GEMV pass (all weight copies
+// once) is timed next to a read pass over as many bytes of a separate buffer, in alternating
+// order, on the same thread pool, and the figure is the median of the per-pair ratios. Every
+// figure is given by wall time and by CPU time (process CPU seconds / threads); the pool spins
+// briefly between jobs, so on a quiet machine the two agree.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -37,21 +39,15 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Seconds per call of |fn| by wall time and by CPU time / threads (medians of |reps| after two
-// warm-up calls).
 struct Timing {
-  double wall = 0, cpu = 0;
+  double wall = 0, cpu = 0;  // seconds
 };
+// Wall and CPU time / threads of one call of |fn|; {} when fn fails.
 template <class Fn>
-Timing time_repeats(int threads, int reps, Fn fn) {
-  std::vector<double> wall, cpu;
-  for (int r = 0; r < reps + 2; ++r) {
-    const double c0 = process_cpu_seconds(), t0 = now_seconds();
-    if (!fn()) return {};
-    const double w = now_seconds() - t0, c = (process_cpu_seconds() - c0) / threads;
-    if (r >= 2) wall.push_back(w), cpu.push_back(c);
-  }
-  return {median(wall), median(cpu)};
+Timing time_once(int threads, Fn fn) {
+  const double c0 = process_cpu_seconds(), t0 = now_seconds();
+  if (!fn()) return {};
+  return {now_seconds() - t0, (process_cpu_seconds() - c0) / threads};
 }
 
 float read_plain(const float* p, int64_t n) {
@@ -61,32 +57,51 @@ float read_plain(const float* p, int64_t n) {
   return s[0] + s[7];
 }
 
-// Read bandwidth of the CPU backend's own thread pool: each thread first touches and then reads
-// its contiguous part of |bytes| (like the GEMV, whose threads each stream their own weight rows).
-Timing read_bandwidth_seconds(int threads, int64_t bytes, int reps) {
-  cpu::ThreadPool pool(threads);
-  const int64_t n = bytes / 4 / (64 * threads) * (64 * threads);
-  auto* buf = static_cast<float*>(std::aligned_alloc(64, size_t(n) * 4));
-  if (!buf) return {};
-  pool.run_on_all([&](int t) { std::fill(buf + n * t / threads, buf + n * (t + 1) / threads, 1.0f); });
-  bool avx2 = false;
+// A read-bandwidth pass on the CPU backend's own thread pool: each thread reads its contiguous
+// part of a window of the buffer (like the GEMV, whose threads each stream their own weight
+// rows). The buffer is first touched by the thread that later reads each part, and successive
+// windows rotate through it, so no window is still in the last-level cache.
+class ReadPass {
+ public:
+  ReadPass(cpu::ThreadPool& pool, int64_t bytes) : pool_(pool), n_(bytes / 4 / (64 * pool.size()) * (64 * pool.size())) {
+    buf_ = static_cast<float*>(std::aligned_alloc(64, size_t(n_) * 4));
+    if (!buf_) return;
+    const int t = pool.size();
+    pool.run_on_all([&](int i) { std::fill(buf_ + n_ * i / t, buf_ + n_ * (i + 1) / t, 1.0f); });
 #if defined(__x86_64__)
-  avx2 = __builtin_cpu_supports("avx2");
+    avx2_ = __builtin_cpu_supports("avx2");
 #endif
-  std::vector<float> sink(static_cast<size_t>(threads), 0.0f);
-  const Timing t = time_repeats(threads, reps, [&] {
-    pool.run_on_all([&](int i) {
-      const float* p = buf + n * i / threads;
+    sink_.assign(size_t(t), 0.0f);
+  }
+  ~ReadPass() { std::free(buf_); }
+  bool ok() const { return buf_ != nullptr; }
+  // Reads |bytes| (at most the buffer) and returns the time it took.
+  Timing run(int64_t bytes) {
+    const int t = pool_.size();
+    const int64_t w = std::min(n_, bytes / 4 / (64 * t) * (64 * t));
+    if (next_ + w > n_) next_ = 0;
+    const float* base = buf_ + next_;
+    next_ += w;
+    return time_once(t, [&] {
+      pool_.run_on_all([&](int i) {
+        const float* p = base + w * i / t;
 #if defined(__x86_64__)
-      if (avx2) { sink[size_t(i)] += read_avx2(p, n / threads); return; }
+        if (avx2_) { sink_[size_t(i)] += read_avx2(p, w / t); return; }
 #endif
-      sink[size_t(i)] += read_plain(p, n / threads);
+        sink_[size_t(i)] += read_plain(p, w / t);
+      });
+      return true;
     });
-    return true;
-  });
-  std::free(buf);
-  return t;
-}
+  }
+
+ private:
+  cpu::ThreadPool& pool_;
+  int64_t n_;
+  float* buf_ = nullptr;
+  int64_t next_ = 0;
+  bool avx2_ = false;
+  std::vector<float> sink_;
+};
 
 // A weight [N, K] of |w| quantised from uniform [-1, 1) values (fixed seed).
 std::vector<uint8_t> weight_image(DType w, int64_t N, int64_t K) {
@@ -109,9 +124,18 @@ struct Row {
   double wall_value, cpu_value, pct_wall, pct_cpu;  // GB/s (gemv) or GFLOP/s (gemm)
 };
 
+struct Measured {
+  Timing call;                            // median seconds per matmul
+  double ratio_wall = 0, ratio_cpu = 0;   // median over pairs of GEMV GB/s / read GB/s
+  double read_wall = 0, read_cpu = 0;     // median GB/s of the paired read passes
+};
+
 // Times matmul x[M, K] @ w^T on |device| over |copies| distinct weights in one graph (so a GEMV
-// streams a working set several times the last-level cache). Returns seconds per matmul.
-Result<Timing> time_matmul(cpu::CpuDevice& device, DType w, int64_t M, int64_t N, int64_t K, int copies, int reps) {
+// streams a working set several times the last-level cache), |reps| times after 2 warm-ups. With
+// |read|, each pass is paired with a read pass over the same number of bytes, the two run in
+// alternating order.
+Result<Measured> time_matmul(cpu::CpuDevice& device, DType w, int64_t M, int64_t N, int64_t K, int copies, int reps,
+                             ReadPass* read) {
   const std::vector<uint8_t> img = weight_image(w, N, K);
   std::vector<Tensor> ws;
   for (int i = 0; i < copies; ++i) {
@@ -123,33 +147,50 @@ Result<Timing> time_matmul(cpu::CpuDevice& device, DType w, int64_t M, int64_t N
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (float& v : xs) v = u(rng);
   TS_ASSIGN_OR_RETURN(Tensor x, upload_new(device, Tensor::make(DType::kF32, {M, K}), xs.data()));
+  const int threads = device.info().threads;
+  const int64_t pass_bytes = int64_t(copies) * dtype_row_bytes(w, K) * N;
   Status status;
-  const Timing t = time_repeats(device.info().threads, reps, [&] {
-    Graph g;
-    const ValueId xv = g.input(x);
-    for (const Tensor& wt : ws) g.mark_output(g.matmul(xv, g.input(wt)));
-    status = device.compute(g);
-    return status.ok();
-  });
-  TS_RETURN_IF_ERROR(status);
-  return Timing{t.wall / copies, t.cpu / copies};
+  const auto pass = [&] {
+    return time_once(threads, [&] {
+      Graph g;
+      const ValueId xv = g.input(x);
+      for (const Tensor& wt : ws) g.mark_output(g.matmul(xv, g.input(wt)));
+      status = device.compute(g);
+      return status.ok();
+    });
+  };
+  std::vector<double> wall, cpu, rw, rc, bw, bc;
+  for (int r = 0; r < reps + 2; ++r) {
+    Timing rd, t;
+    if (read && r % 2 == 0) rd = read->run(pass_bytes);
+    t = pass();
+    TS_RETURN_IF_ERROR(status);
+    if (read && r % 2 == 1) rd = read->run(pass_bytes);
+    if (r < 2) continue;
+    wall.push_back(t.wall / copies), cpu.push_back(t.cpu / copies);
+    if (read && rd.wall > 0 && rd.cpu > 0) {
+      rw.push_back(rd.wall / t.wall), rc.push_back(rd.cpu / t.cpu);
+      bw.push_back(double(pass_bytes) / rd.wall / 1e9), bc.push_back(double(pass_bytes) / rd.cpu / 1e9);
+    }
+  }
+  return Measured{{median(wall), median(cpu)}, median(rw), median(rc), median(bw), median(bc)};
 }
 
 }  // namespace
 
 int run_gemv(const GemvArgs& a) {
   const int64_t N = a.quick ? 2048 : 8192, K = 2048, M_prefill = a.quick ? 64 : 512, N_prefill = 2048;
-  const int reps = a.quick ? 5 : 11;
+  const int reps = a.quick ? 5 : 15;
   const double working_set = 4.0 * double(last_level_cache_bytes());
   std::vector<Row> rows;
   for (int t : a.threads) {
     if (t < 1) continue;
-    const Timing bw = read_bandwidth_seconds(t, a.quick ? int64_t(256) << 20 : int64_t(1) << 30, reps);
-    const double bytes = double(a.quick ? int64_t(256) << 20 : int64_t(1) << 30) / 1e9;
-    const double read_wall = bw.wall > 0 ? bytes / bw.wall : 0, read_cpu = bw.cpu > 0 ? bytes / bw.cpu : 0;
-    std::printf("read bandwidth, %d thread%s (thread pool, first touch by the reader): wall %.1f GB/s, cpu-time %.1f GB/s\n",
-                t, t > 1 ? "s" : "", read_wall, read_cpu);
-    rows.push_back({t, "-", "read", read_wall, read_cpu, 100, 100});
+    cpu::CpuDevice device(t);
+    ReadPass read(device.pool(), a.quick ? int64_t(256) << 20 : int64_t(1) << 30);
+    if (!read.ok()) {
+      std::fprintf(stderr, "tessera-bench: cannot allocate the read-bandwidth buffer\n");
+      return 1;
+    }
     for (const char* dt : {"f32", "bf16", "int8"}) {
       if (a.no_gemm) break;
       double cpu_gflops = 0;
@@ -162,35 +203,43 @@ int run_gemv(const GemvArgs& a) {
         std::printf("oneDNN %-4s GEMM peak: %s\n", dt, peak.status().to_string().c_str());
       }
     }
-    cpu::CpuDevice device(t);
-    std::printf("%-7s %-10s %18s %18s %22s\n", "threads", "dtype", "GEMV GB/s wall/cpu", "% read wall/cpu",
-                ("GEMM M=" + std::to_string(M_prefill) + " GFLOP/s w/c").c_str());
+    std::printf("%d thread%s; %% read = median over %d pairs of (GEMV pass / read pass over the same bytes)\n", t,
+                t > 1 ? "s" : "", reps);
+    std::printf("%-7s %-10s %18s %18s %18s %22s\n", "threads", "dtype", "read GB/s wall/cpu", "GEMV GB/s wall/cpu",
+                "% read wall/cpu", ("GEMM M=" + std::to_string(M_prefill) + " GFLOP/s w/c").c_str());
+    std::vector<double> read_w, read_c;
     for (int i = 0; i < kNumDTypes; ++i) {
       const DType w = dtype_table()[i].dtype;
       if (!dtype_table()[i].quantize_row || !device.supports(OpKind::kMatmul, DType::kF32, w)) continue;
       if (!a.dtypes.empty() && std::find(a.dtypes.begin(), a.dtypes.end(), dtype_name(w)) == a.dtypes.end()) continue;
       const double wbytes = double(dtype_row_bytes(w, K) * N);
       const int copies = int(std::clamp(working_set / wbytes + 1.0, 2.0, 64.0));
-      auto gemv = time_matmul(device, w, 1, N, K, copies, reps);
-      Result<Timing> gemm = Timing{1.0, 1.0};
-      if (!a.no_gemm) gemm = time_matmul(device, w, M_prefill, N_prefill, K, 1, a.quick ? 2 : 3);
+      auto gemv = time_matmul(device, w, 1, N, K, copies, reps, &read);
+      Result<Measured> gemm = Measured{};
+      if (!a.no_gemm) gemm = time_matmul(device, w, M_prefill, N_prefill, K, 1, a.quick ? 2 : 3, nullptr);
       if (!gemv.ok() || !gemm.ok()) {
         std::printf("%-7d %-10s failed: %s\n", t, dtype_name(w),
                     (!gemv.ok() ? gemv.status() : gemm.status()).to_string().c_str());
         continue;
       }
-      const double gbs_w = wbytes / gemv->wall / 1e9, gbs_c = wbytes / gemv->cpu / 1e9;
+      const double gbs_w = wbytes / gemv->call.wall / 1e9, gbs_c = wbytes / gemv->call.cpu / 1e9;
       const double flops = 2.0 * double(M_prefill) * double(N_prefill) * double(K);
-      const Row r{t, dtype_name(w), "gemv", gbs_w, gbs_c, 100 * gbs_w / read_wall, 100 * gbs_c / read_cpu};
-      std::printf("%-7d %-10s %8.1f / %7.1f %8.1f%% / %6.1f%%", t, r.dtype.c_str(), gbs_w, gbs_c, r.pct_wall, r.pct_cpu);
+      const Row r{t, dtype_name(w), "gemv", gbs_w, gbs_c, 100 * gemv->ratio_wall, 100 * gemv->ratio_cpu};
+      read_w.push_back(gemv->read_wall), read_c.push_back(gemv->read_cpu);
+      std::printf("%-7d %-10s %8.1f / %7.1f %8.1f / %7.1f %8.1f%% / %6.1f%%", t, r.dtype.c_str(), gemv->read_wall,
+                  gemv->read_cpu, gbs_w, gbs_c, r.pct_wall, r.pct_cpu);
       if (a.no_gemm)
         std::printf("\n");
       else
-        std::printf(" %10.1f / %9.1f\n", flops / gemm->wall / 1e9, flops / gemm->cpu / 1e9);
+        std::printf(" %10.1f / %9.1f\n", flops / gemm->call.wall / 1e9, flops / gemm->call.cpu / 1e9);
       rows.push_back(r);
-      if (!a.no_gemm) rows.push_back({t, dtype_name(w), "gemm", flops / gemm->wall / 1e9, flops / gemm->cpu / 1e9, 0, 0});
+      if (!a.no_gemm)
+        rows.push_back({t, dtype_name(w), "gemm", flops / gemm->call.wall / 1e9, flops / gemm->call.cpu / 1e9, 0, 0});
       std::fflush(stdout);
     }
+    rows.push_back({t, "-", "read", median(read_w), median(read_c), 100, 100});
+    std::printf("read bandwidth, %d thread%s (median over the formats' paired passes): wall %.1f GB/s, cpu-time %.1f GB/s\n",
+                t, t > 1 ? "s" : "", median(read_w), median(read_c));
   }
   if (!a.csv.empty()) {
     std::ofstream f(a.csv);
