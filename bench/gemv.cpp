@@ -3,6 +3,10 @@
 // the same thread count, and the prefill GEMM (M = 512) in GFLOP/s next to oneDNN's f32, bf16
 // and int8 GEMM peaks measured in the same run.
 //
+// Next to it, the same kernel with each thread's weights resident in its L2 (the arithmetic
+// ceiling, no DRAM): when that is not well above the read bandwidth, the format is bound by
+// instructions on this CPU, and no memory-side change can bring it to the read bandwidth.
+//
 // The machines are shared and their bandwidth drifts by +-15% within seconds (other tenants,
 // clock changes), so the share of read bandwidth is PAIRED: every GEMV pass (all weight copies
 // once) is timed next to a read pass over as many bytes of a separate buffer, in alternating
@@ -19,6 +23,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_device.h"
+#include "backends/cpu/kernels.h"
 #include "backends/cpu/thread_pool.h"
 #include "bench/ceilings.h"
 #include "bench/commands.h"
@@ -176,6 +181,46 @@ Result<Measured> time_matmul(cpu::CpuDevice& device, DType w, int64_t M, int64_t
   return Measured{{median(wall), median(cpu)}, median(rw), median(rc), median(bw), median(bc)};
 }
 
+// The decode kernel's rate with the weights in cache: every thread runs the GEMV tile on its
+// own ~128 KiB weight (in its L2) over and over, with no graph or dispatch in between, for at
+// least |seconds|. Median GB/s of 5 such runs, all threads together.
+double in_cache_gbs(cpu::ThreadPool& pool, DType w, int64_t K, double seconds) {
+  const int threads = pool.size();
+  const int64_t rb = dtype_row_bytes(w, K), rows = std::max<int64_t>(8, (int64_t(128) << 10) / rb);
+  std::vector<std::vector<uint8_t>> img;
+  for (int t = 0; t < threads; ++t) img.push_back(weight_image(w, rows, K));
+  std::vector<float> xf(static_cast<size_t>(K));
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (float& v : xf) v = u(rng);
+  std::vector<cpu::ActQ8> xq(static_cast<size_t>(K / 32));
+  const bool q8 = cpu::uses_act_q8(w);
+  if (q8) cpu::quantize_act_q8(xf.data(), xq.data(), K);
+  std::vector<std::vector<float>> out(static_cast<size_t>(threads), std::vector<float>(static_cast<size_t>(rows)));
+  const auto tile = [&](int t) {
+    const char* wb = reinterpret_cast<const char*>(img[size_t(t)].data());
+    if (q8)
+      cpu::gemm_q8_tile(w, xq.data(), K / 32, 0, 1, wb, rb, 0, rows, K / 32, out[size_t(t)].data(), rows);
+    else
+      cpu::gemm_float_tile(w, xf.data(), K, 0, 1, wb, rb, 0, rows, K, out[size_t(t)].data(), rows);
+  };
+  // Calls per run: enough for |seconds| at the rate of one timed call.
+  double t0 = now_seconds();
+  tile(0);
+  tile(0);
+  const double one = std::max(1e-7, (now_seconds() - t0) / 2);
+  const int64_t calls = std::max<int64_t>(10, int64_t(seconds / one));
+  std::vector<double> gbs;
+  for (int r = 0; r < 5; ++r) {
+    t0 = now_seconds();
+    pool.run_on_all([&](int t) {
+      for (int64_t c = 0; c < calls; ++c) tile(t);
+    });
+    gbs.push_back(double(threads) * double(calls) * double(rb * rows) / (now_seconds() - t0) / 1e9);
+  }
+  return median(gbs);
+}
+
 }  // namespace
 
 int run_gemv(const GemvArgs& a) {
@@ -205,8 +250,8 @@ int run_gemv(const GemvArgs& a) {
     }
     std::printf("%d thread%s; %% read = median over %d pairs of (GEMV pass / read pass over the same bytes)\n", t,
                 t > 1 ? "s" : "", reps);
-    std::printf("%-7s %-10s %18s %18s %18s %22s\n", "threads", "dtype", "read GB/s wall/cpu", "GEMV GB/s wall/cpu",
-                "% read wall/cpu", ("GEMM M=" + std::to_string(M_prefill) + " GFLOP/s w/c").c_str());
+    std::printf("%-7s %-10s %18s %18s %18s %17s %22s\n", "threads", "dtype", "read GB/s wall/cpu", "GEMV GB/s wall/cpu",
+                "% read wall/cpu", "in-cache GB/s, %", ("GEMM M=" + std::to_string(M_prefill) + " GFLOP/s w/c").c_str());
     std::vector<double> read_w, read_c;
     for (int i = 0; i < kNumDTypes; ++i) {
       const DType w = dtype_table()[i].dtype;
@@ -226,13 +271,17 @@ int run_gemv(const GemvArgs& a) {
       const double flops = 2.0 * double(M_prefill) * double(N_prefill) * double(K);
       const Row r{t, dtype_name(w), "gemv", gbs_w, gbs_c, 100 * gemv->ratio_wall, 100 * gemv->ratio_cpu};
       read_w.push_back(gemv->read_wall), read_c.push_back(gemv->read_cpu);
-      std::printf("%-7d %-10s %8.1f / %7.1f %8.1f / %7.1f %8.1f%% / %6.1f%%", t, r.dtype.c_str(), gemv->read_wall,
-                  gemv->read_cpu, gbs_w, gbs_c, r.pct_wall, r.pct_cpu);
+      const double cached = in_cache_gbs(device.pool(), w, K, a.quick ? 0.02 : 0.1);
+      std::printf("%-7d %-10s %8.1f / %7.1f %8.1f / %7.1f %8.1f%% / %6.1f%% %8.1f, %5.0f%%", t, r.dtype.c_str(),
+                  gemv->read_wall, gemv->read_cpu, gbs_w, gbs_c, r.pct_wall, r.pct_cpu, cached,
+                  gemv->read_wall > 0 ? 100 * cached / gemv->read_wall : 0.0);
       if (a.no_gemm)
         std::printf("\n");
       else
         std::printf(" %10.1f / %9.1f\n", flops / gemm->call.wall / 1e9, flops / gemm->call.cpu / 1e9);
       rows.push_back(r);
+      rows.push_back({t, dtype_name(w), "gemv_in_cache", cached, cached, gemv->read_wall > 0 ? 100 * cached / gemv->read_wall : 0,
+                      gemv->read_cpu > 0 ? 100 * cached / gemv->read_cpu : 0});
       if (!a.no_gemm)
         rows.push_back({t, dtype_name(w), "gemm", flops / gemm->call.wall / 1e9, flops / gemm->call.cpu / 1e9, 0, 0});
       std::fflush(stdout);
