@@ -198,6 +198,87 @@ struct FmtNvfp4 : NoRowScale {
     accum<R, true, -1>(e2m1x2(sub0), split_scale(kUe4m3Half[wb.d[0]], kUe4m3Half[wb.d[1]]), x, b0, acc0);
     accum<R, true, -1>(e2m1x2(sub1), split_scale(kUe4m3Half[wb.d[2]], kUe4m3Half[wb.d[3]]), x, b0 + 1, acc1);
   }
+
+  // Decode GEMV. The activations are rearranged once per call to the weights' nibble order:
+  // for block i, lo[j] = x[64i + 16(j/8) + j%8] and hi[j] = that + 8, so the low and the high
+  // nibbles of the block's 32 bytes each meet their activations with one maddubs, and i32 lane
+  // k of the dot holds scale group k/2 (one f32 multiply-add per 64 weights). Codes go in as
+  // unsigned 2 * e2m1 + 12 (0..24); the 12 is removed through per-16 activation sums. The UE4M3
+  // scales of two blocks convert at once: shifted into an f16 they read 2^-8 times their value
+  // (subnormals included), a factor folded with the 1/2 of the doubled codes into |dx|.
+  static constexpr bool kOwnDecode = true;
+  struct Act {
+    const int8_t* q;   // [nb/2][64]: lo[32], hi[32]
+    const float* dx;   // [nb/2][4]: 128 * dx of scale group g's 32-block
+    const float* s16;  // [nb/2][4]: 128 * dx * sum(qx) over scale group g
+  };
+  static HWY_INLINE Act prepare_act(const ActQ8* x, int64_t nb) {
+    const int64_t nblk = nb / 2;
+    // NOTE: slot 5 (slot 4 is make_act_pairs', 0 and 1 pack_activations' and the fallback's).
+    float* buf = thread_scratch(5, nblk * 24 + 16);
+    auto* q = reinterpret_cast<int8_t*>(buf);
+    float* dx = buf + nblk * 16;
+    float* s16 = dx + nblk * 4;
+    for (int64_t i = 0; i < nblk; ++i) {
+      // 64-bit quarters of the two 32-blocks: lo = [a0 a2 | b0 b2], hi = [a1 a3 | b1 b3].
+      const __m256i a = _mm256_permute4x64_epi64(load32(x[2 * i].qs), 0xd8);
+      const __m256i b = _mm256_permute4x64_epi64(load32(x[2 * i + 1].qs), 0xd8);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 64 * i), _mm256_permute2x128_si256(a, b, 0x20));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 64 * i + 32), _mm256_permute2x128_si256(a, b, 0x31));
+      for (int g = 0; g < 4; ++g) {
+        const ActQ8& xb = x[2 * i + g / 2];
+        const int32_t* c8 = xb.c8 + 4 * (g % 2);  // 8 * the sums of 4 codes
+        dx[4 * i + g] = 128.0f * xb.d;
+        s16[4 * i + g] = 16.0f * xb.d * float(c8[0] + c8[1] + c8[2] + c8[3]);
+      }
+    }
+    return {q, dx, s16};
+  }
+  // The UE4M3 scales of blocks |a| and |b| (4 each) as 8 floats, 2^-8 times their value; the
+  // code 0x7F (NaN in E4M3FN) reads as 0 and bit 7 is ignored, as in quant/fp4.cpp.
+  static HWY_INLINE __m256 scales2(const Block& a, const Block& b) {
+    uint32_t ua, ub;
+    std::memcpy(&ua, a.d, 4);
+    std::memcpy(&ub, b.d, 4);
+    const __m128i m7f = _mm_set1_epi8(0x7f);
+    __m128i v = _mm_and_si128(_mm_cvtsi64_si128(static_cast<long long>(ua | uint64_t(ub) << 32)), m7f);
+    v = _mm_andnot_si128(_mm_cmpeq_epi8(v, m7f), v);
+    return _mm256_cvtph_ps(_mm_slli_epi16(_mm_cvtepu8_epi16(v), 7));
+  }
+  static HWY_INLINE __m256i block_dot(const Block& wb, const int8_t* q) {
+    const __m256i lut = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,  //
+                                         12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+    const __m256i v = load32(wb.qs);
+    const __m256i lo = _mm256_shuffle_epi8(lut, low_nibbles(v)), hi = _mm256_shuffle_epi8(lut, high_nibbles(v));
+    const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, load32(q)), _mm256_maddubs_epi16(hi, load32(q + 32)));
+    return _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+  }
+  static HWY_INLINE float decode_row(const char* wrow, const Act& xa, int64_t nb) {
+    const auto* wb = reinterpret_cast<const Block*>(wrow);
+    const int64_t nblk = nb / 2;
+    const __m256i first = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), second = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, off = acc0;
+    int64_t i = 0;
+    for (; i + 2 <= nblk; i += 2) {
+      const __m256 d = scales2(wb[i], wb[i + 1]);
+      const __m256 sc = _mm256_mul_ps(d, _mm256_loadu_ps(xa.dx + 4 * i));
+      off = _mm256_fmadd_ps(d, _mm256_loadu_ps(xa.s16 + 4 * i), off);
+      acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_dot(wb[i], xa.q + 64 * i)), _mm256_permutevar8x32_ps(sc, first), acc0);
+      acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_dot(wb[i + 1], xa.q + 64 * i + 64)), _mm256_permutevar8x32_ps(sc, second),
+                             acc1);
+    }
+    float tail = 0.0f;
+    if (i < nblk) {  // an odd last block: its scales in lanes 0-3, zeros after
+      const __m256 d = _mm256_castps128_ps256(_mm256_castps256_ps128(scales2(wb[i], wb[i])));
+      const __m256 sc = _mm256_mul_ps(d, _mm256_castps128_ps256(_mm_loadu_ps(xa.dx + 4 * i)));
+      const __m128 o = _mm_mul_ps(_mm256_castps256_ps128(d), _mm_loadu_ps(xa.s16 + 4 * i));
+      acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_dot(wb[i], xa.q + 64 * i)), _mm256_permutevar8x32_ps(sc, first), acc0);
+      alignas(16) float ov[4];
+      _mm_store_ps(ov, o);
+      tail = ov[0] + ov[1] + ov[2] + ov[3];
+    }
+    return hsum(_mm256_add_ps(acc0, acc1)) - 12.0f * (hsum(off) + tail);
+  }
 #endif
 };
 
