@@ -54,37 +54,21 @@ inline int64_t attn_scratch_floats(int64_t R, int64_t D) { return R * (kAttnChun
 HWY_BEFORE_NAMESPACE();
 namespace tessera::cpu::HWY_NAMESPACE {
 
-constexpr bool is_row_scaled(DType t) { return t == DType::kFP8_E4M3 || t == DType::kINT8_PC; }
-
-// One cache row of D elements as f32. 8-bit rows carry an f32 scale before their codes.
+// One cache row of D elements as f32 (8-bit rows: codes times the row's scale).
 template <DType T>
-HWY_INLINE void convert_row(const char* p, float* dst, int64_t D) {
+HWY_INLINE void convert_row(const char* row, float* dst, int64_t D) {
   const DF df;
   const int64_t L = int64_t(hn::Lanes(df));
+  constexpr int64_t eb = elem_bytes<T>();
+  const char* p = row + row_header_bytes<T>();
+  const float scale = row_scale<T>(row);
+  const VF vs = hn::Set(df, scale);
   int64_t i = 0;
-  if constexpr (is_row_scaled(T)) {
-    float scale;
-    std::memcpy(&scale, p, 4);
-    p += 4;
-    if constexpr (T == DType::kFP8_E4M3) scale *= 256.0f;  // load_as_f32 reads E4M3 x 2^-8
-    const VF vs = hn::Set(df, scale);
-    for (; i + L <= D; i += L) {
-      VF v;
-      if constexpr (T == DType::kFP8_E4M3) {
-        v = load_as_f32<T>(df, p + i);
-      } else {
-        const hn::Rebind<int8_t, DF> di8;
-        const hn::RebindToSigned<DF> di32;
-        v = hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(di8, reinterpret_cast<const int8_t*>(p + i))));
-      }
-      hn::StoreU(hn::Mul(v, vs), df, dst + i);
-    }
-    for (; i < D; ++i)
-      dst[i] = (T == DType::kFP8_E4M3 ? scalar_as_f32<T>(p + i) : float(int8_t(p[i]))) * scale;
-  } else {
-    for (; i + L <= D; i += L) hn::StoreU(load_as_f32<T>(df, p + i * elem_bytes<T>()), df, dst + i);
-    for (; i < D; ++i) dst[i] = scalar_as_f32<T>(p + i * elem_bytes<T>());
+  for (; i + L <= D; i += L) {
+    const VF v = load_as_f32<T>(df, p + i * eb);
+    hn::StoreU(is_row_scaled<T>() ? hn::Mul(v, vs) : v, df, dst + i);
   }
+  for (; i < D; ++i) dst[i] = is_row_scaled<T>() ? scalar_as_f32<T>(p + i * eb) * scale : scalar_as_f32<T>(p + i * eb);
 }
 
 // Keys [j0, j0 + n) of one cache as f32 rows of |dst| [kAttnChunk, D]; rows past n are zero so

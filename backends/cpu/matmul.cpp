@@ -57,24 +57,11 @@ HWY_INLINE void dot_rows(const float* const* x, const char* w, int64_t K, float*
   }
 }
 
-// FP8 rows are [f32 scale][K codes]: the scale multiplies the finished dot (times 256 for E4M3,
-// which load_as_f32 decodes at 2^-8 of its value).
-template <DType T>
-HWY_INLINE float row_scale(const char* row) {
-  if constexpr (T == DType::kFP8_E4M3 || T == DType::kFP8_E5M2) {
-    float s;
-    std::memcpy(&s, row, 4);
-    return T == DType::kFP8_E4M3 ? s * 256.0f : s;
-  } else {
-    return 1.0f;
-  }
-}
-
 template <DType T>
 void tile(const float* x, int64_t ldx, int64_t m0, int64_t m1, const char* wbase, int64_t ldw, int64_t n0, int64_t n1,
           int64_t K, float* out, int64_t ldo) {
   constexpr int R = 4;
-  constexpr int64_t kHeader = (T == DType::kFP8_E4M3 || T == DType::kFP8_E5M2 ? 4 : 0);
+  constexpr int64_t kHeader = row_header_bytes<T>();
   for (int64_t n = n0; n < n1; ++n) {
     const char* w = wbase + n * ldw + kHeader;
     const float rs = row_scale<T>(wbase + n * ldw);

@@ -21,7 +21,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
-// Loads Lanes(df) elements of f32/f16/bf16 at |p| as f32. bf16 goes through integer shifts
+// Loads Lanes(df) elements of f32/f16/bf16 (or FP8/int8 codes) at |p| as f32. bf16 goes through integer shifts
 // because Highway 1.0.3 has no bf16 support on every target (SCALAR in particular).
 template <DType T>
 HWY_INLINE VF load_as_f32(DF df, const void* p) {
@@ -45,6 +45,11 @@ HWY_INLINE VF load_as_f32(DF df, const void* p) {
     const hn::Rebind<hwy::float16_t, DF> dh;
     const auto v = hn::ShiftLeft<7>(hn::PromoteTo(di16, hn::LoadU(di8, static_cast<const int8_t*>(p))));
     return hn::PromoteTo(df, hn::BitCast(dh, hn::And(v, hn::Set(di16, int16_t(-16385)))));  // 0xBFFF
+  } else if constexpr (T == DType::kINT8_PC) {
+    // The codes alone; the row scale is applied by the caller (row_scale).
+    const hn::Rebind<int8_t, DF> di8;
+    const hn::RebindToSigned<DF> di32;
+    return hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(di8, static_cast<const int8_t*>(p))));
   } else {
     const hn::Rebind<uint16_t, DF> du16;
     const hn::RebindToUnsigned<DF> du32;
@@ -63,6 +68,8 @@ HWY_INLINE float scalar_as_f32(const void* p) {
     const uint8_t c = *static_cast<const uint8_t*>(p);
     return T == DType::kFP8_E5M2 ? fp16_to_f32(uint16_t(c << 8))
                                  : fp16_to_f32(uint16_t(((c & 0x80) << 8) | ((c & 0x7f) << 7)));  // x 2^-8, as above
+  } else if constexpr (T == DType::kINT8_PC) {
+    return float(*static_cast<const int8_t*>(p));
   } else {
     uint16_t h;
     std::memcpy(&h, p, 2);
@@ -71,7 +78,30 @@ HWY_INLINE float scalar_as_f32(const void* p) {
 }
 
 template <DType T>
-constexpr int64_t elem_bytes() { return T == DType::kF32 ? 4 : T == DType::kFP8_E4M3 || T == DType::kFP8_E5M2 ? 1 : 2; }
+constexpr int64_t elem_bytes() {
+  return T == DType::kF32 ? 4 : T == DType::kFP8_E4M3 || T == DType::kFP8_E5M2 || T == DType::kINT8_PC ? 1 : 2;
+}
+
+// FP8 and INT8_PC rows are [f32 scale][codes]: the scale multiplies what load_as_f32 decodes.
+template <DType T>
+constexpr bool is_row_scaled() { return T == DType::kFP8_E4M3 || T == DType::kFP8_E5M2 || T == DType::kINT8_PC; }
+
+// Bytes before a row's first code.
+template <DType T>
+constexpr int64_t row_header_bytes() { return is_row_scaled<T>() ? 4 : 0; }
+
+// The factor for a row's decoded codes: its stored scale (times 256 for E4M3, which load_as_f32
+// decodes at 2^-8 of its value); 1 for unscaled rows.
+template <DType T>
+HWY_INLINE float row_scale(const char* row) {
+  if constexpr (is_row_scaled<T>()) {
+    float s;
+    std::memcpy(&s, row, 4);
+    return T == DType::kFP8_E4M3 ? s * 256.0f : s;
+  } else {
+    return 1.0f;
+  }
+}
 
 // Stores |v| as Lanes(df) elements of dtype T at |p|, rounding to nearest even.
 template <DType T>
