@@ -25,6 +25,20 @@
 HWY_BEFORE_NAMESPACE();
 namespace tessera::cpu::HWY_NAMESPACE {
 
+#ifdef TESSERA_Q8_X86
+// Decode GEMV group of Q8_0 and INT8_PC: 8 blocks of 32 signed codes (Block::qs), |sc| the
+// per-block scales times dx as one vector (lane u = block u).
+template <class Block>
+HWY_INLINE void group_s8x8(const Block* wb, const ActQ8* x, int64_t b0, __m256 sc, __m256* acc) {
+#pragma GCC unroll 8
+  for (int u = 0; u < 8; ++u) {
+    const __m256i w = load32(wb[u].qs);
+    const __m256i p = dot_u8s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(load32(x[b0 + u].qs), w));
+    acc[u & 3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), lane_splat(sc, u), acc[u & 3]);
+  }
+}
+#endif
+
 // Each format: its DType, block struct, sub-blocks of 32 per block, row header bytes, the block
 // decoder (x86) and the per-row finish (the row scale of INT8_PC). See q8_dot-inl.h.
 struct FmtQ8_0 : NoRowScale {
@@ -37,13 +51,7 @@ struct FmtQ8_0 : NoRowScale {
   static constexpr bool kGroup = true;
   static constexpr int64_t kGroupBlocks = 8;
   static HWY_INLINE void group(const Block* wb, const ActQ8* x, const ActPairs& xp, int64_t b0, __m256* acc, __m256*) {
-    const __m256 sc = _mm256_mul_ps(f16x8(wb, offsetof(Block, d)), _mm256_loadu_ps(xp.dx + b0));
-#pragma GCC unroll 8
-    for (int u = 0; u < 8; ++u) {
-      const __m256i w = load32(wb[u].qs);
-      const __m256i p = dot_u8s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(load32(x[b0 + u].qs), w));
-      acc[u & 3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), lane_splat(sc, u), acc[u & 3]);
-    }
+    group_s8x8(wb, x, b0, _mm256_mul_ps(f16x8(wb, offsetof(Block, d)), _mm256_loadu_ps(xp.dx + b0)), acc);
   }
   template <int R>
   static HWY_INLINE void block(const Block& wb, const ActQ8* const* x, int64_t b, __m256* acc, __m256*, float*) {
@@ -174,7 +182,7 @@ struct FmtMxfp4 : NoRowScale {  // 2^(e-127) * e2m1 = 2^(e-128) * (2 * e2m1)
 // W8A8: [f32 row scale][K int8]; the row scale multiplies the finished dot.
 struct FmtInt8Pc {
   static constexpr DType kDType = DType::kINT8_PC;
-  struct Block { int8_t q[32]; };
+  struct Block { int8_t qs[32]; };
   static constexpr int kSub = 1;
   static constexpr int64_t kHeader = 4;
 #ifdef TESSERA_Q8_X86
@@ -182,17 +190,11 @@ struct FmtInt8Pc {
   static constexpr bool kGroup = true;
   static constexpr int64_t kGroupBlocks = 8;
   static HWY_INLINE void group(const Block* wb, const ActQ8* x, const ActPairs& xp, int64_t b0, __m256* acc, __m256*) {
-    const __m256 dx = _mm256_loadu_ps(xp.dx + b0);
-#pragma GCC unroll 8
-    for (int u = 0; u < 8; ++u) {
-      const __m256i w = load32(wb[u].q);
-      const __m256i p = dot_u8s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(load32(x[b0 + u].qs), w));
-      acc[u & 3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), lane_splat(dx, u), acc[u & 3]);
-    }
+    group_s8x8(wb, x, b0, _mm256_loadu_ps(xp.dx + b0), acc);
   }
   template <int R>
   static HWY_INLINE void block(const Block& wb, const ActQ8* const* x, int64_t b, __m256* acc, __m256*, float*) {
-    accum<R, true, -1>(load32(wb.q), _mm256_set1_ps(1.0f), x, b, acc);
+    accum<R, true, -1>(load32(wb.qs), _mm256_set1_ps(1.0f), x, b, acc);
   }
 #endif
   static float finish(const char* row, float v) {
