@@ -231,9 +231,9 @@ Result<Stat> hal_rate(Device& device, const KernelCase& c, double amount, double
   budget.budget_s = budget_s;
   auto call = [&](int64_t i) { return device.compute(graphs[size_t(i % 2)]); };
   auto finish = [&] { return device.synchronize(); };
-  std::string note;
-  TS_ASSIGN_OR_RETURN(Stat s, time_on_device(device, call, finish, budget, &note));
-  *how = note.rfind("device time", 0) == 0 ? " (GPU timestamps)" : "";
+  TimeSource source = TimeSource::kHostWall;
+  TS_ASSIGN_OR_RETURN(Stat s, time_on_device(device, call, finish, budget, nullptr, &source));
+  *how = source == TimeSource::kDeviceTimestamps ? " (GPU timestamps)" : "";
   return rate_stat(s, amount / 1e9);
 }
 }  // namespace

@@ -25,7 +25,9 @@ DeviceClock device_clock(Device& device) {
 }
 
 Result<Stat> time_on_device(Device& device, const std::function<Status(int64_t)>& call,
-                            const std::function<Status()>& finish, const TimingBudget& budget, std::string* note) {
+                            const std::function<Status()>& finish, const TimingBudget& budget, std::string* note,
+                            TimeSource* source) {
+  if (source) *source = TimeSource::kHostWall;
   const DeviceClock clock = device_clock(device);
   if (!clock) return time_calls(call, finish, budget, note);
   // Warm-up: pipeline creation and first-touch costs stay out of the samples.
@@ -45,6 +47,7 @@ Result<Stat> time_on_device(Device& device, const std::function<Status(int64_t)>
     samples.push_back(*s);
   }
   if (note) *note = "device time (timestamps)";
+  if (source) *source = TimeSource::kDeviceTimestamps;
   return make_stat(std::move(samples));
 }
 

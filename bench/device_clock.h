@@ -16,9 +16,14 @@ using DeviceClock = std::function<std::optional<double>()>;
 // The clock of |device| (empty for a device without one).
 DeviceClock device_clock(Device& device);
 
+// Which clock a measurement's samples came from.
+enum class TimeSource { kHostWall, kDeviceTimestamps };
+
 // Times |call| like time_calls, but by |clock| when the device has one: after a warm-up call,
-// each sample is one call's device time; |note| then says "device time (timestamps)".
+// each sample is one call's device time; |note| then says "device time (timestamps)" and
+// |source| (if given) says kDeviceTimestamps.
 Result<Stat> time_on_device(Device& device, const std::function<Status(int64_t)>& call,
-                            const std::function<Status()>& finish, const TimingBudget& budget, std::string* note);
+                            const std::function<Status()>& finish, const TimingBudget& budget, std::string* note,
+                            TimeSource* source = nullptr);
 
 }  // namespace tessera::bench
