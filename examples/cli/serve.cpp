@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "core/registry.h"
+#include "core/sched/scheduler.h"
 #include "examples/cli/commands.h"
 #include "examples/cli/serve_openai.h"
 
@@ -32,6 +33,8 @@ struct ServeCommandOptions {
   std::string preemption = "recompute";
   int swap_space = 16384;  // host tokens for swapped-out KV (with --preemption swap)
   bool wall_clock_cost = false;  // fit the step cost on wall time even on a CPU device
+  // The scheduler flags bind to these fields, so their defaults are SchedulerConfig's own.
+  SchedulerConfig scheduler;
   ServeOptions serve;
 };
 
@@ -77,8 +80,8 @@ void serve_command(const ServeCommandOptions& o) {
   auto dev = Registry::global().find(o.device);
   if (!dev.ok()) return serve_fail(dev.status().to_string());
   LoadOptions lo;
-  lo.max_batch_tokens = o.serve.max_batch_tokens;
-  lo.max_seqs = o.serve.max_seqs;
+  lo.max_batch_tokens = o.scheduler.max_batch_tokens;
+  lo.max_seqs = o.scheduler.max_seqs;
   auto model = Model::load(o.model, *dev, lo);
   if (!model.ok()) return serve_fail(model.status().to_string());
   const auto kvt = dtype_from_name(o.kv_dtype);
@@ -87,14 +90,10 @@ void serve_command(const ServeCommandOptions& o) {
   if (!kv.ok()) return serve_fail(kv.status().to_string());
 
   EngineConfig ec;
-  ec.scheduler.max_batch_tokens = o.serve.max_batch_tokens;
-  ec.scheduler.max_seqs = o.serve.max_seqs;
+  ec.scheduler = o.scheduler;
   ec.scheduler.prefix_caching = !o.no_prefix_caching;
   ec.scheduler.swap = o.preemption == "swap";
   ec.scheduler.swap_blocks = ec.scheduler.swap ? (o.swap_space + (*kv)->config().block_size - 1) / (*kv)->config().block_size : 0;
-  ec.scheduler.itl_factor = o.serve.itl_factor;
-  ec.scheduler.max_step_ms = o.serve.max_step_ms;
-  ec.scheduler.min_prefill_chunk = o.serve.min_prefill_chunk;
   // A CPU device computes on our threads: fit on CPU time, immune to other processes' load.
   const DeviceInfo& di = (*model)->device().info();
   if (di.kind == DeviceKind::kCpu && !o.wall_clock_cost) ec.cost_cpu_threads = std::max(1, di.threads);
@@ -161,16 +160,16 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--model-name", o->serve.model_name, "the model id clients send (default: the file's stem)");
   cmd->add_option("--max-in-flight", o->serve.max_in_flight, "requests admitted at once; more get 429 + Retry-After")
       ->capture_default_str()->check(CLI::Range(1, 100000));
-  cmd->add_option("--max-batch-tokens", o->serve.max_batch_tokens, "token budget of one engine step")->capture_default_str()
+  cmd->add_option("--max-batch-tokens", o->scheduler.max_batch_tokens, "token budget of one engine step")->capture_default_str()
       ->check(CLI::Range(16, 1 << 20));
-  cmd->add_option("--itl-factor", o->serve.itl_factor,
+  cmd->add_option("--itl-factor", o->scheduler.itl_factor,
                   "while requests are decoding, size each step's prefill chunks so the step's predicted time (an online-fitted "
                   "cost model) stays within this factor of a decode-only step; 0: chunks fill --max-batch-tokens")
       ->capture_default_str()->check(CLI::Range(0.0, 1000.0));
-  cmd->add_option("--max-step-ms", o->serve.max_step_ms,
+  cmd->add_option("--max-step-ms", o->scheduler.max_step_ms,
                   "also keep predicted steps with decodes under this many milliseconds (0: no absolute limit)")
       ->capture_default_str()->check(CLI::Range(0.0, 1e7));
-  cmd->add_option("--min-prefill-chunk", o->serve.min_prefill_chunk,
+  cmd->add_option("--min-prefill-chunk", o->scheduler.min_prefill_chunk,
                   "prefill tokens a step takes however slow it is predicted to be (so a prefill always progresses)")
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
   cmd->add_flag("--step-cost-wall-clock", o->wall_clock_cost,
@@ -178,7 +177,7 @@ void add_serve_command(CLI::App& app) {
                 "(CPU time ignores other processes' load)");
   cmd->add_option("--step-log", o->serve.step_log, "write a CSV line per engine step (tokens, prefill chunk, limit, predicted and "
                   "measured ms, fitted coefficients) to this file");
-  cmd->add_option("--max-seqs", o->serve.max_seqs, "sequences in one engine step")->capture_default_str()->check(CLI::Range(1, 4096));
+  cmd->add_option("--max-seqs", o->scheduler.max_seqs, "sequences in one engine step")->capture_default_str()->check(CLI::Range(1, 4096));
   cmd->add_option("--http-threads", o->serve.http_threads, "HTTP worker threads (0: max-in-flight + 8)")->capture_default_str();
   cmd->callback([o] { serve_command(*o); });
 }

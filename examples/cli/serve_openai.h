@@ -20,11 +20,6 @@ struct ServeOptions {
   int port = 8080;
   std::string model_name;        // the id in /v1/models (default: the file's stem)
   int max_in_flight = 64;        // requests admitted at once; more are answered 429
-  int max_batch_tokens = 512;
-  int max_seqs = 64;
-  double itl_factor = 4.0;       // SchedulerConfig::itl_factor (0: prefill chunks fill the budget)
-  double max_step_ms = 0.0;      // SchedulerConfig::max_step_ms (0: none)
-  int min_prefill_chunk = 4;     // SchedulerConfig::min_prefill_chunk
   std::string step_log;          // CSV trace of every engine step ("" none)
   int http_threads = 0;          // 0: max_in_flight + 8
 };
