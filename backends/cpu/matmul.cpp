@@ -77,6 +77,8 @@ HWY_INLINE float row_scale(const char* row) {
 // included, as denormal f32; the E4M3FN NaN code reads as 480 like the generic path): 4
 // instructions per 8 weights. The 2^-120 is split between the activations (x 2^60, once per
 // call) and the result (x 2^60), so neither the products nor the sums leave the normal range.
+// NOTE: a host thread running with denormals-are-zero (MXCSR.DAZ) would read E4M3 subnormals
+// (below 2^-6 of the row scale's unit) as 0 here; Tessera never sets it.
 inline constexpr float kTwo60 = 1152921504606846976.0f;  // 2^60
 inline constexpr float kTwoM112 = pow2_exact(-112);
 HWY_INLINE VF e4m3_scaled(DF df, const int8_t* p) {
