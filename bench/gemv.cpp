@@ -80,21 +80,26 @@ class ReadPass {
   }
   ~ReadPass() { std::free(buf_); }
   bool ok() const { return buf_ != nullptr; }
-  // Reads |bytes| (at most the buffer) and returns the time it took.
+  // Reads |bytes| (in several windows when that is more than the buffer) and returns the time
+  // it took.
   Timing run(int64_t bytes) {
     const int t = pool_.size();
-    const int64_t w = std::min(n_, bytes / 4 / (64 * t) * (64 * t));
-    if (next_ + w > n_) next_ = 0;
-    const float* base = buf_ + next_;
-    next_ += w;
+    const int64_t unit = 64 * t;
     return time_once(t, [&] {
-      pool_.run_on_all([&](int i) {
-        const float* p = base + w * i / t;
+      for (int64_t left = std::max<int64_t>(unit, bytes / 4 / unit * unit); left > 0;) {
+        const int64_t w = std::min(n_, left);
+        left -= w;
+        if (next_ + w > n_) next_ = 0;
+        const float* base = buf_ + next_;
+        next_ += w;
+        pool_.run_on_all([&](int i) {
+          const float* p = base + w * i / t;
 #if defined(__x86_64__)
-        if (avx2_) { sink_[size_t(i)] += read_avx2(p, w / t); return; }
+          if (avx2_) { sink_[size_t(i)] += read_avx2(p, w / t); return; }
 #endif
-        sink_[size_t(i)] += read_plain(p, w / t);
-      });
+          sink_[size_t(i)] += read_plain(p, w / t);
+        });
+      }
       return true;
     });
   }

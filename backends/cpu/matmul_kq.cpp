@@ -235,14 +235,15 @@ struct FmtNvfp4 : NoRowScale {
     return {q, dx, s16};
   }
   // The UE4M3 scales of blocks |a| and |b| (4 each) as 8 floats, 2^-8 times their value; the
-  // code 0x7F (NaN in E4M3FN) reads as 0 and bit 7 is ignored, as in quant/fp4.cpp.
+  // code 0x7F (NaN in E4M3FN) reads as 0 and bit 7 is otherwise ignored (0xFF reads as 480), as
+  // in quant/fp4.cpp.
   static HWY_INLINE __m256 scales2(const Block& a, const Block& b) {
     uint32_t ua, ub;
     std::memcpy(&ua, a.d, 4);
     std::memcpy(&ub, b.d, 4);
     const __m128i m7f = _mm_set1_epi8(0x7f);
-    __m128i v = _mm_and_si128(_mm_cvtsi64_si128(static_cast<long long>(ua | uint64_t(ub) << 32)), m7f);
-    v = _mm_andnot_si128(_mm_cmpeq_epi8(v, m7f), v);
+    const __m128i raw = _mm_cvtsi64_si128(static_cast<long long>(ua | uint64_t(ub) << 32));
+    const __m128i v = _mm_andnot_si128(_mm_cmpeq_epi8(raw, m7f), _mm_and_si128(raw, m7f));
     return _mm256_cvtph_ps(_mm_slli_epi16(_mm_cvtepu8_epi16(v), 7));
   }
   static HWY_INLINE __m256i block_dot(const Block& wb, const int8_t* q) {
@@ -268,8 +269,8 @@ struct FmtNvfp4 : NoRowScale {
                              acc1);
     }
     float tail = 0.0f;
-    if (i < nblk) {  // an odd last block: its scales in lanes 0-3, zeros after
-      const __m256 d = _mm256_castps128_ps256(_mm256_castps256_ps128(scales2(wb[i], wb[i])));
+    if (i < nblk) {  // an odd last block: only lanes 0-3 (its own scales) are read
+      const __m256 d = scales2(wb[i], wb[i]);
       const __m256 sc = _mm256_mul_ps(d, _mm256_castps128_ps256(_mm_loadu_ps(xa.dx + 4 * i)));
       const __m128 o = _mm_mul_ps(_mm256_castps256_ps128(d), _mm_loadu_ps(xa.s16 + 4 * i));
       acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_dot(wb[i], xa.q + 64 * i)), _mm256_permutevar8x32_ps(sc, first), acc0);

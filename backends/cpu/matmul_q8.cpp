@@ -216,13 +216,13 @@ struct FmtInt4 : NoRowScale {
   // Pair path for G = 32 only (one scale per 32-element block).
   static constexpr bool kPairs = G == 32;
   static HWY_INLINE void scales8(const Block* wb, __m256* d, __m256* c) {
-    // The head word: f16 d, u8 zero, a zero byte.
+    // The head word: f16 d, u8 zero, a reserved byte (ignored, as the reference does).
     const __m256i h = head32x8(wb);
     *d = _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(
         _mm256_shuffle_epi8(h, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1,  //
                                                 0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1)),
         0x08)));
-    *c = _mm256_mul_ps(*d, _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_srli_epi32(h, 16))));
+    *c = _mm256_mul_ps(*d, _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_and_si256(_mm256_srli_epi32(h, 16), _mm256_set1_epi32(0xff)))));
   }
   static HWY_INLINE void pair_codes(const Block& a, const Block& b, __m256i* lo, __m256i* hi) {
     nibble_pair(a.qs, b.qs, lo, hi);

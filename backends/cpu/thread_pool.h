@@ -29,7 +29,8 @@ class ThreadPool {
   // Calls fn(begin, end, thread_index) over disjoint ranges covering [0, n), at most one range per
   // thread, ranges aligned to |grain|. Blocks until all are done. Not re-entrant.
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn);
-  // Runs fn(thread_index) once on every thread (for per-thread setup or first touch).
+  // Runs fn(thread_index) once on every thread (for per-thread setup or first touch). Not
+  // re-entrant (never call it from inside a job), and jobs must not throw.
   void run_on_all(const std::function<void(int)>& fn);
 
   // How long a thread polls before it blocks: long enough to bridge the gap between two ops of

@@ -25,29 +25,20 @@ TEST(ThreadPool, CoversTheRangeExactlyOnce) {
   }
 }
 
-TEST(ThreadPool, RunsOnEveryThreadRepeatedly) {
-  ThreadPool pool(4);
-  for (int rep = 0; rep < 200; ++rep) {
-    std::atomic<int> mask{0};
-    pool.run_on_all([&](int t) { mask |= 1 << t; });
-    ASSERT_EQ(mask.load(), 15);
-  }
-}
-
 // Jobs spaced further apart than the spin window find the workers blocked on the condition
 // variable; jobs back to back find them spinning. Both hand-offs must run every thread once.
-TEST(ThreadPool, HandsOffToSpinningAndToBlockedWorkers) {
-  ThreadPool pool(3);
+TEST(ThreadPool, RunsOnEveryThreadRepeatedly) {
+  ThreadPool pool(4);
   const auto gap = std::chrono::duration<double>(4 * ThreadPool::kSpinSeconds);
-  for (int rep = 0; rep < 40; ++rep) {
+  for (int rep = 0; rep < 200; ++rep) {
     std::atomic<int> runs{0}, mask{0};
     pool.run_on_all([&](int t) {
       runs++;
       mask |= 1 << t;
     });
-    ASSERT_EQ(runs.load(), 3) << "rep " << rep;
-    ASSERT_EQ(mask.load(), 7) << "rep " << rep;
-    if (rep % 2 == 0) std::this_thread::sleep_for(gap);
+    ASSERT_EQ(runs.load(), 4) << "rep " << rep;
+    ASSERT_EQ(mask.load(), 15) << "rep " << rep;
+    if (rep % 4 == 0) std::this_thread::sleep_for(gap);
   }
 }
 
