@@ -24,6 +24,21 @@ struct LlamaLayer {
   Tensor router, gate_exps, up_exps, down_exps;
   // Shared expert (qwen2moe): sigmoid(x . shexp_gate) * FFN_shared(x).
   Tensor shexp_gate, gate_shexp, up_shexp, down_shexp;
+
+  // Calls |f| on every tensor field, absent ones (no buffer) included. The one list of the
+  // fields: weight_tensors() and the loader's check of llama_tensor_specs walk it, so a new field
+  // goes here too (Model::load_weights fails with Internal when the spec table binds a field this
+  // walk misses).
+  template <class F> void for_each_tensor(F&& f) { each(*this, f); }
+  template <class F> void for_each_tensor(F&& f) const { each(*this, f); }
+
+ private:
+  template <class Self, class F> static void each(Self& L, F& f) {
+    for (auto* t : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.q_norm, &L.k_norm, &L.ffn_norm,
+                    &L.w_gate, &L.w_up, &L.w_down, &L.router, &L.gate_exps, &L.up_exps, &L.down_exps, &L.shexp_gate,
+                    &L.gate_shexp, &L.up_shexp, &L.down_shexp})
+      f(*t);
+  }
 };
 
 struct LlamaWeights {
@@ -33,6 +48,16 @@ struct LlamaWeights {
   // Weight name -> factor the matmul output is multiplied by: the f32 tensor scale of NVFP4
   // weights, which their blocks leave out (quant/README.md). Absent: 1.
   std::map<std::string, float> out_scales;
+
+  // Every tensor, the model's own then each layer's (see LlamaLayer::for_each_tensor).
+  template <class F> void for_each_tensor(F&& f) { each(*this, f); }
+  template <class F> void for_each_tensor(F&& f) const { each(*this, f); }
+
+ private:
+  template <class Self, class F> static void each(Self& w, F& f) {
+    for (auto* t : {&w.tok_embd, &w.output_norm, &w.output, &w.rope_freqs}) f(*t);
+    for (auto& L : w.layers) L.for_each_tensor(f);
+  }
 };
 
 // The per-step inputs, already on the device.
