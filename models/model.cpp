@@ -261,8 +261,8 @@ Status Model::load_weights(const std::string& path, const TensorGetter& get, con
       it = mapped.emplace(h.region, b.ok() ? *b : nullptr).first;
       if (it->second) weights_buffers_.push_back(it->second);
     }
-    TS_ASSIGN_OR_RETURN(*s->slot, bind_weight(h, s->name, it->second));
-    if (h.out_scale != 1.0f) weights_.out_scales[s->name] = h.out_scale;
+    TS_ASSIGN_OR_RETURN(Tensor t, bind_weight(h, s->name, it->second));
+    *s->slot = WeightTensor{std::move(t), h.out_scale};
     done += h.nbytes;
     if (opts.progress && !opts.progress(done, total)) return Cancelled(path + ": loading cancelled");
   }
