@@ -1,4 +1,5 @@
 // The probes of every compiled-in backend, in preference order.
+#include "core/reference/reference.h"
 #include "core/registry.h"
 
 namespace tessera {
@@ -26,6 +27,10 @@ std::vector<std::pair<std::string, BackendProbe>> builtin_backend_probes() {
   probes.emplace_back("vulkan", probe_vulkan);
 #endif
   probes.emplace_back("cpu", probe_cpu);
+  // Last: opened by name only ("--device reference"); Registry::devices() and "auto" skip it.
+  probes.emplace_back("reference", [](std::vector<DeviceEntry>& out) {
+    out.push_back({"reference", "reference", std::make_shared<ref::ReferenceDevice>(), OkStatus()});
+  });
   return probes;
 }
 

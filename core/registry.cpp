@@ -54,16 +54,16 @@ int rank_of(const Device& d) {
     case DeviceKind::kHip: return 0;
     case DeviceKind::kVulkan: return 1;
     case DeviceKind::kCpu: return 2;
-    case DeviceKind::kReference: return 4;
+    case DeviceKind::kReference: break;  // never listed: see devices()
   }
-  return 5;
+  return 4;
 }
 }  // namespace
 
 std::vector<DevicePtr> Registry::devices() const {
   std::vector<DevicePtr> out;
   for (const auto& e : entries_)
-    if (e.device) out.push_back(e.device);
+    if (e.device && e.device->info().kind != DeviceKind::kReference) out.push_back(e.device);
   std::stable_sort(out.begin(), out.end(), [](const DevicePtr& a, const DevicePtr& b) { return rank_of(*a) < rank_of(*b); });
   return out;
 }

@@ -27,8 +27,10 @@ class Registry {
 
   const std::vector<DeviceEntry>& entries() const { return entries_; }
   // Usable devices, best first: discrete GPUs, then the native CPU, then emulated GPU devices.
+  // The scalar reference device is not among them (it is slow; it is what the others are tested
+  // against), so neither "auto" nor a loop over every device picks it: only find("reference").
   std::vector<DevicePtr> devices() const;
-  // "cpu", "vulkan", "vulkan:1", "cuda:0", or "" / "auto" for the best.
+  // "cpu", "vulkan", "vulkan:1", "cuda:0", "reference", or "" / "auto" for the best.
   Result<DevicePtr> find(const std::string& spec) const;
   DevicePtr best() const;
 

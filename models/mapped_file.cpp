@@ -37,4 +37,37 @@ Result<MappedFile> map_file_readonly(const std::string& path) {
   return f;
 }
 
+Result<std::string> read_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    const std::string msg = path + ": cannot open: " + std::strerror(err);
+    return err == ENOENT ? NotFound(msg) : Unavailable(msg);
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return InvalidArgument(path + ": not a regular file");
+  }
+  std::string out(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  // NOTE: read until EOF rather than trusting st_size, so a file that grows or shrinks while read
+  // still comes back whole and consistent.
+  for (;;) {
+    if (got == out.size()) out.resize(out.size() + 4096);
+    const ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return Unavailable(path + ": read failed: " + std::strerror(err));
+    }
+    if (n == 0) break;
+    got += size_t(n);
+  }
+  ::close(fd);
+  out.resize(got);
+  return out;
+}
+
 }  // namespace tessera

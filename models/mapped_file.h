@@ -19,4 +19,9 @@ struct MappedFile {
 // non-regular file, DataLoss for an empty one, Unavailable when open or mmap fails.
 Result<MappedFile> map_file_readonly(const std::string& path);
 
+// The whole file as bytes, for small files read once (JSON, text). Errors name the path: NotFound
+// for a missing file, InvalidArgument for a directory or other non-regular file, Unavailable when
+// it cannot be opened (permissions) or read. An empty file is an empty string: callers decide.
+Result<std::string> read_file(const std::string& path);
+
 }  // namespace tessera

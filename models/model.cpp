@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <unordered_set>
 
 #include "models/gguf/gguf.h"
 #include "models/safetensors/hf_model.h"
@@ -224,6 +225,15 @@ Result<std::unique_ptr<Model>> Model::load_checkpoint(const std::string& dir, De
 
 Status Model::load_weights(const std::string& path, const TensorGetter& get, const LoadOptions& opts) {
   auto specs = llama_tensor_specs(cfg_, &weights_);
+  {
+    // The spec table and LlamaWeights::for_each_tensor must name the same fields: a slot the walk
+    // missed would load but be left out of weight_tensors() (byte counts, benches).
+    std::unordered_set<const Tensor*> listed;
+    weights_.for_each_tensor([&](const Tensor& t) { listed.insert(&t); });
+    for (const TensorSpec& s : specs)
+      if (!listed.count(s.slot))
+        return Internal("llama_tensor_specs: '" + s.name + "' binds a tensor LlamaWeights::for_each_tensor does not list");
+  }
   // Check every tensor's presence, dtype and shape before uploading any.
   size_t total = 0;
   std::vector<std::pair<HostTensor, const TensorSpec*>> todo;
@@ -234,10 +244,7 @@ Status Model::load_weights(const std::string& path, const TensorGetter& get, con
       if (s.required) return NotFound(path + ": tensor '" + s.name + "' is missing");
       continue;
     }
-    HostTensor& h = **got;
-    if (h.shape != s.shape)
-      return InvalidArgument(path + ": tensor '" + s.name + "' has shape " + dims_string(h.shape.data(), h.shape.size()) +
-                             " but the hyperparameters imply " + dims_string(s.shape.data(), s.shape.size()));
+    HostTensor& h = **got;  // in s.shape: the getter checked the stored shape (see TensorGetter)
     if (s.shape.size() == 1 && !dtype_traits(h.dtype).is_float)
       return InvalidArgument(path + ": tensor '" + s.name + "' must be f32/f16/bf16, got " + dtype_name(h.dtype));
     total += h.nbytes;
@@ -254,8 +261,8 @@ Status Model::load_weights(const std::string& path, const TensorGetter& get, con
       it = mapped.emplace(h.region, b.ok() ? *b : nullptr).first;
       if (it->second) weights_buffers_.push_back(it->second);
     }
-    TS_ASSIGN_OR_RETURN(*s->slot, bind_weight(h, s->name, it->second));
-    if (h.out_scale != 1.0f) weights_.out_scales[s->name] = h.out_scale;
+    TS_ASSIGN_OR_RETURN(Tensor t, bind_weight(h, s->name, it->second));
+    *s->slot = WeightTensor{std::move(t), h.out_scale};
     done += h.nbytes;
     if (opts.progress && !opts.progress(done, total)) return Cancelled(path + ": loading cancelled");
   }
@@ -289,19 +296,9 @@ Result<Tensor> Model::bind_weight(const HostTensor& h, const std::string& name, 
 
 std::vector<const Tensor*> Model::weight_tensors() const {
   std::vector<const Tensor*> out;
-  auto add = [&](const Tensor& t) {
+  weights_.for_each_tensor([&](const Tensor& t) {
     if (t.buffer) out.push_back(&t);
-  };
-  add(weights_.tok_embd);
-  add(weights_.output_norm);
-  add(weights_.output);
-  add(weights_.rope_freqs);
-  for (const LlamaLayer& L : weights_.layers) {
-    for (const Tensor* t : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.q_norm, &L.k_norm, &L.ffn_norm,
-                            &L.w_gate, &L.w_up, &L.w_down, &L.router, &L.gate_exps, &L.up_exps, &L.down_exps, &L.shexp_gate,
-                            &L.gate_shexp, &L.up_shexp, &L.down_shexp})
-      add(*t);
-  }
+  });
   return out;
 }
 

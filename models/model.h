@@ -77,6 +77,8 @@ class Model final : public ModelRunner {
 
  private:
   Model() = default;
+  // A loader's tensors: nullopt when absent, else the tensor in exactly |spec|'s shape; a stored
+  // shape that differs is the getter's error, naming the file (gguf_tensor, safetensors::Weights).
   using TensorGetter = std::function<Result<std::optional<HostTensor>>(const TensorSpec&)>;
   static Result<std::unique_ptr<Model>> load_checkpoint(const std::string& dir, DevicePtr device, const LoadOptions& opts);
   Status finish_load(const std::string& path, const TensorGetter& get, const LoadOptions& opts);

@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "core/reference/reference.h"
 #include "core/registry.h"
 #include "examples/cli/commands.h"
 #include "models/chat_template/chat_template.h"
@@ -79,10 +78,7 @@ struct ProgressBar {
 }  // namespace
 
 std::unique_ptr<Model> load_model(const ModelOptions& o, const LoadOptions& extra) {
-  // "reference": the scalar reference ops (slow, every dtype), e.g. for quantised checkpoint
-  // formats no backend has kernels for yet.
-  auto dev = o.device == "reference" ? Result<DevicePtr>(DevicePtr(std::make_shared<ref::ReferenceDevice>()))
-                                     : Registry::global().find(o.device);
+  auto dev = Registry::global().find(o.device);
   if (!dev.ok()) { fail(dev.status()); return nullptr; }
   ProgressBar bar{!o.quiet && isatty(2)};
   LoadOptions lo = extra;

@@ -21,7 +21,10 @@ void print_devices() {
   for (const DeviceEntry& e : reg.entries()) {
     if (e.device) {
       const DeviceInfo& i = e.device->info();
-      std::printf("  %-10s %s%s\n", i.id.c_str(), i.name.c_str(), e.device == best ? "  [default]" : "");
+      std::printf("  %-10s %s%s\n", i.id.c_str(), i.name.c_str(),
+                  e.device == best                       ? "  [default]"
+                  : i.kind == DeviceKind::kReference ? "  (slow; only by name: --device reference)"
+                                                         : "");
       if (!i.features.empty()) std::printf("  %-10s features: %s\n", "", i.features.c_str());
       if (i.memory_bytes) std::printf("  %-10s memory: %.1f GiB%s\n", "", double(i.memory_bytes) / (1 << 30),
                                       i.emulated ? " (emulated on the CPU; never chosen by default)" : "");

@@ -6,7 +6,6 @@
 #include <map>
 
 #include "examples/cli/commands.h"
-#include "core/reference/reference.h"
 #include "core/registry.h"
 #include "examples/cli/common.h"
 #include "models/quantize/quantize.h"
@@ -92,9 +91,7 @@ void draw_bar(int64_t done, int64_t total, int* last) {
 // Runs the source model over --calib's text on --calib-device and keeps each weight's input
 // statistics for GPTQ.
 Status calibrate(const QuantizeCliOptions& c, CalibrationStats* out) {
-  TS_ASSIGN_OR_RETURN(DevicePtr dev, c.calib_device == "reference"
-                                          ? Result<DevicePtr>(DevicePtr(std::make_shared<ref::ReferenceDevice>()))
-                                          : Registry::global().find(c.calib_device));
+  TS_ASSIGN_OR_RETURN(DevicePtr dev, Registry::global().find(c.calib_device));
   CalibrationOptions co;
   co.max_tokens = c.calib_tokens;
   if (!c.quiet && isatty(2))

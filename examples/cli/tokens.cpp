@@ -2,10 +2,10 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 
 #include "examples/cli/commands.h"
 #include "examples/cli/common.h"
+#include "models/mapped_file.h"
 #include "models/quantize/logit_file.h"
 #include "models/scoring.h"
 
@@ -20,14 +20,6 @@ struct TokenOptions {
   bool no_special = false;
   int ctx = 512;
 };
-
-Result<std::string> read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return NotFound(path + ": cannot open");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 Result<std::vector<int32_t>> parse_ids(const std::string& s) {
   std::vector<int32_t> ids;

@@ -175,16 +175,14 @@ ValueId opt(Graph& g, const Tensor& t) { return t.buffer ? g.input(t) : kNoValue
 
 // x W^T (+ bias), times the weight's tensor scale when it has one (NVFP4; the loader divided
 // the bias by that scale, so the bias comes out right).
-ValueId linear(Graph& g, const LlamaWeights& w, ValueId x, const Tensor& W, ValueId bias = kNoValue) {
+ValueId linear(Graph& g, ValueId x, const WeightTensor& W, ValueId bias = kNoValue) {
   const ValueId y = g.matmul(x, g.input(W), bias);
-  if (w.out_scales.empty()) return y;
-  auto it = w.out_scales.find(W.name);
-  return it == w.out_scales.end() ? y : g.scale(y, it->second);
+  return W.out_scale == 1.0f ? y : g.scale(y, W.out_scale);
 }
 
-ValueId dense_ffn(Graph& g, const LlamaWeights& w, const LlamaLayer& L, ValueId h) {
-  const ValueId ff = g.swiglu(linear(g, w, h, L.w_gate), linear(g, w, h, L.w_up));
-  return linear(g, w, ff, L.w_down);
+ValueId dense_ffn(Graph& g, const LlamaLayer& L, ValueId h) {
+  const ValueId ff = g.swiglu(linear(g, h, L.w_gate), linear(g, h, L.w_up));
+  return linear(g, ff, L.w_down);
 }
 
 // Routed experts: top-k of the router's softmax, gate/up per chosen expert, SwiGLU, down with the
@@ -192,13 +190,13 @@ ValueId dense_ffn(Graph& g, const LlamaWeights& w, const LlamaLayer& L, ValueId 
 // sigmoid(x . shexp_gate): topk_route over a single logit with sigmoid scoring gives exactly that
 // weight (and expert id 0), so no extra op is needed.
 // |route_ids|, when given, receives the layer's expert ids ([T, k] i32), kept as a graph output.
-ValueId moe_ffn(Graph& g, const ModelConfig& c, const LlamaWeights& w, const LlamaLayer& L, ValueId h,
+ValueId moe_ffn(Graph& g, const ModelConfig& c, const LlamaLayer& L, ValueId h,
                 std::vector<ValueId>* route_ids) {
   TopkRouteParams rp;
   rp.k = c.n_experts_used;
   rp.scoring = RouteScoring::kSoftmax;
   rp.renormalize = c.expert_weights_norm;
-  auto [ids, weights] = g.topk_route(linear(g, w, h, L.router), rp);
+  auto [ids, weights] = g.topk_route(linear(g, h, L.router), rp);
   if (route_ids) {
     g.mark_output(ids);
     route_ids->push_back(ids);
@@ -211,8 +209,8 @@ ValueId moe_ffn(Graph& g, const ModelConfig& c, const LlamaWeights& w, const Lla
     sp.k = 1;
     sp.scoring = RouteScoring::kSigmoid;
     sp.renormalize = false;
-    auto [sid, sw] = g.topk_route(linear(g, w, h, L.shexp_gate), sp);
-    const ValueId sh = g.swiglu(linear(g, w, h, L.gate_shexp), linear(g, w, h, L.up_shexp));
+    auto [sid, sw] = g.topk_route(linear(g, h, L.shexp_gate), sp);
+    const ValueId sh = g.swiglu(linear(g, h, L.gate_shexp), linear(g, h, L.up_shexp));
     const ValueId down = g.input(L.down_shexp);
     const Tensor& dt = g.tensor(down);
     const ValueId down3 = g.view(down, {1, dt.shape[0], dt.shape[1]}, {dt.shape[0] * dt.stride[0], dt.stride[0], dt.stride[1]}, 0);
@@ -239,9 +237,9 @@ ValueId build_llama_graph(Graph& g, const ModelConfig& c, const LlamaWeights& w,
     const LlamaLayer& L = w.layers[size_t(l)];
     // Attention block.
     ValueId h = g.rms_norm(x, g.input(L.attn_norm), c.rms_eps);
-    ValueId q = g.reshape(linear(g, w, h, L.wq, opt(g, L.bq)), {T, c.n_heads, Dh});
-    ValueId k = g.reshape(linear(g, w, h, L.wk, opt(g, L.bk)), {T, c.n_kv_heads, Dh});
-    ValueId v = g.reshape(linear(g, w, h, L.wv, opt(g, L.bv)), {T, c.n_kv_heads, Dh});
+    ValueId q = g.reshape(linear(g, h, L.wq, opt(g, L.bq)), {T, c.n_heads, Dh});
+    ValueId k = g.reshape(linear(g, h, L.wk, opt(g, L.bk)), {T, c.n_kv_heads, Dh});
+    ValueId v = g.reshape(linear(g, h, L.wv, opt(g, L.bv)), {T, c.n_kv_heads, Dh});
     if (c.qk_norm == QkNorm::kPerHead) {
       q = g.rms_norm(q, g.input(L.q_norm), c.rms_eps);
       k = g.rms_norm(k, g.input(L.k_norm), c.rms_eps);
@@ -253,15 +251,15 @@ ValueId build_llama_graph(Graph& g, const ModelConfig& c, const LlamaWeights& w,
     k = g.rope(k, pos, c.rope, freq);
     ValueId a = g.attention({q, k, v, g.input(kv.k(l)), g.input(kv.v(l)), slots, qstart, lens, tables}, ap);
     a = g.reshape(a, {T, int64_t(c.n_heads) * Dh});
-    x = g.add(x, linear(g, w, a, L.wo));
+    x = g.add(x, linear(g, a, L.wo));
     // Feed-forward block.
     h = g.rms_norm(x, g.input(L.ffn_norm), c.rms_eps);
-    x = g.add(x, c.is_moe() ? moe_ffn(g, c, w, L, h, route_ids) : dense_ffn(g, w, L, h));
+    x = g.add(x, c.is_moe() ? moe_ffn(g, c, L, h, route_ids) : dense_ffn(g, L, h));
   }
   // Only the rows that sample need the (large) output head.
   x = g.embed(x, g.input(in.logit_rows), DType::kF32);
   x = g.rms_norm(x, g.input(w.output_norm), c.rms_eps);
-  const ValueId logits = linear(g, w, x, c.tied_output ? w.tok_embd : w.output);
+  const ValueId logits = linear(g, x, c.tied_output ? w.tok_embd : w.output);
   g.mark_output(logits);
   return logits;
 }

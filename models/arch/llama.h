@@ -15,24 +15,53 @@ namespace tessera {
 
 namespace gguf { class File; }
 
+// A loaded weight and the factor a matmul by it is multiplied by: the f32 tensor scale of NVFP4
+// weights, which their blocks leave out (quant/README.md); 1 for every other format. Set once at
+// load time, so building a step graph looks nothing up.
+struct WeightTensor : Tensor {
+  float out_scale = 1.0f;
+};
+
 struct LlamaLayer {
-  Tensor attn_norm, wq, wk, wv, wo;
-  Tensor bq, bk, bv;          // optional (qwen2): no buffer when absent
-  Tensor q_norm, k_norm;      // optional (qwen3)
-  Tensor ffn_norm, w_gate, w_up, w_down;   // dense FFN
+  WeightTensor attn_norm, wq, wk, wv, wo;
+  WeightTensor bq, bk, bv;          // optional (qwen2): no buffer when absent
+  WeightTensor q_norm, k_norm;      // optional (qwen3)
+  WeightTensor ffn_norm, w_gate, w_up, w_down;   // dense FFN
   // Mixture of experts: router [E, D], experts [E, F, D] / [E, D, F].
-  Tensor router, gate_exps, up_exps, down_exps;
+  WeightTensor router, gate_exps, up_exps, down_exps;
   // Shared expert (qwen2moe): sigmoid(x . shexp_gate) * FFN_shared(x).
-  Tensor shexp_gate, gate_shexp, up_shexp, down_shexp;
+  WeightTensor shexp_gate, gate_shexp, up_shexp, down_shexp;
+
+  // Calls |f| on every tensor field, absent ones (no buffer) included. The one list of the
+  // fields: weight_tensors() and the loader's check of llama_tensor_specs walk it, so a new field
+  // goes here too (Model::load_weights fails with Internal when the spec table binds a field this
+  // walk misses).
+  template <class F> void for_each_tensor(F&& f) { each(*this, f); }
+  template <class F> void for_each_tensor(F&& f) const { each(*this, f); }
+
+ private:
+  template <class Self, class F> static void each(Self& L, F& f) {
+    for (auto* t : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.q_norm, &L.k_norm, &L.ffn_norm,
+                    &L.w_gate, &L.w_up, &L.w_down, &L.router, &L.gate_exps, &L.up_exps, &L.down_exps, &L.shexp_gate,
+                    &L.gate_shexp, &L.up_shexp, &L.down_shexp})
+      f(*t);
+  }
 };
 
 struct LlamaWeights {
-  Tensor tok_embd, output_norm, output;
-  Tensor rope_freqs;          // optional (llama3 scaling)
+  WeightTensor tok_embd, output_norm, output;
+  WeightTensor rope_freqs;          // optional (llama3 scaling)
   std::vector<LlamaLayer> layers;
-  // Weight name -> factor the matmul output is multiplied by: the f32 tensor scale of NVFP4
-  // weights, which their blocks leave out (quant/README.md). Absent: 1.
-  std::map<std::string, float> out_scales;
+
+  // Every tensor, the model's own then each layer's (see LlamaLayer::for_each_tensor).
+  template <class F> void for_each_tensor(F&& f) { each(*this, f); }
+  template <class F> void for_each_tensor(F&& f) const { each(*this, f); }
+
+ private:
+  template <class Self, class F> static void each(Self& w, F& f) {
+    for (auto* t : {&w.tok_embd, &w.output_norm, &w.output, &w.rope_freqs}) f(*t);
+    for (auto& L : w.layers) L.for_each_tensor(f);
+  }
 };
 
 // The per-step inputs, already on the device.
@@ -47,7 +76,7 @@ struct TensorSpec {
   std::string name;
   std::vector<int64_t> shape;  // outermost first
   bool required;
-  Tensor* slot;
+  WeightTensor* slot;
   // Routed experts [E, ...]: the merged 3-D tensor |name| (blk.N.ffn_gate_exps.weight) or, in the
   // older layout, E tensors blk.N.ffn_gate.0.weight ... of shape[1:] each.
   bool experts = false;
@@ -68,7 +97,7 @@ struct HostTensor {
   const void* region = nullptr;  // start of the mapped file (or owned block) holding |data|
   size_t region_bytes = 0;
   std::shared_ptr<const void> keepalive;  // owns the region
-  float out_scale = 1.0f;        // see LlamaWeights::out_scales
+  float out_scale = 1.0f;        // see WeightTensor::out_scale
   int64_t stride0 = 0;           // bytes between dim-0 slices when not contiguous (per-expert
                                  // GGUF tensors placed at equal distances); 0: contiguous
 };

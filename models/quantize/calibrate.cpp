@@ -3,9 +3,8 @@
 #include "models/quantize/calibrate.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
+#include "models/mapped_file.h"
 #include "models/model.h"
 #include "models/scoring.h"
 
@@ -107,11 +106,9 @@ Status CalibratingDevice::accumulate(const std::vector<float>& x, int64_t rows, 
 }
 
 Result<std::string> read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return InvalidArgument(path + ": cannot open the calibration text");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  std::string s = ss.str();
+  Result<std::string> r = read_file(path);
+  if (!r.ok()) return InvalidArgument(path + ": cannot open the calibration text (" + r.status().message() + ")");
+  std::string s = std::move(*r);
   if (s.empty()) return InvalidArgument(path + ": the calibration text is empty");
   return s;
 }

@@ -123,8 +123,6 @@ class HfSource final : public TensorSource {
         if (s.required) return NotFound(dir + ": tensor '" + s.name + "' (HF '" + weights.hf_prefix(s.name) + "') is missing");
         continue;
       }
-      if (h->shape != s.shape)
-        return InvalidArgument(dir + ": tensor '" + weights.hf_prefix(s.name) + "' does not have the shape the config implies");
       const bool qk = s.name.find(".attn_q.") != std::string::npos || s.name.find(".attn_k.") != std::string::npos;
       src->tensors_.push_back(SourceTensor{s.name, h->dtype, s.shape});
       src->rope_head_.push_back(permute && qk ? cfg.head_dim : 0);

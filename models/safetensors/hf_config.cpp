@@ -1,9 +1,5 @@
 // config.json -> ModelConfig, the same struct the GGUF metadata fills (models/arch/llama.cpp).
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
-
+#include "models/mapped_file.h"
 #include "models/safetensors/hf_model.h"
 #include "models/safetensors/json_util.h"
 
@@ -12,11 +8,9 @@ namespace tessera::safetensors {
 // ---- JSON helpers ----
 
 Result<json> read_json_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound(path + ": cannot open: " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  json j = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  std::string text;
+  TS_ASSIGN_OR_RETURN(text, read_file(path));
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return InvalidArgument(path + ": not valid JSON");
   return j;
 }

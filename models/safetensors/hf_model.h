@@ -45,7 +45,8 @@ class Weights {
  public:
   Weights(const Checkpoint& ckpt, const ModelConfig& cfg, QuantConfig quant);
   ~Weights();
-  // The tensor for |spec|, or nullopt when the checkpoint lacks it (an optional tensor).
+  // The tensor for |spec|, always in spec.shape (a stored shape that differs is an error naming
+  // the file and tensor), or nullopt when the checkpoint lacks it (an optional tensor).
   // Float weights stay in the mapped shard (1-D ones are widened to f32); quantised ones are
   // repacked into new memory.
   Result<std::optional<HostTensor>> get(const TensorSpec& spec);

@@ -1,22 +1,11 @@
 // The tokenizer files of a checkpoint directory -> TokenizerData (parsing in models/tokenizer).
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
+#include "models/mapped_file.h"
 #include "models/safetensors/hf_model.h"
 #include "models/safetensors/json_util.h"
 
 namespace tessera::safetensors {
-
-namespace {
-Result<std::string> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound(path + ": cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-}  // namespace
 
 Result<TokenizerData> read_tokenizer(const std::string& dir, std::string* chat_template) {
   namespace fs = std::filesystem;

@@ -2,13 +2,10 @@
 // shape, byte count and offsets against the file before anything reads tensor data.
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "models/safetensors/safetensors.h"
 #include "models/mapped_file.h"
@@ -32,16 +29,6 @@ constexpr DTypeRow kDTypes[] = {
     {StDType::kU64, "U64", 8},    {StDType::kF8_E4M3, "F8_E4M3", 1}, {StDType::kF8_E5M2, "F8_E5M2", 1},
     {StDType::kF8_E8M0, "F8_E8M0", 1},
 };
-
-// Reads a whole small file (JSON) into |out|.
-Status read_text(const std::string& path, std::string* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound(path + ": cannot open: " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  *out = ss.str();
-  return OkStatus();
-}
 
 // A non-negative integer that fits int64 (JSON numbers may be negative or fractional).
 bool as_count(const json& v, int64_t* out) {
@@ -221,7 +208,7 @@ Result<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::string& dir) {
   json weight_map;
   if (fs::exists(index_path, ec)) {
     std::string text;
-    TS_RETURN_IF_ERROR(read_text(index_path.string(), &text));
+    TS_ASSIGN_OR_RETURN(text, read_file(index_path.string()));
     const json idx = json::parse(text, nullptr, false);
     if (idx.is_discarded() || !idx.is_object()) return InvalidArgument(index_path.string() + ": not a JSON object");
     auto wm = idx.find("weight_map");

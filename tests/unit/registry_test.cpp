@@ -13,6 +13,17 @@ TEST(Registry, GlobalHasACpuDevice) {
   ASSERT_NE(Registry::global().best(), nullptr);
 }
 
+TEST(Registry, ReferenceDeviceOpensByNameOnly) {
+  const Registry& reg = Registry::global();
+  auto r = reg.find("reference");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ((*r)->info().kind, DeviceKind::kReference);
+  // Never the default and never in the list every-device loops (tests, bench "all") walk.
+  EXPECT_NE(reg.find("auto").value()->info().kind, DeviceKind::kReference);
+  EXPECT_NE(reg.best()->info().kind, DeviceKind::kReference);
+  for (const DevicePtr& d : reg.devices()) EXPECT_NE(d->info().kind, DeviceKind::kReference) << d->info().id;
+}
+
 TEST(Registry, ExplainsUnavailableBackendsAndUnknownIds) {
   Registry reg({{"cpu", [](std::vector<DeviceEntry>& out) {
                    out.push_back({"cpu", "cpu", std::make_shared<cpu::CpuDevice>(1), OkStatus()});
