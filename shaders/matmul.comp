@@ -5,7 +5,7 @@
 //           K in units of 16 weights and reduce through subgroupAdd; decode (M small) and every
 //           matmul_id.
 //  TILED=1  GEMM: 32x64 output tiles, 64 threads with 4x8 outputs each, K staged through
-//           shared memory in steps of 32 (one quant block); prefill.
+//           shared memory in steps of 32 (a multiple of every format's run); prefill.
 // Weights are read a unit (dequant.glsl) at a time with wide loads, never one load per element.
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "types.glsl"
@@ -137,7 +137,7 @@ void main() {
 #else
 // A BM x BN output tile per workgroup of 64 threads, each computing 4 rows x 8 columns (12
 // shared-memory reads per 32 multiply-adds). K goes through shared memory BK = 32 (one quant
-// block) at a time, each weight unit dequantised once with wide loads.
+// block of the 32-element formats) at a time, each weight unit dequantised with wide loads.
 layout(local_size_x = 64) in;
 #define BM 32u
 #define BN 64u
@@ -146,10 +146,12 @@ shared float s_x[BM][BK + 1u];
 shared float s_w[BN][BK + 1u];
 shared uint64_t s_xrow[BM], s_wrow[BN];  // row addresses: computed once, not per element
 
-// Weight units k0/UNIT and k0/UNIT + 1 (the tile's BK columns) of the tile's BN rows into s_w.
+// The weight units that hold columns [k0, k0 + BK) (dequant.glsl tile_unit) of the tile's BN
+// rows into s_w; a unit whose other run lies outside the window (formats with UNIT_RUN1 >= 32)
+// contributes only the run inside it.
 void stage_weights(const MatmulParams P, uint k0, uint n0, uint lid) {
-  for (uint l = lid; l < BN * 2u; l += 64u) {
-    const uint i = l >> 1, u = k0 / UNIT + (l & 1u), k = unit_run0(u);
+  for (uint l = lid; l < BN * TILE_UNITS; l += 64u) {
+    const uint i = l / TILE_UNITS, u = tile_unit(k0, l % TILE_UNITS), k = unit_run0(u);
     float w[16];
     if (n0 + i < P.N && k + UNIT_RUN1 + 8u <= P.K) {
       load_unit(s_wrow[i], u, w);
@@ -159,9 +161,10 @@ void stage_weights(const MatmulParams P, uint k0, uint n0, uint lid) {
         w[j] = n0 + i < P.N && kj < P.K ? load_weight(s_wrow[i], kj) : 0.0;
       }
     }
-    for (uint j = 0; j < 8u; ++j) {
-      s_w[i][k - k0 + j] = w[j];
-      s_w[i][k - k0 + UNIT_RUN1 + j] = w[8u + j];
+    for (uint h = 0; h < 2u; ++h) {
+      const uint kr = k + h * UNIT_RUN1;
+      if (kr < k0 || kr >= k0 + BK) continue;
+      for (uint j = 0; j < 8u; ++j) s_w[i][kr - k0 + j] = w[8u * h + j];
     }
   }
 }

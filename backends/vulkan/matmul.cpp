@@ -55,10 +55,18 @@ void set_x_flags(const Tensor& x, MatmulParams* p) {
   if (aligned) p->flags |= kMatmulXF32Aligned;
 }
 
-// The unit loads of dequant.glsl assume each weight row starts at the alignment its format
-// keeps within a row (4 bytes for Q4_1's 20-byte blocks, the element size otherwise).
+// The alignment dequant.glsl's unit loads assume for weight rows: what the format keeps within a
+// row, min(4, the largest power of two dividing its block size, and its row header) (2 for Q4_0's
+// 18-byte blocks, 1 for MXFP4's 17, 4 for Q4_K's 144 and the FP8/INT8 rows of 4 + K bytes).
+int64_t weight_alignment(DType w) {
+  const DTypeTraits& t = dtype_traits(w);
+  int64_t align = 4;
+  while (align > 1 && (t.block_bytes % align != 0 || t.row_header_bytes % align != 0)) align /= 2;
+  return align;
+}
+
 Status check_weight_alignment(const Tensor& w, const char* op) {
-  const int64_t align = w.dtype == DType::kQ4_1 ? 4 : w.dtype == DType::kF32 ? 4 : 2;
+  const int64_t align = weight_alignment(w.dtype);
   bool ok = int64_t(address_of(w) % uint64_t(align)) == 0;
   for (int d = 0; d + 1 < w.rank; ++d) ok = ok && w.stride[size_t(d)] % align == 0;
   if (!ok)
@@ -85,9 +93,14 @@ Status record_embed(Recorder& rec, const Graph& g, const Node& n) {
   p.D = uint32_t(w.shape[1]);
   p.V = uint32_t(w.shape[0]);
   p.out_dtype = uint32_t(out.dtype);
-  const std::string k = dtype_traits(w.dtype).is_quantized ? kernel("embed", w.dtype) : "embed_float";
-  return rec.dispatch(k, {kWorkgroup}, p, {groups_for(out.numel(), kWorkgroup), 1, 1}, {span_of(w), span_of(ids)},
-                      {span_of(out)});
+  const bool blocks = dtype_traits(w.dtype).is_quantized;
+  if (blocks) {
+    TS_RETURN_IF_ERROR(check_weight_alignment(w, "embed"));
+  }
+  // Block formats take one thread per 16-element unit (embed.comp), floats one per element.
+  const int64_t threads = blocks ? out.numel() / 16 : out.numel();
+  return rec.dispatch(blocks ? kernel("embed", w.dtype) : "embed_float", {kWorkgroup}, p,
+                      {groups_for(threads, kWorkgroup), 1, 1}, {span_of(w), span_of(ids)}, {span_of(out)});
 }
 
 Status record_matmul(Recorder& rec, const Graph& g, const Node& n) {

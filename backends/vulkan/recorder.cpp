@@ -29,6 +29,9 @@ uint64_t address_of(const Tensor& t) {
 // shaders/types.glsl reads dtypes by these values (DT_F32 ...).
 static_assert(uint32_t(DType::kF32) == 0 && uint32_t(DType::kF16) == 1 && uint32_t(DType::kBF16) == 2 &&
               uint32_t(DType::kI8) == 3 && uint32_t(DType::kI32) == 4);
+// The generator table (CMakeLists.txt) and dequant.glsl's W_* name weight formats by these.
+static_assert(uint32_t(DType::kQ8_0) == 5 && uint32_t(DType::kQ4_K) == 10 && uint32_t(DType::kMXFP4) == 13 &&
+              uint32_t(DType::kFP8_E4M3) == 15 && uint32_t(DType::kINT8_PC) == 17 && uint32_t(DType::kINT4_G128) == 20);
 
 TensorRef ref_of(const Tensor& t) {
   TensorRef r;
@@ -55,6 +58,19 @@ const char* weight_kernel_suffix(DType w) {
     case DType::kQ8_0: return "q8_0";
     case DType::kQ4_0: return "q4_0";
     case DType::kQ4_1: return "q4_1";
+    case DType::kQ5_0: return "q5_0";
+    case DType::kQ5_1: return "q5_1";
+    case DType::kQ4_K: return "q4_k";
+    case DType::kQ5_K: return "q5_k";
+    case DType::kQ6_K: return "q6_k";
+    case DType::kMXFP4: return "mxfp4";
+    case DType::kNVFP4: return "nvfp4";
+    case DType::kFP8_E4M3: return "fp8_e4m3";
+    case DType::kFP8_E5M2: return "fp8_e5m2";
+    case DType::kINT8_PC: return "int8_pc";
+    case DType::kINT4_G32: return "int4_g32";
+    case DType::kINT4_G64: return "int4_g64";
+    case DType::kINT4_G128: return "int4_g128";
     default: return nullptr;
   }
 }
