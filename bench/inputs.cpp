@@ -28,7 +28,8 @@ std::vector<uint8_t> make_random_image(const Tensor& desc, uint64_t seed) {
     }
     uint8_t* dst = image.data() + r0 * desc.row_bytes();
     if (traits.quantize_row) {
-      traits.quantize_row(src.data(), dst, nr * cols);
+      // Row by row: the per-channel formats (FP8, INT8_PC) start every row with its own scale.
+      for (int64_t r = 0; r < nr; ++r) traits.quantize_row(src.data() + r * cols, dst + r * desc.row_bytes(), cols);
     } else {  // integer types: small values
       for (int64_t i = 0; i < nr * cols * traits.block_bytes; ++i) dst[i] = uint8_t(i * 7 % 5);
     }

@@ -214,7 +214,8 @@ ValueId moe_ffn(Graph& g, const ModelConfig& c, const LlamaLayer& L, ValueId h,
     const ValueId down = g.input(L.down_shexp);
     const Tensor& dt = g.tensor(down);
     const ValueId down3 = g.view(down, {1, dt.shape[0], dt.shape[1]}, {dt.shape[0] * dt.stride[0], dt.stride[0], dt.stride[1]}, 0);
-    y = g.add(y, g.matmul_id(sh, down3, sid, sw));
+    const ValueId ysh = g.matmul_id(sh, down3, sid, sw);
+    y = g.add(y, L.down_shexp.out_scale == 1.0f ? ysh : g.scale(ysh, L.down_shexp.out_scale));
   }
   return y;
 }
@@ -233,6 +234,7 @@ ValueId build_llama_graph(Graph& g, const ModelConfig& c, const LlamaWeights& w,
   ap.scale = float(1.0 / std::sqrt(double(Dh)));
 
   ValueId x = g.embed(g.input(w.tok_embd), tokens, DType::kF32);  // [T, D]
+  if (w.tok_embd.out_scale != 1.0f) x = g.scale(x, w.tok_embd.out_scale);  // an NVFP4 embedding's tensor scale
   for (int l = 0; l < c.n_layers; ++l) {
     const LlamaLayer& L = w.layers[size_t(l)];
     // Attention block.
