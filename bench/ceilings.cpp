@@ -262,7 +262,8 @@ std::vector<Ceiling> hal_ceilings(Device& device, const CeilingOptions& o) {
     KernelCase mm;
     mm.op = OpKind::kMatmul, mm.weight = w;
     Result<Stat> best = Unavailable("not measured");
-    for (int64_t s = 128; s <= (o.quick ? 512 : 2048); s *= 2) {
+    // K must be whole blocks: the k-quants start at 256.
+    for (int64_t s = std::max<int64_t>(128, dtype_table()[i].block_elems); s <= (o.quick ? 512 : 2048); s *= 2) {
       mm.m = mm.n = mm.k = s;
       best = hal_rate(device, mm, case_cost(mm).flops, o.quick ? 0.2 : 0.5, &how);
       if (!best.ok() || 2.0 * double(s) * s * s / (best->median * 1e9) > 0.02) break;
