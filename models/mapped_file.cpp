@@ -10,18 +10,26 @@
 
 namespace tessera {
 
-Result<MappedFile> map_file_readonly(const std::string& path) {
+namespace {
+// Opens |path| read-only; the file must be a regular one. Fills |st|; the caller closes the fd.
+Result<int> open_regular(const std::string& path, struct stat* st) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
     const std::string msg = path + ": cannot open: " + std::strerror(err);
     return err == ENOENT ? NotFound(msg) : Unavailable(msg);
   }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
     ::close(fd);
     return InvalidArgument(path + ": not a regular file");
   }
+  return fd;
+}
+}  // namespace
+
+Result<MappedFile> map_file_readonly(const std::string& path) {
+  struct stat st {};
+  TS_ASSIGN_OR_RETURN(const int fd, open_regular(path, &st));
   const size_t size = static_cast<size_t>(st.st_size);
   if (size == 0) {
     ::close(fd);
@@ -38,17 +46,8 @@ Result<MappedFile> map_file_readonly(const std::string& path) {
 }
 
 Result<std::string> read_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    const std::string msg = path + ": cannot open: " + std::strerror(err);
-    return err == ENOENT ? NotFound(msg) : Unavailable(msg);
-  }
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return InvalidArgument(path + ": not a regular file");
-  }
+  TS_ASSIGN_OR_RETURN(const int fd, open_regular(path, &st));
   std::string out(static_cast<size_t>(st.st_size), '\0');
   size_t got = 0;
   // NOTE: read until EOF rather than trusting st_size, so a file that grows or shrinks while read
