@@ -7,6 +7,7 @@
 #include <random>
 
 #include "models/quantize/gptq.h"
+#include "tests/support/test_support.h"
 
 namespace tessera {
 namespace {
@@ -39,10 +40,8 @@ std::vector<float> gaussian(int64_t n, uint32_t seed) {
 }
 
 std::vector<float> decode(DType t, const std::vector<uint8_t>& bytes, int64_t n, int64_t k) {
-  std::vector<float> out(size_t(n * k));
-  const int64_t rb = dtype_row_bytes(t, k);
-  for (int64_t r = 0; r < n; ++r) dtype_traits(t).dequantize_row(bytes.data() + r * rb, out.data() + r * k, k);
-  return out;
+  const std::vector<double> d = testing::decode(Tensor::make(t, {n, k}), bytes.data());
+  return std::vector<float>(d.begin(), d.end());
 }
 
 // ||X (W - Q)^T||_F

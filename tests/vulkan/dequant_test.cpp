@@ -10,18 +10,11 @@
 #include <cstring>
 
 #include "backends/vulkan/device.h"
+#include "tests/vulkan/first_device.h"
 #include "tests/conformance/harness.h"
 
 namespace tessera::vulkan {
 namespace {
-
-std::shared_ptr<VulkanDevice> first_device(DeviceOptions options = {}) {
-  std::vector<DeviceEntry> entries;
-  probe_devices(entries, options);
-  for (auto& e : entries)
-    if (e.device) return std::static_pointer_cast<VulkanDevice>(e.device);
-  return nullptr;
-}
 
 std::vector<DType> claimed_block_formats(const Device& dev) {
   std::vector<DType> out;
@@ -30,12 +23,10 @@ std::vector<DType> claimed_block_formats(const Device& dev) {
   return out;
 }
 
-// quant/'s decoding of |rows| rows of |k| elements.
+// quant/'s decoding of |rows| rows of |k| elements (as f32: testing::decode widens them exactly).
 std::vector<float> reference_rows(DType w, const std::vector<uint8_t>& bytes, int64_t rows, int64_t k) {
-  std::vector<float> out(size_t(rows * k));
-  const int64_t row_bytes = dtype_row_bytes(w, k);
-  for (int64_t r = 0; r < rows; ++r) dtype_traits(w).dequantize_row(bytes.data() + r * row_bytes, out.data() + r * k, k);
-  return out;
+  const std::vector<double> d = testing::decode(Tensor::make(w, {rows, k}), bytes.data());
+  return std::vector<float>(d.begin(), d.end());
 }
 
 // Equal bits, or both NaN (payloads may differ), or a subnormal result flushed to zero: Vulkan

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "backends/vulkan/device.h"
+#include "tests/vulkan/first_device.h"
 #include "tests/conformance/harness.h"
 
 namespace tessera::vulkan {
@@ -29,14 +30,6 @@ class ScopedEnv {
   std::string old_;
   bool had_ = false;
 };
-
-std::shared_ptr<VulkanDevice> first_device(DeviceOptions options = {}) {
-  std::vector<DeviceEntry> entries;
-  probe_devices(entries, options);
-  for (auto& e : entries)
-    if (e.device) return std::static_pointer_cast<VulkanDevice>(e.device);
-  return nullptr;
-}
 
 TEST(VulkanProbe, NoLoaderIsAnUnavailableEntryNotACrash) {
   ScopedEnv env("TESSERA_VULKAN_LOADER", "/nonexistent/libvulkan.so.1");

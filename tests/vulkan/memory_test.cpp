@@ -5,18 +5,11 @@
 #include <cmath>
 
 #include "backends/vulkan/device.h"
+#include "tests/vulkan/first_device.h"
 #include "tests/support/test_support.h"
 
 namespace tessera::vulkan {
 namespace {
-
-std::shared_ptr<VulkanDevice> first_device(DeviceOptions options = {}) {
-  std::vector<DeviceEntry> entries;
-  probe_devices(entries, options);
-  for (auto& e : entries)
-    if (e.device) return std::static_pointer_cast<VulkanDevice>(e.device);
-  return nullptr;
-}
 
 TEST(VulkanMemory, WeightLargerThanMaxStorageBufferRange) {
   auto dev = first_device();
