@@ -81,12 +81,12 @@ void e4m3_gemv(const float* x, const char* wbase, int64_t ldw, int64_t n0, int64
   int64_t k = 0;
   for (; k + L <= K; k += L) hn::StoreU(hn::Mul(hn::LoadU(df, x + k), hn::Set(df, kTwo60)), df, xs + k);
   for (; k < K; ++k) xs[k] = x[k] * kTwo60;
-  const int64_t ahead_rows = std::max<int64_t>(1, 6144 / ldw);
+  const int64_t ahead_rows = std::max<int64_t>(1, kGemvPrefetchBytes / ldw);
   for (int64_t n = n0; n < n1; ++n) {
     if (n + ahead_rows < n1)
       for (int64_t o = 0; o < ldw; o += 64) hwy::Prefetch(wbase + (n + ahead_rows) * ldw + o);
     const char* row = wbase + n * ldw;
-    const auto* w = reinterpret_cast<const int8_t*>(row + 4);
+    const auto* w = reinterpret_cast<const int8_t*>(row + row_header_bytes<DType::kFP8_E4M3>());
     VF acc[4] = {hn::Zero(df), hn::Zero(df), hn::Zero(df), hn::Zero(df)};
     k = 0;
     for (; k + 4 * L <= K; k += 4 * L) {

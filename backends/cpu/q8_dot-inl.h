@@ -156,10 +156,6 @@ HWY_INLINE void dot_row(const char* wrow, const ActQ8* const* x, int64_t nb, flo
 template <class F>
 concept PairFormat = F::kPairs;
 
-// The decode loops prefetch whole weight rows about this far ahead of the row being computed:
-// with ~6 instructions per block the DRAM stream and the arithmetic overlap only partly, and a
-// software prefetch into L1 measured 10-20% more single-thread GB/s (K = 2048, rows of 1-2 KB).
-inline constexpr int64_t kGemvPrefetchBytes = 6144;
 
 // Eight f16 fields at byte |offset| of consecutive blocks as 8 f32 (scalar loads, one convert).
 template <class B>
