@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "models/chat_template/chat_template.h"
+#include "tests/support/test_support.h"
 #include "tests/tokenizer/gguf_meta.h"
 #include "tests/tokenizer/golden.h"
 
@@ -82,7 +83,7 @@ TEST(ChatTemplate, MatchesJinja2) {
 
 TEST(ChatTemplate, SmolLM2Conversation) {
   const std::string src = smollm2_template();
-  if (src.empty()) GTEST_SKIP() << "SmolLM2 GGUF unavailable";
+  if (src.empty()) TESSERA_SKIP_MISSING() << "SmolLM2 GGUF unavailable";
   auto tmpl = ChatTemplate::parse(src);
   ASSERT_TRUE(tmpl.ok()) << tmpl.status().to_string();
   auto out = tmpl->render({{"user", "Hi"}}, true);

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "tests/conformance/conformance_test.h"
+#include "tests/support/test_support.h"
 
 namespace tessera::conformance {
 
@@ -27,7 +28,7 @@ TEST_P(ConformanceTest, MatchesReference) {
   // Optional activation dtypes (f16/bf16) and weight formats beyond the required ones run only
   // where the device claims them; f32 activations with a required weight format must run.
   if ((c.act != DType::kF32 || !is_required_weight(c.weight)) && !dev.supports(c.op, c.act, c.weight))
-    GTEST_SKIP() << dev.info().id << " does not claim " << op_name(c.op) << " with " << dtype_name(c.act)
+    TESSERA_SKIP_HARDWARE() << dev.info().id << " does not claim " << op_name(c.op) << " with " << dtype_name(c.act)
                  << " activations and " << dtype_name(c.weight) << " weights";
   const std::string err = run_case(dev, c);
   EXPECT_TRUE(err.empty()) << err;

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "models/gguf/gguf.h"
+#include "tests/support/test_support.h"
 
 namespace tessera::gguf {
 namespace {
@@ -46,7 +47,7 @@ uint64_t fnv1a64_words(const uint8_t* p, size_t n) {
 
 TEST(GgufSmolLM2, Metadata) {
   auto f = open_smollm2();
-  if (!f) GTEST_SKIP() << "SmolLM2 GGUF not in $TESSERA_MODELS";
+  if (!f) TESSERA_SKIP_MISSING() << "SmolLM2 GGUF not in $TESSERA_MODELS";
   EXPECT_EQ(f->version(), 3u);
   EXPECT_EQ(f->metadata().size(), 33u);
   EXPECT_EQ(*f->get_string("general.architecture"), "llama");
@@ -74,7 +75,7 @@ TEST(GgufSmolLM2, Metadata) {
 
 TEST(GgufSmolLM2, TensorsMatchPythonGguf) {
   auto f = open_smollm2();
-  if (!f) GTEST_SKIP() << "SmolLM2 GGUF not in $TESSERA_MODELS";
+  if (!f) TESSERA_SKIP_MISSING() << "SmolLM2 GGUF not in $TESSERA_MODELS";
   std::ifstream golden(env_or_empty("TESSERA_TEST_DATA") + "/gguf/smollm2_tensors.txt");
   ASSERT_TRUE(golden) << "missing tests/data/gguf/smollm2_tensors.txt";
   ASSERT_EQ(f->tensors().size(), 272u);
@@ -110,7 +111,7 @@ TEST(GgufSmolLM2, TensorsMatchPythonGguf) {
 
 TEST(GgufSmolLM2, ShapesOutermostFirst) {
   auto f = open_smollm2();
-  if (!f) GTEST_SKIP() << "SmolLM2 GGUF not in $TESSERA_MODELS";
+  if (!f) TESSERA_SKIP_MISSING() << "SmolLM2 GGUF not in $TESSERA_MODELS";
   const TensorInfo* emb = f->find_tensor("token_embd.weight");
   ASSERT_NE(emb, nullptr);
   EXPECT_EQ(emb->dtype, DType::kQ8_0);

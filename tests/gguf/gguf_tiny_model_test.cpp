@@ -7,6 +7,7 @@
 #include <string>
 
 #include "models/gguf/gguf.h"
+#include "tests/support/test_support.h"
 #include "tests/gguf/gguf_test_util.h"
 
 namespace tessera::gguf {
@@ -21,9 +22,9 @@ struct Expect {
 
 TEST(GgufTinyModel, WrittenModelsOpen) {
   const char* bin = std::getenv("TESSERA_BIN");
-  if (!bin) GTEST_SKIP() << "TESSERA_BIN not set";
+  if (!bin) TESSERA_SKIP_MISSING() << "TESSERA_BIN not set";
   const std::string tool = std::string(bin) + "/make_tiny_model";
-  if (!std::filesystem::exists(tool)) GTEST_SKIP() << tool << " not built";
+  if (!std::filesystem::exists(tool)) TESSERA_SKIP_MISSING() << tool << " not built";
   const std::string dir = testing::temp_path("tiny");
   std::filesystem::create_directories(dir);
   ASSERT_EQ(std::system((tool + " --all " + dir + " > /dev/null").c_str()), 0);

@@ -13,6 +13,7 @@
 #include <random>
 
 #include "core/registry.h"
+#include "tests/support/test_support.h"
 #include "models/gguf/gguf.h"
 #include "models/model.h"
 #include "models/scoring.h"
@@ -66,7 +67,7 @@ Status write_moe_copy(const std::string& src, const std::string& dst, int E, int
 }
 
 TEST(MoeDenseEquivalence, SmolLM2WithCopiedExpertsMatchesTheDenseModel) {
-  if (!fs::exists(smollm2_path())) GTEST_SKIP() << "SmolLM2 not found at " << smollm2_path();
+  if (!fs::exists(smollm2_path())) TESSERA_SKIP_MISSING() << "SmolLM2 not found at " << smollm2_path();
   const std::string moe = (fs::temp_directory_path() / ("smollm2_moe_" + std::to_string(::getpid()) + ".gguf")).string();
   ASSERT_TRUE(write_moe_copy(smollm2_path(), moe, 4, 2).ok());
   for (const DevicePtr& dev : Registry::global().devices()) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "core/registry.h"
+#include "tests/support/test_support.h"
 #include "core/sched/engine.h"
 #include "models/model.h"
 #include "models/scoring.h"
@@ -29,7 +30,7 @@ class SmolLM2 : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete model_; model_ = nullptr; }
   void SetUp() override {
-    if (!model_) GTEST_SKIP() << "SmolLM2 not found at " << model_path() << " (run .ci/fetch-model)";
+    if (!model_) TESSERA_SKIP_MISSING() << "SmolLM2 not found at " << model_path() << " (run .ci/fetch-model)";
   }
   static Model* model_;
 };

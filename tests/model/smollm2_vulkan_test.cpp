@@ -92,7 +92,7 @@ int32_t argmax(const std::vector<float>& v) { return int32_t(std::max_element(v.
 // the rules of the file comment.
 void expect_vulkan_matches_cpu(const std::string& path, const std::vector<std::string>& texts, int n_tokens) {
   auto vk_dev = Registry::global().find("vulkan");
-  if (!vk_dev.ok()) GTEST_SKIP() << "no Vulkan device: " << vk_dev.status().to_string();
+  if (!vk_dev.ok()) TESSERA_SKIP_HARDWARE() << "no Vulkan device: " << vk_dev.status().to_string();
   auto cpu = Model::load(path, Registry::global().find("cpu").value());
   auto vk = Model::load(path, *vk_dev);
   ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
@@ -138,7 +138,7 @@ void expect_vulkan_matches_cpu(const std::string& path, const std::vector<std::s
 }
 
 TEST(SmolLM2Vulkan, GreedyTokensAndLogitsMatchTheCpuBackend) {
-  if (!std::filesystem::exists(model_path())) GTEST_SKIP() << "SmolLM2 not found at " << model_path();
+  if (!std::filesystem::exists(model_path())) TESSERA_SKIP_MISSING() << "SmolLM2 not found at " << model_path();
   expect_vulkan_matches_cpu(model_path(),
                             {"The capital of France is",
                              "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
@@ -150,8 +150,8 @@ TEST(SmolLM2Vulkan, GreedyTokensAndLogitsMatchTheCpuBackend) {
 // every other matrix Q5_0 (rows of 576 are not whole 256-blocks), the tied embedding/output Q8_0,
 // so the Vulkan k-quant and 5-bit kernels run a real model. One prompt and 12 tokens keep it short.
 TEST(SmolLM2Vulkan, Q4KRequantisedModelMatchesTheCpuBackend) {
-  if (!std::filesystem::exists(model_path())) GTEST_SKIP() << "SmolLM2 not found at " << model_path();
-  if (!Registry::global().find("vulkan").ok()) GTEST_SKIP() << "no Vulkan device";
+  if (!std::filesystem::exists(model_path())) TESSERA_SKIP_MISSING() << "SmolLM2 not found at " << model_path();
+  if (!Registry::global().find("vulkan").ok()) TESSERA_SKIP_HARDWARE() << "no Vulkan device";
   const std::string out = testing::process_temp_dir("smollm2_q4k") + "/model.q4_k.gguf";
   const char* bin = std::getenv("TESSERA_BIN");
   const std::string cmd = std::string(bin ? bin : "build/bin") + "/tessera quantize -q -t q4_k " + model_path() + " " + out;

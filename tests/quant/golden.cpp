@@ -137,7 +137,9 @@ int run_gguf_check(const std::vector<GgufCheck>& checks, std::string* log) {
       f.write(reinterpret_cast<const char*>(c.ours.data()), std::streamsize(4 * c.ours.size()));
     }
   }
-  const std::string cmd = "python3 " + data_dir() + "/gguf_check.py " + path + " 2>&1";
+  // TESSERA_PYTHON: the project venv's interpreter that CMake was configured with (tests/).
+  const char* python = std::getenv("TESSERA_PYTHON");
+  const std::string cmd = std::string(python && *python ? python : "python3") + " " + data_dir() + "/gguf_check.py " + path + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) { std::remove(path); *log = "popen failed"; return 77; }
   char line[512];

@@ -14,6 +14,7 @@
 #include <map>
 
 #include "core/reference/reference.h"
+#include "tests/support/test_support.h"
 #include "core/sched/engine.h"
 #include "models/model.h"
 #include "models/safetensors/hf_model.h"
@@ -52,7 +53,7 @@ class SmolLM2Checkpoint : public ::testing::Test {
     gguf_ = nullptr;
   }
   void SetUp() override {
-    if (!gguf_) GTEST_SKIP() << "needs " << gguf_path() << " and the checkpoints from make_checkpoints.py in $TESSERA_ST_DATA ('"
+    if (!gguf_) TESSERA_SKIP_MISSING() << "needs " << gguf_path() << " and the checkpoints from make_checkpoints.py in $TESSERA_ST_DATA ('"
                              << data_dir() << "')";
   }
   static std::unique_ptr<Model> load(const std::string& variant) {

@@ -12,6 +12,16 @@
 
 namespace tessera::testing {
 
+bool running_in_ci() {
+  const char* ci = std::getenv("CI");
+  return ci != nullptr && std::strcmp(ci, "true") == 0;
+}
+
+::testing::TestPartResult::Type missing_result_type() {
+  return running_in_ci() ? ::testing::TestPartResult::kFatalFailure : ::testing::TestPartResult::kSkip;
+}
+
+
 std::vector<float> random_floats(Rng& rng, int64_t n, float lo, float hi) {
   std::uniform_real_distribution<float> d(lo, hi);
   std::vector<float> v(static_cast<size_t>(n));

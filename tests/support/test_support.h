@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "core/device.h"
 #include "core/tensor.h"
 
@@ -35,4 +37,21 @@ std::string run_make_tiny_model(const std::string& args);
 // A fresh folder under the system temp dir, named by |tag| and this process id.
 std::string process_temp_dir(const std::string& tag);
 
+// The skip policy. A test may skip only for absent hardware (no Vulkan or GPU device, a device
+// that does not claim an optional dtype): TESSERA_SKIP_HARDWARE() << "why". Anything else a test
+// needs and cannot find (a Python package, a tool, the model file) is TESSERA_SKIP_MISSING() <<
+// "why": a skip on a developer's machine, a failure under CI=true, so CI never goes green over
+// tests that did not run. .ci/check-skips fails the run on any skip not marked "[hardware]".
+bool running_in_ci();
+::testing::TestPartResult::Type missing_result_type();
+
 }  // namespace tessera::testing
+
+// Both return from the current function (a TEST body, SetUp, or another void function).
+#define TESSERA_SKIP_HARDWARE() GTEST_SKIP() << "[hardware] "
+#define TESSERA_SKIP_MISSING()                                                                       \
+  return ::testing::internal::AssertHelper(::tessera::testing::missing_result_type(), __FILE__,    \
+                                           __LINE__,                                                \
+                                           ::tessera::testing::running_in_ci()                      \
+                                               ? "[missing, and CI=true: a test never skips for it] " \
+                                               : "[missing] ") = ::testing::Message()

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "models/tokenizer/tokenizer.h"
+#include "tests/support/test_support.h"
 #include "models/tokenizer/unicode.h"
 #include "tests/tokenizer/gguf_meta.h"
 #include "tests/tokenizer/golden.h"
@@ -39,7 +40,7 @@ class SmolLM2Tokenizer : public ::testing::Test {
     skip_reason_ = nullptr;
   }
   void SetUp() override {
-    if (!tok_) GTEST_SKIP() << "SmolLM2 GGUF unavailable: " << (skip_reason_ ? *skip_reason_ : "");
+    if (!tok_) TESSERA_SKIP_MISSING() << "SmolLM2 GGUF unavailable: " << (skip_reason_ ? *skip_reason_ : "");
   }
   static const Tokenizer* tok_;
   static std::string* skip_reason_;

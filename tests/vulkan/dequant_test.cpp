@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "backends/vulkan/device.h"
+#include "tests/support/test_support.h"
 #include "tests/vulkan/first_device.h"
 #include "tests/conformance/harness.h"
 
@@ -89,7 +90,7 @@ class GraphRun {
 // with this seed); embed stores each decoded value unchanged.
 TEST(VulkanDequant, EmbedDecodesRandomBytesLikeTheReference) {
   auto dev = first_device();
-  if (!dev) GTEST_SKIP() << "no usable Vulkan device";
+  if (!dev) TESSERA_SKIP_HARDWARE() << "no usable Vulkan device";
   testing::Rng rng(7001);
   for (DType w : claimed_block_formats(*dev)) {
     const int64_t V = 256, K = conformance::fit_k(w, 256);
@@ -140,13 +141,13 @@ void check_identity_matmul(VulkanDevice& dev, int64_t m, const char* path) {
 
 TEST(VulkanDequant, GemvReadsUnitsLikeTheReference) {
   auto dev = first_device();
-  if (!dev) GTEST_SKIP() << "no usable Vulkan device";
+  if (!dev) TESSERA_SKIP_HARDWARE() << "no usable Vulkan device";
   check_identity_matmul(*dev, 8, "GEMV");
 }
 
 TEST(VulkanDequant, TiledGemmReadsUnitsLikeTheReference) {
   auto dev = first_device({.force_tiled_gemm = true});
-  if (!dev) GTEST_SKIP() << "no usable Vulkan device";
+  if (!dev) TESSERA_SKIP_HARDWARE() << "no usable Vulkan device";
   check_identity_matmul(*dev, 1 << 20, "tiled");
 }
 

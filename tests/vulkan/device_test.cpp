@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "backends/vulkan/device.h"
+#include "tests/support/test_support.h"
 #include "tests/vulkan/first_device.h"
 #include "tests/conformance/harness.h"
 
@@ -93,7 +94,7 @@ std::vector<Case> mixed_cases() {
 
 TEST(VulkanDevice, StagingPathMatchesTheReference) {
   auto dev = first_device({.force_staging = true});
-  if (!dev) GTEST_SKIP() << "no usable Vulkan device";
+  if (!dev) TESSERA_SKIP_HARDWARE() << "no usable Vulkan device";
   auto buf = dev->alloc(64);
   ASSERT_TRUE(buf.ok());
   EXPECT_EQ((*buf)->host_ptr(), nullptr) << "force_staging must leave device memory unmapped";
@@ -102,7 +103,7 @@ TEST(VulkanDevice, StagingPathMatchesTheReference) {
 
 TEST(VulkanDevice, MappedPathMatchesTheReference) {
   auto dev = first_device();
-  if (!dev) GTEST_SKIP() << "no usable Vulkan device";
+  if (!dev) TESSERA_SKIP_HARDWARE() << "no usable Vulkan device";
   for (const Case& c : mixed_cases()) EXPECT_EQ(conformance::run_case(*dev, c), "") << c.name;
 }
 
@@ -110,7 +111,7 @@ TEST(VulkanDevice, MappedPathMatchesTheReference) {
 // GPUs use must still match the reference there, on every weight format and activation dtype.
 TEST(VulkanDevice, TiledGemmMatchesTheReference) {
   auto dev = first_device({.force_tiled_gemm = true});
-  if (!dev) GTEST_SKIP() << "no usable Vulkan device";
+  if (!dev) TESSERA_SKIP_HARDWARE() << "no usable Vulkan device";
   uint64_t seed = 9100;
   for (DType w : conformance::required_weight_dtypes())
     for (DType a : {DType::kF32, DType::kF16}) {
@@ -128,7 +129,7 @@ TEST(VulkanDevice, TiledGemmMatchesTheReference) {
 
 TEST(VulkanDevice, RopeWithoutFloat64) {
   auto dev = first_device({.disable_fp64 = true});
-  if (!dev) GTEST_SKIP() << "no usable Vulkan device";
+  if (!dev) TESSERA_SKIP_HARDWARE() << "no usable Vulkan device";
   for (RopeMode mode : {RopeMode::kNormal, RopeMode::kNeox}) {
     Case c{"rope fp32 angles", OpKind::kRope, DType::kF32, DType::kF32, 77, [=](CaseContext& cc) {
              RopeParams p;
@@ -143,14 +144,14 @@ TEST(VulkanDevice, RopeWithoutFloat64) {
 
 TEST(VulkanDevice, TimingsAndPipelineCache) {
   auto dev = first_device({.force_tiled_gemm = true});
-  if (!dev) GTEST_SKIP() << "no usable Vulkan device";
+  if (!dev) TESSERA_SKIP_HARDWARE() << "no usable Vulkan device";
   const Case c = mixed_cases()[0];
   ASSERT_EQ(conformance::run_case(*dev, c), "");
   const size_t pipelines = dev->pipeline_count();
   EXPECT_GE(pipelines, 2u);
   ASSERT_EQ(conformance::run_case(*dev, c), "");
   EXPECT_EQ(dev->pipeline_count(), pipelines) << "the second run must reuse the cached pipelines";
-  if (dev->capabilities().timestamp_bits == 0) GTEST_SKIP() << "no timestamps on this queue";
+  if (dev->capabilities().timestamp_bits == 0) TESSERA_SKIP_HARDWARE() << "no timestamps on this queue";
   ASSERT_EQ(dev->last_timings().size(), 2u);
   EXPECT_EQ(dev->last_timings()[0].kernel, "matmul_tiled_f16");
   EXPECT_EQ(dev->last_timings()[1].kernel, "matmul_vec_f16");
@@ -159,7 +160,7 @@ TEST(VulkanDevice, TimingsAndPipelineCache) {
 
 TEST(VulkanDevice, BadIdsAndMetadataAreRejectedBeforeSubmitting) {
   auto dev = first_device();
-  if (!dev) GTEST_SKIP() << "no usable Vulkan device";
+  if (!dev) TESSERA_SKIP_HARDWARE() << "no usable Vulkan device";
   CaseContext c(*dev, 1);
   const ValueId out = c.graph().embed(c.input(DType::kF32, {4, 8}), c.i32_values({2}, {1, 4}));
   c.graph().mark_output(out);
@@ -182,13 +183,13 @@ TEST(VulkanDevice, BadIdsAndMetadataAreRejectedBeforeSubmitting) {
 TEST(VulkanValidation, MessagesAreCounted) {
   ScopedEnv env("TESSERA_VULKAN_VALIDATION", "1");
   auto inst = Instance::create();
-  if (!inst.ok()) GTEST_SKIP() << inst.status().to_string();
+  if (!inst.ok()) TESSERA_SKIP_HARDWARE() << inst.status().to_string();
   ASSERT_TRUE((*inst)->validation());
   const InstanceApi& api = (*inst)->api();
   uint32_t n = 1;
   VkPhysicalDevice pd = VK_NULL_HANDLE;
   api.vkEnumeratePhysicalDevices((*inst)->handle(), &n, &pd);
-  if (pd == VK_NULL_HANDLE) GTEST_SKIP() << "no Vulkan device";
+  if (pd == VK_NULL_HANDLE) TESSERA_SKIP_HARDWARE() << "no Vulkan device";
   EXPECT_EQ((*inst)->message_count(), 0u);
   // A queue priority outside [0, 1] is invalid usage the layer must report.
   const float bad_priority = 2.0f;

@@ -13,7 +13,7 @@ namespace {
 
 TEST(VulkanMemory, WeightLargerThanMaxStorageBufferRange) {
   auto dev = first_device();
-  if (!dev) GTEST_SKIP() << "no usable Vulkan device";
+  if (!dev) TESSERA_SKIP_HARDWARE() << "no usable Vulkan device";
   const int64_t D = 1024;
   const int64_t V = int64_t(dev->capabilities().max_storage_range / (D * 4)) + 1024;  // past the range
   ASSERT_GT(V * D * 4, int64_t(dev->capabilities().max_storage_range));
@@ -59,9 +59,9 @@ TEST(VulkanMemory, WeightLargerThanMaxStorageBufferRange) {
 
 TEST(VulkanMemory, AllocationBeyondTheDriverLimitIsAnError) {
   auto dev = first_device();
-  if (!dev) GTEST_SKIP() << "no usable Vulkan device";
+  if (!dev) TESSERA_SKIP_HARDWARE() << "no usable Vulkan device";
   const uint64_t limit = dev->capabilities().max_allocation;
-  if (limit == 0) GTEST_SKIP() << "driver reports no allocation limit";
+  if (limit == 0) TESSERA_SKIP_HARDWARE() << "driver reports no allocation limit";
   auto b = dev->alloc(size_t(limit) + 4096);
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), StatusCode::kResourceExhausted) << b.status().to_string();
