@@ -15,7 +15,8 @@
 // at a time. A Context keeps a pointer to its Model's handle: the Model must outlive it.
 //
 // Names live in tessera::api so that they do not collide with the library's internal C++ types
-// (tessera::Model in models/model.h).
+// (tessera::Model in models/model.h). Needs C++17 and exceptions enabled; a program built with
+// -fno-exceptions uses tessera.h directly.
 #pragma once
 
 #include <cstddef>
