@@ -229,10 +229,8 @@ Result<Stat> hal_rate(Device& device, const KernelCase& c, double amount, double
   }
   TimingBudget budget;
   budget.budget_s = budget_s;
-  auto call = [&](int64_t i) { return device.compute(graphs[size_t(i % 2)]); };
-  auto finish = [&] { return device.synchronize(); };
   TimeSource source = TimeSource::kHostWall;
-  TS_ASSIGN_OR_RETURN(Stat s, time_on_device(device, call, finish, budget, nullptr, &source));
+  TS_ASSIGN_OR_RETURN(Stat s, time_graphs(device, graphs, budget, nullptr, &source));
   *how = source == TimeSource::kDeviceTimestamps ? " (GPU timestamps)" : "";
   return rate_stat(s, amount / 1e9);
 }

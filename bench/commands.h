@@ -80,6 +80,17 @@ struct MoeBenchArgs {
 };
 int run_moe_bench(const MoeBenchArgs& a);
 
+// `tessera-bench attention`: paged attention of a prefill chunk over a long context, per KV-cache
+// format, through the HAL.
+struct AttentionBenchArgs {
+  std::string device = "cpu";  // "cpu" is built with --threads; others as the registry opens them
+  int threads = 2;
+  int ctx = 4000;   // keys the chunk attends over (the chunk included)
+  int fresh = 24;   // query tokens: the chunk's last tokens
+  int repeats = 10;
+};
+int run_attention_bench(const AttentionBenchArgs& a);
+
 // "AMD EPYC ... , 2 CPUs, LLC 32 MiB" for reports.
 std::string host_description();
 // Current UTC time, ISO 8601.

@@ -85,12 +85,21 @@ int main(int argc, char** argv) {
   e->add_option("--decode", moe.decode, "generated tokens")->capture_default_str();
   e->add_option("--repeats", moe.repeats, "alternating runs per model (median)")->capture_default_str();
 
+  AttentionBenchArgs at;
+  auto* t = app.add_subcommand("attention", "paged attention of a prefill chunk over a long context, per KV-cache format");
+  t->add_option("--device", at.device, "cpu (with --threads), vulkan:0, ...")->capture_default_str();
+  t->add_option("--threads", at.threads, "CPU threads")->capture_default_str();
+  t->add_option("--ctx", at.ctx, "keys attended over")->capture_default_str();
+  t->add_option("--new", at.fresh, "query tokens (the chunk)")->capture_default_str();
+  t->add_option("--repeats", at.repeats, "timed calls (median)")->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
 #ifdef TESSERA_BENCH_HAVE_SERVE
   if (s->parsed()) return run_serve_bench(sb);
 #endif
   if (m->parsed()) return run_model_bench(mb);
   if (e->parsed()) return run_moe_bench(moe);
+  if (t->parsed()) return run_attention_bench(at);
   if (r->parsed()) return run_roofline(roof);
   if (g->parsed()) return run_gemv(gemv);
   if (p->parsed()) return run_plot(plot);

@@ -7,10 +7,10 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "backends/cpu/cpu_device.h"
 #include "bench/ceilings.h"
 #include "bench/commands.h"
 #include "bench/model_run.h"
+#include "core/registry.h"
 #include "core/sched/engine.h"
 #include "models/gguf/gguf.h"
 #include "models/model.h"
@@ -91,7 +91,7 @@ int run_model_bench(const ModelBenchArgs& a) {
     const Stat bw = cpu_read_bandwidth(buf, n, t, !touched, 5);
     touched = true;
     auto peak = onednn_gemm_gflops("int8", 1024, t, 3);
-    auto dev = std::make_shared<cpu::CpuDevice>(t);
+    auto dev = make_cpu_device(t);
     LoadOptions lo;
     auto m = Model::load(a.model, dev, lo);
     if (!m.ok()) {

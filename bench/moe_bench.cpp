@@ -6,9 +6,9 @@
 #include <cstring>
 #include <string>
 
-#include "backends/cpu/cpu_device.h"
 #include "bench/commands.h"
 #include "bench/model_run.h"
+#include "core/registry.h"
 #include "models/gguf/gguf.h"
 #include "models/model.h"
 
@@ -58,7 +58,7 @@ int fail(const Status& s) {
 }  // namespace
 
 int run_moe_bench(const MoeBenchArgs& a) {
-  auto dev = std::make_shared<cpu::CpuDevice>(a.threads);
+  auto dev = make_cpu_device(a.threads);
   auto moe = Model::load(a.moe, dev);
   if (!moe.ok()) return fail(moe.status());
   auto dense = Model::load(a.dense, dev);

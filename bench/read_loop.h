@@ -1,6 +1,6 @@
 // The streaming read loop that sets the read-bandwidth baseline of the GEMV figures: 256-bit
 // loads into four independent accumulators (the fastest of the variants measured, docs/quant.md).
-// Shared by `tessera-bench gemv` and the hand-run probes, so every figure divides by the same loop.
+// One place for it, so that every GEMV figure of `tessera-bench gemv` divides by the same loop.
 #pragma once
 
 #include <cstdint>

@@ -325,9 +325,7 @@ Status measure_case(Device& device, const KernelCase& c, const BufferPtr& slab, 
   budget.max_samples = o.quick ? 5 : 9;
   budget.min_sample_s = o.quick ? 0.002 : 0.01;  // longer samples average over scheduler noise
   std::string note;
-  auto call = [&](int64_t i) { return device.compute(graphs[size_t(i) % graphs.size()]); };
-  auto finish = [&] { return device.synchronize(); };
-  TS_ASSIGN_OR_RETURN(r.seconds, time_on_device(device, call, finish, budget, &note));
+  TS_ASSIGN_OR_RETURN(r.seconds, time_graphs(device, graphs, budget, &note));
   r.status = "ok";
   r.note = note;
   return OkStatus();

@@ -1,7 +1,7 @@
 # install/export so that a user's project can find_package(tessera) and link tessera::tessera.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
-set(_tessera_libs tessera tessera_models tessera_backends tessera_core tessera_quant)
+set(_tessera_libs tessera tessera_capi tessera_models tessera_backends tessera_core tessera_quant)
 foreach(t IN LISTS TESSERA_EXTRA_EXPORTS)
   list(APPEND _tessera_libs ${t})
 endforeach()
@@ -12,7 +12,8 @@ install(TARGETS ${_tessera_libs} EXPORT tesseraTargets
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY include/tessera DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 # The C++ headers (core/, quant/, models/, backends/) keep their layout under tessera/internal so
-# that C++ users can include "models/model.h" etc.; the C API in tessera/tessera.h is the stable ABI.
+# that C++ users can include "models/model.h" etc.; the C API in tessera/tessera.h is the stable ABI
+# (tessera/tessera.hpp is its header-only C++ wrapper).
 foreach(dir core quant models backends)
   install(DIRECTORY ${dir} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tessera/internal FILES_MATCHING PATTERN "*.h")
 endforeach()

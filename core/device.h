@@ -67,6 +67,15 @@ class Device {
     return Unimplemented(info().id + ": cannot map host memory");
   }
 
+  // (optional) Runs |graph| as compute() does, waits for it, and returns the seconds the device's
+  // own clock (GPU timestamp queries) measured for its work: the sum over the graph's dispatches,
+  // leaving out submission, fences and host wake-ups. For benchmarks (tessera-bench); no serving
+  // path calls it. A device without such a clock returns Unimplemented without running |graph|,
+  // and the caller times compute() by host wall time instead.
+  virtual Result<double> time_compute([[maybe_unused]] Graph& graph) {
+    return Unimplemented(info().id + ": no device clock to time compute() by");
+  }
+
  protected:
   Device() = default;
 };

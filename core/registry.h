@@ -46,4 +46,9 @@ std::vector<std::pair<std::string, BackendProbe>> builtin_backend_probes();
 // Backends this build was configured without (for `tessera info`).
 std::vector<std::string> backends_not_built();
 
+// A new CPU device with |threads| (>= 1) worker threads, beside the registry's own (which takes
+// TESSERA_THREADS or every core): for tools that compare thread counts, such as tessera-bench,
+// without including the CPU backend's headers (defined in backends/cpu/probe.cpp).
+DevicePtr make_cpu_device(int threads);
+
 }  // namespace tessera

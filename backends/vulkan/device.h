@@ -94,6 +94,8 @@ class VulkanDevice final : public Device {
   bool supports(OpKind op, DType act, DType weight) const override;
   Status compute(Graph& graph) override;
   Status synchronize() override;
+  // The sum of last_timings() after compute(|graph|); Unimplemented without timestamp queries.
+  Result<double> time_compute(Graph& graph) override;
 
   // Per-dispatch times of the last compute() (empty when the queue has no timestamps).
   const std::vector<DispatchTiming>& last_timings() const { return timings_; }

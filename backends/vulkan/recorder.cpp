@@ -1,4 +1,4 @@
-// Graph -> one command buffer: VulkanDevice::compute, supports, and the Recorder.
+// Graph -> one command buffer: VulkanDevice::compute and time_compute, supports, and the Recorder.
 #include "backends/vulkan/recorder.h"
 
 #include <algorithm>
@@ -240,6 +240,15 @@ Status VulkanDevice::compute(Graph& graph) {
                           double(ts[2 * i + 1] - ts[2 * i]) * caps_.timestamp_period_ns * 1e-3});
   }
   return check_validation();
+}
+
+Result<double> VulkanDevice::time_compute(Graph& graph) {
+  if (caps_.timestamp_bits == 0) return Unimplemented(info_.id + ": the compute queue has no timestamp queries");
+  // compute() waits for its command buffer, so the timings of every dispatch are complete here.
+  TS_RETURN_IF_ERROR(compute(graph));
+  double us = 0.0;
+  for (const DispatchTiming& t : timings_) us += t.microseconds;
+  return us * 1e-6;
 }
 
 }  // namespace tessera::vulkan

@@ -67,7 +67,10 @@ typedef struct tessera_generate_params {
 } tessera_generate_params;
 tessera_generate_params tessera_generate_default_params(void);
 
-/* Called with each piece of generated text (complete UTF-8). Return non-zero to stop early. */
+/* Called once per generated token with |token| and the text it completes (complete UTF-8; empty
+ * when the token ends inside a multi-byte character, whose bytes come with a later token, and
+ * for the end-of-generation token), and at the end with |token| -1 when text held back until
+ * then is flushed. Return non-zero to stop early. */
 typedef int (*tessera_token_callback)(const char* text, size_t length, int32_t token, void* user_data);
 
 /* Generates a completion of |prompt|, streaming it through |callback| (may be NULL). */

@@ -9,6 +9,7 @@
 #include "tests/support/test_support.h"
 #include "tests/vulkan/first_device.h"
 #include "tests/conformance/harness.h"
+#include "tests/support/test_support.h"
 
 namespace tessera::vulkan {
 namespace {
@@ -156,6 +157,39 @@ TEST(VulkanDevice, TimingsAndPipelineCache) {
   EXPECT_EQ(dev->last_timings()[0].kernel, "matmul_tiled_f16");
   EXPECT_EQ(dev->last_timings()[1].kernel, "matmul_vec_f16");
   for (const auto& t : dev->last_timings()) EXPECT_GT(t.microseconds, 0.0);
+}
+
+// The HAL's timing hook (what tessera-bench reads): it runs the graph, and its seconds are the
+// sum of the dispatches' timestamp times.
+TEST(VulkanDevice, TimeComputeRunsTheGraphAndSumsItsTimestamps) {
+  auto dev = first_device();
+  if (!dev) GTEST_SKIP() << "no usable Vulkan device";
+  if (dev->capabilities().timestamp_bits == 0) GTEST_SKIP() << "no timestamps on this queue";
+  const int64_t M = 3, N = 16, K = 64;
+  std::vector<float> x(size_t(M * K)), w(size_t(N * K));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 7) - 3) * 0.25f;
+  for (size_t i = 0; i < w.size(); ++i) w[i] = float(int(i % 5) - 2) * 0.5f;
+  auto xt = upload_new(*dev, Tensor::make(DType::kF32, {M, K}), x.data());
+  auto wt = upload_new(*dev, Tensor::make(DType::kF32, {N, K}), w.data());
+  ASSERT_TRUE(xt.ok() && wt.ok());
+  Graph g;
+  const ValueId y = g.matmul(g.input(*xt), g.input(*wt));
+  const ValueId z = g.scale(y, 2.0f);
+  g.mark_output(z);
+  auto t = dev->time_compute(g);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  ASSERT_EQ(dev->last_timings().size(), 2u);
+  double us = 0.0;
+  for (const auto& d : dev->last_timings()) us += d.microseconds;
+  EXPECT_GT(*t, 0.0);
+  EXPECT_DOUBLE_EQ(*t, us * 1e-6);
+  const std::vector<double> got = testing::download_values(*dev, g.tensor(z));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double want = 0.0;
+      for (int64_t k = 0; k < K; ++k) want += double(x[size_t(m * K + k)]) * double(w[size_t(n * K + k)]);
+      EXPECT_NEAR(got[size_t(m * N + n)], 2.0 * want, 1e-4) << "m " << m << " n " << n;
+    }
 }
 
 TEST(VulkanDevice, BadIdsAndMetadataAreRejectedBeforeSubmitting) {

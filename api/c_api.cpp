@@ -107,8 +107,10 @@ tessera_status tessera_generate(tessera_context* ctx, const char* prompt, const 
   std::string error;
   req.on_token = [&](const tessera::TokenEvent& ev) {
     if (ev.finish == tessera::FinishReason::kError) error = ev.error;
-    if (!stop && callback && !ev.text.empty() && callback(ev.text.data(), ev.text.size(), ev.token, user_data) != 0)
-      stop = true;
+    // Every generated token is reported, with or without text, so that a caller can recover the
+    // token ids; a finish event only when it flushes held-back text.
+    if (ev.token < 0 && ev.text.empty()) return;
+    if (!stop && callback && callback(ev.text.data(), ev.text.size(), ev.token, user_data) != 0) stop = true;
   };
   auto sub = engine.submit(std::move(req));
   if (!sub.ok()) return report(sub.status());
