@@ -343,6 +343,8 @@ bool set_has(const Node& n, uint32_t cp) {
 
 }  // namespace
 
+constexpr int kMaxGroupRepeats = 4096;
+
 class RegexMatcher {
  public:
   RegexMatcher(const Regex& re, const uint32_t* cps, size_t begin, size_t end)
@@ -434,7 +436,10 @@ class RegexMatcher {
       if (!repeat(greedy, count, i, [&end](size_t j) { end = j; return true; })) return false;
       return k(end);
     }
-    const bool can_more = n.max < 0 || count < n.max;
+    // NOTE: each repetition of a group is a recursion level; the cap keeps a pathological
+    // input (tens of thousands of repetitions) from exhausting the stack. A longer run is
+    // matched as the first kMaxGroupRepeats repetitions and the rest as a new match.
+    const bool can_more = (n.max < 0 || count < n.max) && count < kMaxGroupRepeats;
     auto next = [&](size_t j) { return j != i && repeat(n, count + 1, j, k); };
     if (n.mode == Node::Mode::kLazy) {
       if (count >= n.min && k(i)) return true;

@@ -39,6 +39,19 @@ TEST(Regex, Constructs) {
   EXPECT_EQ(split(R"(\p{M}+)", "e\xCC\x81x"), "e|\xCC\x81|x");         // combining acute
 }
 
+TEST(Regex, LongInputsNeitherOverflowNorLosePieces) {
+  // A repeated group recurses per repetition; 200k letters must not exhaust the stack, and the
+  // pieces still cover the text.
+  const std::string word(200000, 'a');
+  auto p = PreTokenizer::from_name("exaone-moe");
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  std::vector<std::string_view> pieces;
+  p->split(word + " b", pieces);
+  size_t total = 0;
+  for (auto s : pieces) total += s.size();
+  EXPECT_EQ(total, word.size() + 2);
+}
+
 TEST(Regex, ErrorsNameThePattern) {
   for (const char* bad : {"(ab", "[ab", "a{3,1}", "*a", R"(\p{Han}+)", "(?<=a)b", R"(\q)"}) {
     auto r = Regex::compile(bad);
