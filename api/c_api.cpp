@@ -10,7 +10,9 @@
 #include "models/version.h"
 
 struct tessera_model {
-  std::unique_ptr<tessera::Model> model;
+  std::unique_ptr<tessera::Model> model;          // null when loaded vocab-only
+  std::unique_ptr<tessera::Tokenizer> vocab;      // set when loaded vocab-only
+  const tessera::Tokenizer& tokenizer() const { return model ? model->tokenizer() : *vocab; }
 };
 struct tessera_context {
   tessera_model* model;
@@ -45,14 +47,25 @@ tessera_status tessera_model_load(const char* path, const char* device, tessera_
   return report(tessera::OkStatus());
 }
 
+tessera_status tessera_model_load_vocab(const char* path, tessera_model** out) {
+  if (!path || !out) return invalid("tessera_model_load_vocab: path and out must not be NULL");
+  *out = nullptr;
+  auto tok = tessera::load_tokenizer(path);
+  if (!tok.ok()) return report(tok.status());
+  *out = new tessera_model{nullptr, std::move(tok).value()};
+  return report(tessera::OkStatus());
+}
+
 void tessera_model_free(tessera_model* model) { delete model; }
-int32_t tessera_model_vocab_size(const tessera_model* m) { return m ? m->model->vocab_size() : 0; }
-int32_t tessera_model_context_length(const tessera_model* m) { return m ? m->model->context_length() : 0; }
+int32_t tessera_model_vocab_size(const tessera_model* m) {
+  return !m ? 0 : m->model ? m->model->vocab_size() : m->vocab->vocab_size();
+}
+int32_t tessera_model_context_length(const tessera_model* m) { return m && m->model ? m->model->context_length() : 0; }
 
 tessera_status tessera_tokenize(const tessera_model* m, const char* text, int add_special, int32_t* ids, size_t capacity,
                                 size_t* n_ids) {
   if (!m || !text || !n_ids || (capacity > 0 && !ids)) return invalid("tessera_tokenize: NULL argument");
-  const auto v = m->model->tokenizer().encode(text, add_special != 0, add_special != 0);
+  const auto v = m->tokenizer().encode(text, add_special != 0, add_special != 0);
   *n_ids = v.size();
   for (size_t i = 0; i < v.size() && i < capacity; ++i) ids[i] = v[i];
   return report(tessera::OkStatus());
@@ -63,6 +76,7 @@ tessera_context_params tessera_context_default_params(void) { return {4096}; }
 tessera_status tessera_context_create(tessera_model* model, const tessera_context_params* params, tessera_context** out) {
   if (!model || !out) return invalid("tessera_context_create: model and out must not be NULL");
   *out = nullptr;
+  if (!model->model) return invalid("tessera_context_create: the model was loaded vocab-only (tessera_model_load_vocab)");
   const int32_t n = params && params->kv_tokens > 0 ? params->kv_tokens : 4096;
   auto kv = model->model->create_kv_cache(n);
   if (!kv.ok()) return report(kv.status());

@@ -51,13 +51,42 @@ Result<TokenizerData> tokenizer_data_from_gguf(const gguf::File& f) {
   TS_RETURN_IF_ERROR(id("tokenizer.ggml.padding_token_id", &d.pad));
   TS_RETURN_IF_ERROR(flag("tokenizer.ggml.add_bos_token", &d.add_bos));
   TS_RETURN_IF_ERROR(flag("tokenizer.ggml.add_eos_token", &d.add_eos));
+  // SentencePiece vocabularies prefix the text with a space unless the file says otherwise.
+  d.add_space_prefix = d.model == "llama";
   TS_RETURN_IF_ERROR(flag("tokenizer.ggml.add_space_prefix", &d.add_space_prefix));
   return d;
 }
 
 int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
+Result<std::unique_ptr<Tokenizer>> tokenizer_from_gguf(const gguf::File& f, const std::string& path) {
+  auto td = tokenizer_data_from_gguf(f);
+  if (!td.ok()) return td.status().with_context(path + ": tokenizer: ");
+  auto tok = Tokenizer::create(std::move(td).value());
+  if (!tok.ok()) return tok.status().with_context(path + ": tokenizer: ");
+  return std::move(tok).value();
+}
+
 }  // namespace
+
+Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path, std::string* chat_template) {
+  if (safetensors::is_checkpoint_dir(path)) {
+    std::string tmpl;
+    auto td = safetensors::read_tokenizer(path, &tmpl);
+    if (!td.ok()) return td.status();
+    auto tok = Tokenizer::create(std::move(td).value());
+    if (!tok.ok()) return tok.status().with_context(path + "/tokenizer.json: ");
+    if (chat_template) *chat_template = std::move(tmpl);
+    return std::move(tok).value();
+  }
+  std::shared_ptr<gguf::File> file;
+  TS_ASSIGN_OR_RETURN(file, gguf::File::open(path));
+  TS_ASSIGN_OR_RETURN(auto tok, tokenizer_from_gguf(*file, path));
+  if (chat_template && file->find("tokenizer.chat_template")) {
+    TS_ASSIGN_OR_RETURN(*chat_template, file->get_string("tokenizer.chat_template"));
+  }
+  return tok;
+}
 
 // The common tail of both loaders: vocabulary checks, weights, the per-step input buffer.
 Status Model::finish_load(const std::string& path, const TensorGetter& get, const LoadOptions& opts) {
@@ -83,13 +112,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, DevicePtr de
   TS_ASSIGN_OR_RETURN(file, gguf::File::open(path));
   const gguf::File& f = *file;
   TS_ASSIGN_OR_RETURN(m->cfg_, llama_config_from_gguf(f));
-  {
-    auto td = tokenizer_data_from_gguf(f);
-    if (!td.ok()) return td.status().with_context(path + ": tokenizer: ");
-    auto tok = Tokenizer::create(std::move(td).value());
-    if (!tok.ok()) return tok.status().with_context(path + ": tokenizer: ");
-    m->tokenizer_ = std::move(tok).value();
-  }
+  TS_ASSIGN_OR_RETURN(m->tokenizer_, tokenizer_from_gguf(f, path));
   if (f.find("tokenizer.chat_template")) {
     TS_ASSIGN_OR_RETURN(m->chat_template_, f.get_string("tokenizer.chat_template"));
   }

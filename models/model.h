@@ -37,6 +37,10 @@ struct ExpertStats {
 // routed tokens, scaled to the busiest expert) and the busiest and idlest experts' shares.
 std::string expert_stats_table(const ExpertStats& s);
 
+// Only the tokenizer (and chat template, when |chat_template| is not null) of a .gguf file or a
+// Hugging Face checkpoint directory: no weights are read, so a vocab-only GGUF works.
+Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path, std::string* chat_template = nullptr);
+
 struct LoadOptions {
   // Called with (bytes done, bytes total) while weights load; return false to cancel.
   std::function<bool(size_t, size_t)> progress;

@@ -56,16 +56,17 @@ Status write_npy(const std::string& path, const std::vector<float>& data, int64_
   return f ? OkStatus() : DataLoss(path + ": write failed");
 }
 
+// Reads only the vocabulary (no weights, no device), so a vocab-only GGUF works.
 void tokenize_command(const TokenOptions& o) {
-  auto model = load_model(o.model);
-  if (!model) return;
+  auto tok = load_tokenizer(o.model.model);
+  if (!tok.ok()) return fail(tok.status());
   std::string text = o.text;
   if (!o.file.empty()) {
     auto r = read_file(o.file);
     if (!r.ok()) return fail(r.status());
     text = *r;
   }
-  const auto ids = model->tokenizer().encode(text, !o.no_special, !o.no_special);
+  const auto ids = (*tok)->encode(text, !o.no_special, !o.no_special);
   for (size_t i = 0; i < ids.size(); ++i) {
     if (o.format == "csv") std::printf("%s%d", i ? "," : "", ids[i]);
     else std::printf("%d\n", ids[i]);

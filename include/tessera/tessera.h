@@ -37,6 +37,10 @@ const char* tessera_version(void);
 /* Loads a GGUF model. |device|: NULL or "auto" for the best device found, else "cpu",
  * "vulkan", "vulkan:1", "cuda:0", ... */
 tessera_status tessera_model_load(const char* path, const char* device, tessera_model** out);
+/* Loads only the tokenizer of a .gguf file (a vocab-only GGUF works) or a checkpoint
+ * directory: tessera_tokenize and tessera_model_vocab_size work on it, tessera_context_create
+ * refuses it, and tessera_model_context_length is 0. */
+tessera_status tessera_model_load_vocab(const char* path, tessera_model** out);
 void tessera_model_free(tessera_model* model);
 int32_t tessera_model_vocab_size(const tessera_model* model);
 int32_t tessera_model_context_length(const tessera_model* model);

@@ -84,16 +84,16 @@ size_t match_llama3(const Cps& c, size_t i, size_t max_digits) {
   return match_spaces(c, i);
 }
 
-// Splits all of |text| with one regex-style pattern.
-void split_with(std::string_view text, PreTokenizer kind, std::vector<std::string_view>& pieces) {
+// Splits all of |text| with one hand-written pattern.
+void split_with(std::string_view text, FastSplit kind, std::vector<std::string_view>& pieces) {
   Cps c;
   utf8_split(text, c.cp, c.off);
   size_t i = 0;
   while (i < c.n()) {
     size_t m = 0;
     switch (kind) {
-      case PreTokenizer::kLlama3: m = match_llama3(c, i, 3); break;
-      case PreTokenizer::kQwen2: m = match_llama3(c, i, 1); break;
+      case FastSplit::kLlama3: m = match_llama3(c, i, 3); break;
+      case FastSplit::kQwen2: m = match_llama3(c, i, 1); break;
       default: m = match_gpt2(c, i); break;
     }
     if (m == 0) m = 1;  // the alternatives cover every code point; this only guards a bug
@@ -102,26 +102,8 @@ void split_with(std::string_view text, PreTokenizer kind, std::vector<std::strin
   }
 }
 
-}  // namespace
-
-Result<PreTokenizer> pre_tokenizer_from_name(std::string_view name) {
-  if (name == "gpt2" || name == "default" || name == "gpt-2") return PreTokenizer::kGpt2;
-  if (name == "smollm" || name == "starcoder" || name == "refact") return PreTokenizer::kSmolLM;
-  if (name == "llama-bpe" || name == "llama3" || name == "llama-v3" || name == "dbrx" ||
-      name == "smaug-bpe" || name == "falcon3")
-    return PreTokenizer::kLlama3;
-  if (name == "qwen2" || name == "deepseek-r1-qwen") return PreTokenizer::kQwen2;
-  return Unimplemented("tokenizer: unsupported pre-tokenizer '" + std::string(name) +
-                       "' (supported: gpt2, default, smollm, starcoder, llama-bpe, llama3, qwen2)");
-}
-
-void pre_tokenize(PreTokenizer kind, std::string_view text, std::vector<std::string_view>& pieces) {
-  if (text.empty()) return;
-  if (kind == PreTokenizer::kNone) {
-    pieces.push_back(text);
-    return;
-  }
-  if (kind != PreTokenizer::kSmolLM) {
+void split_fast(FastSplit kind, std::string_view text, std::vector<std::string_view>& pieces) {
+  if (kind != FastSplit::kSmolLM) {
     split_with(text, kind, pieces);
     return;
   }
@@ -131,11 +113,66 @@ void pre_tokenize(PreTokenizer kind, std::string_view text, std::vector<std::str
   while (pos < text.size()) {
     const size_t at = pos;
     if (!is_number(utf8_next(text, pos))) continue;
-    if (at > start) split_with(text.substr(start, at - start), PreTokenizer::kGpt2, pieces);
+    if (at > start) split_with(text.substr(start, at - start), FastSplit::kGpt2, pieces);
     pieces.push_back(text.substr(at, pos - at));
     start = pos;
   }
-  if (start < text.size()) split_with(text.substr(start), PreTokenizer::kGpt2, pieces);
+  if (start < text.size()) split_with(text.substr(start), FastSplit::kGpt2, pieces);
+}
+
+}  // namespace
+
+Result<PreTokenizer> PreTokenizer::from_regexes(std::string name, const std::vector<std::string>& regexes) {
+  PreTokenizer p;
+  p.name_ = std::move(name);
+  for (const std::string& r : regexes) {
+    auto re = Regex::compile(r);
+    if (!re.ok()) return re.status().with_context("pre-tokenizer '" + p.name_ + "': ");
+    p.regexes_.push_back(std::move(re).value());
+  }
+  return p;
+}
+
+Result<PreTokenizer> PreTokenizer::from_name(std::string_view name) {
+  for (const PreTokenizerSpec& s : pre_tokenizer_specs()) {
+    for (const std::string& n : s.names) {
+      if (n != name) continue;
+      TS_ASSIGN_OR_RETURN(PreTokenizer p, from_regexes(std::string(name), s.regexes));
+      p.fast_ = s.fast;
+      p.ignore_merges_ = s.ignore_merges;
+      return p;
+    }
+  }
+  // Names older Tessera GGUF writers and tokenizer.json conversion use.
+  if (name == "gpt2") return from_name("gpt-2");
+  std::string known;
+  for (const PreTokenizerSpec& s : pre_tokenizer_specs()) known += (known.empty() ? "" : ", ") + s.names[0];
+  return Unimplemented("tokenizer: unknown pre-tokenizer '" + std::string(name) + "' (tokenizer.ggml.pre; known: " +
+                       known + ", and the names sharing their rules)");
+}
+
+void PreTokenizer::split_with_regexes(std::string_view text, std::vector<std::string_view>& pieces) const {
+  if (text.empty()) return;
+  if (regexes_.empty()) {
+    pieces.push_back(text);
+    return;
+  }
+  std::vector<uint32_t> cps;
+  std::vector<size_t> off;
+  utf8_split(text, cps, off);
+  std::vector<size_t> lengths = {cps.size()};
+  for (const Regex& re : regexes_) regex_split(re, cps, lengths);
+  size_t at = 0;
+  for (size_t len : lengths) {
+    pieces.push_back(text.substr(off[at], off[at + len] - off[at]));
+    at += len;
+  }
+}
+
+void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& pieces) const {
+  if (text.empty()) return;
+  if (fast_ != FastSplit::kNone) split_fast(fast_, text, pieces);
+  else split_with_regexes(text, pieces);
 }
 
 }  // namespace tessera

@@ -46,18 +46,26 @@ Status Tokenizer::build() {
   if (n == 0) return InvalidArgument("tokenizer: the vocabulary (tokens) is empty");
   if (n > static_cast<size_t>(INT32_MAX)) return InvalidArgument("tokenizer: vocabulary too large");
   if (data_.model == "llama") {
-    spm_ = true;
+    algo_ = Algorithm::kSpm;
     if (data_.scores.size() != n)
       return InvalidArgument("tokenizer: model 'llama' needs one score per token: " +
                              std::to_string(data_.scores.size()) + " scores for " +
                              std::to_string(n) + " tokens");
   } else if (data_.model == "gpt2") {
-    TS_ASSIGN_OR_RETURN(pre_, pre_tokenizer_from_name(data_.pre.empty() ? "gpt2" : data_.pre));
-    ignore_merges_ = pre_ == PreTokenizer::kLlama3;
+    // A GGUF without tokenizer.ggml.pre gets llama.cpp's default rules.
+    TS_ASSIGN_OR_RETURN(pre_, PreTokenizer::from_name(data_.pre.empty() ? "default" : data_.pre));
+    ignore_merges_ = pre_.ignore_merges();
+  } else if (data_.model == "gemma4") {
+    algo_ = Algorithm::kBpeText;
+    TS_ASSIGN_OR_RETURN(pre_, PreTokenizer::from_name(data_.pre.empty() ? "gemma4" : data_.pre));
+    ignore_merges_ = pre_.ignore_merges();
+  } else if (data_.model == "bert") {
+    algo_ = Algorithm::kWpm;
   } else {
     return Unimplemented("tokenizer: unsupported tokenizer model '" + data_.model +
-                         "' (supported: gpt2, llama)");
+                         "' (tokenizer.ggml.model; supported: gpt2, llama, gemma4, bert)");
   }
+  spm_ = algo_ != Algorithm::kBpe;
   if (!data_.scores.empty() && data_.scores.size() != n)
     return InvalidArgument("tokenizer: " + std::to_string(data_.scores.size()) + " scores for " +
                            std::to_string(n) + " tokens");
@@ -77,7 +85,8 @@ Status Tokenizer::build() {
   }
   for (size_t i = 0; i < n; ++i) vocab_.emplace(data_.tokens[i], static_cast<int32_t>(i));
   build_pieces();
-  if (!spm_) TS_RETURN_IF_ERROR(build_bpe_merges());
+  if (algo_ == Algorithm::kBpe || algo_ == Algorithm::kBpeText) TS_RETURN_IF_ERROR(build_bpe_merges());
+  for (const std::string& t : data_.tokens) max_token_len_ = std::max(max_token_len_, t.size());
 
   for (int32_t id = 0; id < static_cast<int32_t>(n); ++id) {
     const int32_t type = type_of(id);
@@ -209,7 +218,6 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special,
   std::vector<std::pair<std::string_view, int32_t>> fragments;
   if (specials_.empty()) fragments.emplace_back(text, -1);
   else split_special(text, parse_special, fragments);
-  std::vector<std::string_view> pieces;
   bool after_special = true;  // the text start counts as a boundary
   for (const auto& [frag, id] : fragments) {
     if (id >= 0) {
@@ -217,19 +225,45 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special,
       after_special = true;
       continue;
     }
-    if (spm_) {
-      // Like llama.cpp and HF's legacy Llama normaliser, each text run that starts the input
-      // or follows a special token gets the "▁" prefix.
-      encode_spm(frag, after_special, out);
-      after_special = false;
-      continue;
-    }
-    pieces.clear();
-    pre_tokenize(pre_, frag, pieces);
-    for (std::string_view p : pieces) encode_bpe(p, out);
+    encode_text(frag, after_special, out);
+    after_special = false;
   }
   if (add_special && data_.add_eos && data_.eos >= 0) out.push_back(data_.eos);
   return out;
+}
+
+// One run of plain text between special tokens.
+void Tokenizer::encode_text(std::string_view text, bool after_special, std::vector<int32_t>& out) const {
+  switch (algo_) {
+    case Algorithm::kSpm:
+      // Like llama.cpp and HF's legacy Llama normaliser, each text run that starts the input
+      // or follows a special token gets the "▁" prefix.
+      encode_spm(text, after_special, out);
+      return;
+    case Algorithm::kWpm:
+      encode_wpm(text, out);
+      return;
+    case Algorithm::kBpe:
+    case Algorithm::kBpeText: {
+      std::string escaped;
+      if (algo_ == Algorithm::kBpeText) {  // spaces are spelled "▁" before pre-tokenizing
+        escaped.reserve(text.size() + 16);
+        if (after_special && data_.add_space_prefix) escaped += kSpmSpace;
+        for (char c : text) {
+          if (c == ' ') escaped += kSpmSpace;
+          else escaped += c;
+        }
+        text = escaped;
+      }
+      std::vector<std::string_view> pieces;
+      pre_.split(text, pieces);
+      for (std::string_view p : pieces) {
+        if (algo_ == Algorithm::kBpe) encode_bpe(p, out);
+        else encode_bpe_text(p, out);
+      }
+      return;
+    }
+  }
 }
 
 bool Tokenizer::is_control(int32_t id) const {

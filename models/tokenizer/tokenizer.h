@@ -1,6 +1,11 @@
 // Tokenizers built from plain vocabulary data (GGUF tokenizer.ggml.* metadata or an HF
-// tokenizer.json): byte-level BPE ("gpt2": GPT-2, Llama 3, Qwen2, SmolLM) and SentencePiece
-// BPE ("llama": Llama 2 style, scores, "▁" for spaces, <0xNN> byte fallback).
+// tokenizer.json), one per tokenizer.ggml.model:
+//   "gpt2"   byte-level BPE (GPT-2, Llama 3, Qwen2, SmolLM, DeepSeek, Falcon, ...), with the
+//            pre-tokenizer tokenizer.ggml.pre names (pretokenize.h);
+//   "llama"  SentencePiece BPE (Llama 2, Mistral, Phi-3: scores, "▁" for spaces and a leading
+//            "▁", <0xNN> byte fallback);
+//   "gemma4" BPE over raw UTF-8 with "▁" for spaces and <0xNN> byte fallback (Gemma 4);
+//   "bert"   WordPiece (BERT family: lower-cased, accents stripped, "▁" marks a word start).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -28,7 +33,7 @@ enum TokenType : int32_t {
 };
 
 struct TokenizerData {                 // what GGUF metadata (tokenizer.ggml.*) or tokenizer.json provide
-  std::string model;                   // "gpt2" (byte-level BPE) or "llama" (SentencePiece BPE)
+  std::string model;                   // "gpt2", "llama", "gemma4" or "bert" (see above)
   std::string pre;                     // pre-tokenizer: "smollm", "llama-bpe", "qwen2", "gpt2", "default", ...
   std::vector<std::string> tokens;
   std::vector<float> scores;           // SentencePiece scores (may be empty)
@@ -94,14 +99,20 @@ class Tokenizer {
   // Splits |text| on special tokens (longest match first); fragments with id -1 are text.
   void split_special(std::string_view text, bool parse_special,
                      std::vector<std::pair<std::string_view, int32_t>>& out) const;
+  void encode_text(std::string_view text, bool after_special, std::vector<int32_t>& out) const;
   void encode_bpe(std::string_view piece, std::vector<int32_t>& out) const;   // bpe.cpp
+  void encode_bpe_text(std::string_view piece, std::vector<int32_t>& out) const;  // bpe.cpp
   void encode_spm(std::string_view text, bool add_prefix, std::vector<int32_t>& out) const;  // spm.cpp
+  void encode_wpm(std::string_view text, std::vector<int32_t>& out) const;    // wordpiece.cpp
   void push_byte(uint8_t b, std::vector<int32_t>& out) const;
 
+  enum class Algorithm { kBpe, kSpm, kBpeText, kWpm };
   TokenizerData data_;
-  bool spm_ = false;
+  Algorithm algo_ = Algorithm::kBpe;
+  bool spm_ = false;            // tokens spell spaces as "▁" and bytes as <0xNN> (SPM, Gemma 4, WPM)
   bool ignore_merges_ = false;  // Llama 3: a piece that is a whole vocabulary entry is kept as is
-  PreTokenizer pre_ = PreTokenizer::kNone;
+  PreTokenizer pre_;
+  size_t max_token_len_ = 0;    // longest token spelling in bytes (WordPiece's search window)
   std::vector<std::string> pieces_;                    // raw bytes per id
   std::unordered_map<std::string, int32_t> vocab_;     // vocabulary spelling -> id
   MergeTable merges_;

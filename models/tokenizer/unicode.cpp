@@ -96,17 +96,71 @@ const ByteTable& byte_table() {
 
 }  // namespace
 
+UnicodeCategory unicode_category(uint32_t cp) {
+  using unicode_tables::kCategories;
+  const CategoryRange* end = kCategories + unicode_tables::kCategories_size;
+  const CategoryRange* it = std::upper_bound(
+      kCategories, end, cp, [](uint32_t v, const CategoryRange& r) { return v < r.first; });
+  if (it == kCategories || cp > (it - 1)->last) return UnicodeCategory::kCn;
+  return static_cast<UnicodeCategory>((it - 1)->category);
+}
+
+char unicode_major_class(uint32_t cp) {
+  using C = UnicodeCategory;
+  const C c = unicode_category(cp);
+  if (c >= C::kLu && c <= C::kLo) return 'L';
+  if (c >= C::kMn && c <= C::kMe) return 'M';
+  if (c >= C::kNd && c <= C::kNo) return 'N';
+  if (c >= C::kPc && c <= C::kPo) return 'P';
+  if (c >= C::kSm && c <= C::kSo) return 'S';
+  if (c >= C::kZs && c <= C::kZp) return 'Z';
+  return 'C';
+}
+
 bool is_letter(uint32_t cp) {
   if (cp < 0x80) return (cp | 0x20) >= 'a' && (cp | 0x20) <= 'z';
-  return in_ranges(unicode_tables::kLetter, unicode_tables::kLetter_size, cp);
+  return unicode_major_class(cp) == 'L';
 }
 bool is_number(uint32_t cp) {
   if (cp < 0x80) return cp >= '0' && cp <= '9';
-  return in_ranges(unicode_tables::kNumber, unicode_tables::kNumber_size, cp);
+  return unicode_major_class(cp) == 'N';
 }
 bool is_whitespace(uint32_t cp) {
   if (cp < 0x80) return cp == ' ' || (cp >= 0x09 && cp <= 0x0D);
   return in_ranges(unicode_tables::kWhiteSpace, unicode_tables::kWhiteSpace_size, cp);
+}
+
+void nfd_append(uint32_t cp, std::vector<uint32_t>& out) {
+  // Hangul syllables decompose arithmetically into two or three jamo (Unicode 3.12).
+  constexpr uint32_t kSBase = 0xAC00, kLBase = 0x1100, kVBase = 0x1161, kTBase = 0x11A7;
+  constexpr uint32_t kVCount = 21, kTCount = 28, kSCount = 11172;
+  if (cp >= kSBase && cp < kSBase + kSCount) {
+    const uint32_t s = cp - kSBase;
+    out.push_back(kLBase + s / (kVCount * kTCount));
+    out.push_back(kVBase + (s % (kVCount * kTCount)) / kTCount);
+    if (s % kTCount != 0) out.push_back(kTBase + s % kTCount);
+    return;
+  }
+  using unicode_tables::kNfd;
+  const Decomposition* end = kNfd + unicode_tables::kNfd_size;
+  const Decomposition* it =
+      std::lower_bound(kNfd, end, cp, [](const Decomposition& d, uint32_t v) { return d.cp < v; });
+  if (it == end || it->cp != cp) {
+    out.push_back(cp);
+    return;
+  }
+  for (uint32_t x : it->to) {
+    if (x != 0) out.push_back(x);
+  }
+}
+
+uint32_t to_lower(uint32_t cp) {
+  if (cp < 0x80) return cp >= 'A' && cp <= 'Z' ? cp + 32 : cp;
+  using unicode_tables::kLower;
+  const CodepointPair* end = kLower + unicode_tables::kLower_size;
+  const CodepointPair* it =
+      std::lower_bound(kLower, end, cp, [](const CodepointPair& p, uint32_t v) { return p.from < v; });
+  return it != end && it->from == cp ? it->to : cp;
 }
 
 uint32_t byte_to_codepoint(uint8_t b) { return byte_table().to_cp[b]; }
