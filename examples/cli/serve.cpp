@@ -1,24 +1,14 @@
-// `tessera serve`: an OpenAI-compatible HTTP server over one model (continuous batching through
-// the engine thread). Routes and JSON live in serve_openai.cpp; this file owns the lifecycle:
-// load, listen, and a graceful stop on SIGTERM/SIGINT (stop accepting, finish what is in
-// flight, exit 0).
-#include <httplib.h>
-#include <pthread.h>
-
+// `tessera serve`: loads the model, builds the engine from the command line's KV cache and
+// scheduler options, and runs the OpenAI-compatible server of server/ over it.
 #include <algorithm>
-#include <atomic>
-#include <csignal>
-#include <ctime>
-#include <functional>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
-#include <thread>
 
 #include "core/registry.h"
 #include "core/sched/scheduler.h"
 #include "examples/cli/commands.h"
-#include "examples/cli/serve_openai.h"
+#include "server/server.h"
 
 namespace tessera::cli {
 
@@ -35,7 +25,8 @@ struct ServeCommandOptions {
   bool wall_clock_cost = false;  // fit the step cost on wall time even on a CPU device
   // The scheduler flags bind to these fields, so their defaults are SchedulerConfig's own.
   SchedulerConfig scheduler;
-  ServeOptions serve;
+  std::string step_log;  // CSV trace of every engine step ("" none)
+  server::ServeOptions serve;
 };
 
 void serve_fail(const std::string& message, int code = 1) {
@@ -43,40 +34,8 @@ void serve_fail(const std::string& message, int code = 1) {
   set_exit_code(code);
 }
 
-// Blocks SIGTERM/SIGINT in every thread (call before starting any) and waits for them on a
-// thread of its own, which stops the server.
-class SignalWatcher {
- public:
-  SignalWatcher() {
-    sigemptyset(&set_);
-    sigaddset(&set_, SIGTERM);
-    sigaddset(&set_, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
-    std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a death
-  }
-  void start(std::function<void(int)> on_signal) {
-    thread_ = std::thread([this, on_signal] {
-      int sig = 0;
-      if (sigwait(&set_, &sig) == 0 && !done_) on_signal(sig);
-    });
-  }
-  // Ends the watcher (before what on_signal refers to goes away).
-  void stop() {
-    if (!thread_.joinable()) return;
-    done_ = true;
-    pthread_kill(thread_.native_handle(), SIGTERM);  // wakes sigwait when no signal came
-    thread_.join();
-  }
-  ~SignalWatcher() { stop(); }
-
- private:
-  std::atomic<bool> done_{false};
-  sigset_t set_;
-  std::thread thread_;
-};
-
 void serve_command(const ServeCommandOptions& o) {
-  SignalWatcher signals;  // before any thread starts, so they all inherit the mask
+  server::SignalWatcher signals;  // before any thread starts, so they all inherit the mask
   auto dev = Registry::global().find(o.device);
   if (!dev.ok()) return serve_fail(dev.status().to_string());
   LoadOptions lo;
@@ -98,9 +57,9 @@ void serve_command(const ServeCommandOptions& o) {
   const DeviceInfo& di = (*model)->device().info();
   if (di.kind == DeviceKind::kCpu && !o.wall_clock_cost) ec.cost_cpu_threads = std::max(1, di.threads);
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> step_log(nullptr, &std::fclose);
-  if (!o.serve.step_log.empty()) {
-    step_log.reset(std::fopen(o.serve.step_log.c_str(), "w"));
-    if (!step_log) return serve_fail("--step-log: cannot write '" + o.serve.step_log + "'", 2);
+  if (!o.step_log.empty()) {
+    step_log.reset(std::fopen(o.step_log.c_str(), "w"));
+    if (!step_log) return serve_fail("--step-log: cannot write '" + o.step_log + "'", 2);
     std::fprintf(step_log.get(), "step,seqs,tokens,prefill_tokens,limit_ms,predicted_ms,measured_ms,wall_ms,c0_ms,token_ms,logit_ms,pair_ms\n");
     ec.on_step = [f = step_log.get()](const StepRecord& r) {
       std::fprintf(f, "%lld,%d,%d,%d,%.3f,%.3f,%.3f,%.3f,%.4g,%.4g,%.4g,%.4g\n", static_cast<long long>(r.step), r.seqs, r.tokens,
@@ -111,29 +70,11 @@ void serve_command(const ServeCommandOptions& o) {
   Engine engine(**model, **kv, (*model)->codec(), ec);
   EngineThread engine_thread(engine);
 
-  ServerContext ctx{**model, engine_thread, o.serve};
-  if (ctx.opts.model_name.empty()) ctx.opts.model_name = std::filesystem::path(o.model).stem().string();
-  ctx.created_base = int64_t(std::time(nullptr));
-  httplib::Server svr;
-  const int threads = o.serve.http_threads > 0 ? o.serve.http_threads : o.serve.max_in_flight + 8;
-  svr.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
-  register_routes(svr, ctx);
-  const int port = o.serve.port == 0 ? svr.bind_to_any_port(o.serve.host) : (svr.bind_to_port(o.serve.host, o.serve.port) ? o.serve.port : -1);
-  if (port < 0) return serve_fail("cannot listen on " + o.serve.host + ":" + std::to_string(o.serve.port));
-
-  signals.start([&](int sig) {
-    std::fprintf(stderr, "serve: signal %d: finishing requests in flight, then exiting\n", sig);
-    ctx.shutting_down = true;
-    svr.stop();  // stops accepting; listen returns once the handlers in flight are done
-  });
-  std::fprintf(stderr, "serve: %s (%d-token KV cache, %d blocks) on http://%s:%d\n", ctx.opts.model_name.c_str(), o.ctx,
-               (*kv)->config().n_blocks, o.serve.host.c_str(), port);
-  std::printf("listening on %s:%d\n", o.serve.host.c_str(), port);  // scripts wait for this line
-  std::fflush(stdout);
-  if (!svr.listen_after_bind()) {
-    if (!ctx.shutting_down) serve_fail("the HTTP server stopped unexpectedly");
-  }
-  signals.stop();
+  server::ServeOptions so = o.serve;
+  if (so.model_name.empty()) so.model_name = std::filesystem::path(o.model).stem().string();
+  std::fprintf(stderr, "serve: %d-token KV cache, %d blocks\n", o.ctx, (*kv)->config().n_blocks);
+  const Status served = server::serve(**model, engine_thread, so, signals);
+  if (!served.ok()) serve_fail(served.message());
   engine_thread.shutdown(/*drain=*/true);
   std::fprintf(stderr, "serve: stopped\n");
 }
@@ -175,7 +116,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_flag("--step-cost-wall-clock", o->wall_clock_cost,
                 "on a CPU device, fit the step cost model to wall time instead of process CPU time per thread "
                 "(CPU time ignores other processes' load)");
-  cmd->add_option("--step-log", o->serve.step_log, "write a CSV line per engine step (tokens, prefill chunk, limit, predicted and "
+  cmd->add_option("--step-log", o->step_log, "write a CSV line per engine step (tokens, prefill chunk, limit, predicted and "
                   "measured ms, fitted coefficients) to this file");
   cmd->add_option("--max-seqs", o->scheduler.max_seqs, "sequences in one engine step")->capture_default_str()->check(CLI::Range(1, 4096));
   cmd->add_option("--http-threads", o->serve.http_threads, "HTTP worker threads (0: max-in-flight + 8)")->capture_default_str();

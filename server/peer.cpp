@@ -1,4 +1,4 @@
-#include "examples/cli/serve_peer.h"
+#include "server/peer.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -8,7 +8,7 @@
 
 #include <cstdlib>
 
-namespace tessera::cli {
+namespace tessera::server {
 
 namespace {
 
@@ -72,4 +72,4 @@ bool PeerWatch::closed() {
   return recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
-}  // namespace tessera::cli
+}  // namespace tessera::server

@@ -4,7 +4,7 @@
 #pragma once
 #include <string>
 
-namespace tessera::cli {
+namespace tessera::server {
 
 class PeerWatch {
  public:
@@ -22,4 +22,4 @@ class PeerWatch {
   int fd_ = -1;
 };
 
-}  // namespace tessera::cli
+}  // namespace tessera::server
