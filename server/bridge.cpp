@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/errors.h"
-#include "server/peer.h"
+#include "server/http.h"
 #include "server/request.h"
 
 namespace tessera::server {
@@ -43,9 +43,16 @@ struct RequestState {
   int32_t cached_tokens = 0;
   std::deque<std::string> events;  // streaming: SSE events ready to write
   bool done = false;
+  uint64_t stats_version = 0;  // the engine's stats show this request finished from this version on
 };
 
-const char* finish_text(FinishReason r) { return r == FinishReason::kLength ? "length" : "stop"; }
+// OpenAI's finish reasons, plus vLLM's "abort" for a request the server cut short (the end of
+// the shutdown grace period). A client's own cancel (a disconnect) has no one to read it.
+const char* finish_text(FinishReason r) {
+  if (r == FinishReason::kLength) return "length";
+  if (r == FinishReason::kCancelled) return "abort";
+  return "stop";
+}
 
 json usage_of(const RequestState& st) {
   int32_t completion = 0;
@@ -121,7 +128,7 @@ void record_metrics(ServerContext& ctx, const TokenEvent& ev) {
 void on_event(const std::shared_ptr<RequestState>& sp, const TokenEvent& ev) {
   RequestState& st = *sp;
   if (ev.finish != FinishReason::kNone) record_metrics(*st.ctx, ev);
-  std::lock_guard<std::mutex> lock(st.mu);
+  std::unique_lock<std::mutex> lock(st.mu);
   if (ev.index < 0 || ev.index >= int(st.choices.size())) return;
   ChoiceState& c = st.choices[size_t(ev.index)];
   json lp = nullptr;
@@ -161,9 +168,16 @@ void on_event(const std::shared_ptr<RequestState>& sp, const TokenEvent& ev) {
       st.events.push_back("data: " + dump(chunk) + "\n\n");
     }
     st.done = true;
+    st.stats_version = st.ctx->engine.stats_version() + 1;  // the snapshot after this step
     st.ctx->in_flight.fetch_sub(1);
   }
   st.cv.notify_all();
+  const bool done = st.done;
+  lock.unlock();  // ctx.mu is taken before a request's own lock, never after
+  if (done) {
+    std::lock_guard<std::mutex> ctx_lock(st.ctx->mu);
+    st.ctx->running.erase(ev.id);
+  }
 }
 
 json full_response(const RequestState& st) {
@@ -203,6 +217,8 @@ void stream_response(ServerContext& ctx, std::shared_ptr<RequestState> st, Reque
             return false;
           }
         if (done) {
+          // /metrics shows the request finished by the time the client reads the end.
+          ctx.engine.wait_stats_version(st->stats_version, std::chrono::seconds(1));
           static const std::string kDone = "data: [DONE]\n\n";
           sink.write(kDone.data(), kDone.size());
           sink.done();
@@ -248,20 +264,25 @@ void handle_generate(ServerContext& ctx, bool chat, const httplib::Request& hreq
     return send_error(ctx, res, {status, id.status().message(), "", "", status == 503 ? "server_error" : "invalid_request_error"});
   }
   {
+    std::lock_guard<std::mutex> ctx_lock(ctx.mu);
     std::lock_guard<std::mutex> lock(st->mu);
     st->id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(*id);
+    if (!st->done) ctx.running.insert(*id);  // for the abort when the shutdown grace ends
   }
   if (st->req.stream) return stream_response(ctx, st, *id, res);
   // Non-streaming: nothing is written until the end, so a client that goes away is noticed by
-  // watching its socket; it cancels the request, which frees its blocks.
-  PeerWatch peer(hreq.remote_addr, hreq.remote_port, hreq.local_port);
+  // watching its connection; it cancels the request, which frees its blocks.
   std::unique_lock<std::mutex> lock(st->mu);
   while (!st->cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return st->done; })) {
-    if (!peer.closed()) continue;
+    if (!client_gone()) continue;
     ctx.engine.cancel(*id);
     st->cv.wait(lock, [&] { return st->done; });  // the cancelled finish event follows
     return;
   }
+  const uint64_t version = st->stats_version;
+  lock.unlock();
+  ctx.engine.wait_stats_version(version, std::chrono::seconds(1));  // /metrics already shows it finished
+  lock.lock();
   for (const auto& c : st->choices)
     if (c.finish == FinishReason::kError)
       return send_error(ctx, res, {500, c.error, "", "", "server_error"});

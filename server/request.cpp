@@ -1,6 +1,7 @@
 #include "server/request.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 
 #include "server/chat.h"
@@ -50,20 +51,39 @@ std::optional<ApiError> parse_stop(const json& body, std::vector<std::string>* s
 
 // Renders chat |messages| with the model's own chat template (models/chat_template, through the
 // CLI's apply_chat_template; a model without one gets the turns concatenated). A template that
-std::optional<ApiError> parse_prompt(const Model& model, const json& body, std::vector<int32_t>* tokens) {
+// Tokenises |text| (BOS per the model) and rejects a prompt that leaves no room to generate
+// within |max_len| without tokenising past that point.
+std::optional<ApiError> tokenize_prompt(const Tokenizer& tok, const std::string& text, EncodeOptions o, int32_t max_len,
+                                        const char* param, std::vector<int32_t>* tokens) {
+  o.add_special = true;
+  o.max_tokens = size_t(max_len);
+  *tokens = tok.encode(text, o);
+  if (int64_t(tokens->size()) < max_len) return std::nullopt;
+  const std::string count = int64_t(tokens->size()) > max_len ? "more than " + std::to_string(max_len) : std::to_string(max_len);
+  return ApiError{400, "the prompt has " + count + " tokens; this server's context holds " + std::to_string(max_len) +
+                           " (including at least one generated token)", param, "context_length_exceeded"};
+}
+
+std::optional<ApiError> parse_prompt(const ServerContext& ctx, const json& body, std::vector<int32_t>* tokens) {
   auto it = body.find("prompt");
   if (it == body.end()) return ApiError{400, "'prompt' is required", "prompt"};
-  const Tokenizer& tok = model.tokenizer();
-  if (it->is_string()) {
-    *tokens = tok.encode(it->get<std::string>(), true, true);
-  } else if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) {
-    *tokens = tok.encode((*it)[0].get<std::string>(), true, true);
-  } else if (it->is_array() && !it->empty() && std::all_of(it->begin(), it->end(), [](const json& t) { return t.is_number_integer(); })) {
-    for (const auto& t : *it) tokens->push_back(t.get<int32_t>());
-  } else {
-    return ApiError{400, "'prompt' must be a string, an array of one string, or an array of token ids (batched prompts are not supported; send one request each)", "prompt"};
+  const Tokenizer& tok = ctx.model.tokenizer();
+  EncodeOptions o;
+  o.parse_special = true;  // the whole prompt is the client's: no template markers to protect
+  if (it->is_string()) return tokenize_prompt(tok, it->get<std::string>(), o, ctx.max_model_len, "prompt", tokens);
+  if (it->is_array() && it->size() == 1 && (*it)[0].is_string())
+    return tokenize_prompt(tok, (*it)[0].get<std::string>(), o, ctx.max_model_len, "prompt", tokens);
+  if (it->is_array() && !it->empty() && std::all_of(it->begin(), it->end(), [](const json& t) { return t.is_number_integer(); })) {
+    for (const auto& t : *it) {
+      const int64_t id = t.get<int64_t>();
+      if (id < 0 || id >= tok.vocab_size())
+        return ApiError{400, "'prompt' token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                 std::to_string(tok.vocab_size()) + ")", "prompt"};
+      tokens->push_back(int32_t(id));
+    }
+    return std::nullopt;
   }
-  return std::nullopt;
+  return ApiError{400, "'prompt' must be a string, an array of one string, or an array of token ids (batched prompts are not supported; send one request each)", "prompt"};
 }
 
 std::optional<ApiError> parse_sampling(const json& body, ParsedRequest* out) {
@@ -88,7 +108,8 @@ std::optional<ApiError> parse_sampling(const json& body, ParsedRequest* out) {
   if (auto e = range_error("top_p", top_p > 0 && top_p <= 1, "must be in (0, 1]")) return e;
   if (auto e = range_error("presence_penalty", presence >= -2 && presence <= 2, "must be in [-2, 2]")) return e;
   if (auto e = range_error("frequency_penalty", frequency >= -2 && frequency <= 2, "must be in [-2, 2]")) return e;
-  if (auto e = range_error("max_tokens", max_tokens >= 1 && max_tokens <= (1 << 20), "must be a positive integer")) return e;
+  // Any positive count is accepted: generation ends at the context (finish_reason "length").
+  if (auto e = range_error("max_tokens", max_tokens >= 1 && max_tokens <= INT32_MAX, "must be an integer in [1, 2147483647]")) return e;
   if (auto e = range_error("n", n >= 1 && n <= 16, "must be in [1, 16]")) return e;
   sp.temperature = float(temperature);
   sp.top_p = float(top_p);
@@ -139,12 +160,18 @@ std::optional<ApiError> parse_request(ServerContext& ctx, const std::string& raw
   if (auto e = parse_sampling(body, out)) return e;
   if (out->chat) {
     if (!body.contains("messages")) return ApiError{400, "'messages' is required", "messages"};
-    std::string text;
-    if (auto e = render_chat(ctx.model, body["messages"], &text)) return e;
-    out->gen.prompt = ctx.model.tokenizer().encode(text, true, true);
-  } else if (auto e = parse_prompt(ctx.model, body, &out->gen.prompt)) {
+    RenderedChat chat;
+    if (auto e = render_chat(ctx.model, body["messages"], &chat)) return e;
+    EncodeOptions o;
+    o.parse_special = true;
+    if (!ctx.opts.parse_special_in_messages) o.literal = std::move(chat.literal);
+    if (auto e = tokenize_prompt(ctx.model.tokenizer(), chat.text, o, ctx.max_model_len, "messages", &out->gen.prompt)) return e;
+  } else if (auto e = parse_prompt(ctx, body, &out->gen.prompt)) {
     return e;
   }
+  // Generation ends where the sequence reaches max_model_len (finish_reason "length").
+  const int64_t room = int64_t(ctx.max_model_len) - int64_t(out->gen.prompt.size());
+  if (room > 0) out->gen.max_tokens = int32_t(std::min<int64_t>(out->gen.max_tokens, room));
   const Status s = ctx.engine.validate(out->gen);
   if (!s.ok()) {
     const bool too_long = s.message().find("context") != std::string::npos || s.code() == StatusCode::kResourceExhausted;

@@ -14,10 +14,14 @@ SignalWatcher::SignalWatcher() {
   std::signal(SIGPIPE, SIG_IGN);
 }
 
-void SignalWatcher::start(std::function<void(int)> on_signal) {
+void SignalWatcher::start(std::function<void(int, int)> on_signal) {
   thread_ = std::thread([this, on_signal] {
-    int sig = 0;
-    if (sigwait(&set_, &sig) == 0 && !done_) on_signal(sig);
+    int count = 0;
+    while (!done_) {
+      int sig = 0;
+      if (sigwait(&set_, &sig) != 0 || done_) break;
+      on_signal(sig, ++count);
+    }
   });
 }
 

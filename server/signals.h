@@ -14,8 +14,9 @@ class SignalWatcher {
   // Blocks SIGTERM and SIGINT in the calling thread; construct it before starting any thread, so
   // they all inherit the mask. Also ignores SIGPIPE: a client gone mid-write is an error return.
   SignalWatcher();
-  // Calls |on_signal| (on the watcher's thread) with the first signal that arrives.
-  void start(std::function<void(int)> on_signal);
+  // Calls |on_signal| (on the watcher's thread) with each signal that arrives and how many have
+  // arrived so far (1 for the first).
+  void start(std::function<void(int sig, int count)> on_signal);
   // Ends the watcher; call before what on_signal refers to goes away. Idempotent.
   void stop();
   ~SignalWatcher() { stop(); }

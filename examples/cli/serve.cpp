@@ -20,8 +20,8 @@ struct ServeCommandOptions {
   int ctx = 16384;  // KV cache capacity in tokens (shared by every request)
   std::string kv_dtype = "f16";
   bool no_prefix_caching = false;
-  std::string preemption = "recompute";
-  int swap_space = 16384;  // host tokens for swapped-out KV (with --preemption swap)
+  std::string preemption = "swap";  // swap keeps progress; recompute re-prefills (and thrashes a short pool)
+  int swap_space = 0;  // host tokens for swapped-out KV (with --preemption swap); 0: as many as -c
   bool wall_clock_cost = false;  // fit the step cost on wall time even on a CPU device
   // The scheduler flags bind to these fields, so their defaults are SchedulerConfig's own.
   SchedulerConfig scheduler;
@@ -52,7 +52,8 @@ void serve_command(const ServeCommandOptions& o) {
   ec.scheduler = o.scheduler;
   ec.scheduler.prefix_caching = !o.no_prefix_caching;
   ec.scheduler.swap = o.preemption == "swap";
-  ec.scheduler.swap_blocks = ec.scheduler.swap ? (o.swap_space + (*kv)->config().block_size - 1) / (*kv)->config().block_size : 0;
+  const int swap_tokens = o.swap_space > 0 ? o.swap_space : o.ctx;
+  ec.scheduler.swap_blocks = ec.scheduler.swap ? (swap_tokens + (*kv)->config().block_size - 1) / (*kv)->config().block_size : 0;
   // A CPU device computes on our threads: fit on CPU time, immune to other processes' load.
   const DeviceInfo& di = (*model)->device().info();
   if (di.kind == DeviceKind::kCpu && !o.wall_clock_cost) ec.cost_cpu_threads = std::max(1, di.threads);
@@ -71,7 +72,12 @@ void serve_command(const ServeCommandOptions& o) {
   EngineThread engine_thread(engine);
 
   server::ServeOptions so = o.serve;
-  if (so.model_name.empty()) so.model_name = std::filesystem::path(o.model).stem().string();
+  if (so.model_name.empty()) {
+    std::filesystem::path p = std::filesystem::path(o.model).lexically_normal();
+    if (p.filename().empty()) p = p.parent_path();  // "dir/"
+    so.model_name = p.stem().string();
+  }
+  so.kv_tokens = (*kv)->config().n_blocks * (*kv)->config().block_size;
   std::fprintf(stderr, "serve: %d-token KV cache, %d blocks\n", o.ctx, (*kv)->config().n_blocks);
   const Status served = server::serve(**model, engine_thread, so, signals);
   if (!served.ok()) serve_fail(served.message());
@@ -84,17 +90,17 @@ void serve_command(const ServeCommandOptions& o) {
 void add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeCommandOptions>();
   auto* cmd = app.add_subcommand("serve", "Serve an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions)");
-  cmd->add_option("-m,--model", o->model, "GGUF model file")->required();
+  cmd->add_option("-m,--model", o->model, "GGUF model file, or a Hugging Face checkpoint directory")->required();
   cmd->add_option("-d,--device", o->device, "device: auto, cpu, vulkan, cuda:0 ...")->capture_default_str();
   cmd->add_option("-c,--ctx", o->ctx, "KV cache capacity in tokens, shared by all requests")->capture_default_str()
       ->check(CLI::Range(16, 1 << 24));
   cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache dtype: f16, bf16, f32, fp8_e4m3 or int8_pc (8-bit: an f32 scale per token and kv head)")->capture_default_str();
   cmd->add_flag("--no-prefix-caching", o->no_prefix_caching,
                 "compute every prompt in full (a reference for the prefix cache's outputs and speed)");
-  cmd->add_option("--preemption", o->preemption, "when KV blocks run out: recompute (re-prefill later) or swap (to host memory)")
+  cmd->add_option("--preemption", o->preemption, "when KV blocks run out: swap (copy to host memory, up to --swap-space; beyond it recompute) or recompute (re-prefill later)")
       ->capture_default_str()->check(CLI::IsMember({"recompute", "swap"}));
-  cmd->add_option("--swap-space", o->swap_space, "host memory for swapped KV, in tokens (--preemption swap)")
-      ->capture_default_str()->check(CLI::Range(16, 1 << 24));
+  cmd->add_option("--swap-space", o->swap_space, "host memory for swapped KV, in tokens (--preemption swap; 0: as many as -c)")
+      ->capture_default_str()->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--host", o->serve.host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", o->serve.port, "port (0: any free port, printed on stdout)")->capture_default_str()
       ->check(CLI::Range(0, 65535));
@@ -119,7 +125,34 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--step-log", o->step_log, "write a CSV line per engine step (tokens, prefill chunk, limit, predicted and "
                   "measured ms, fitted coefficients) to this file");
   cmd->add_option("--max-seqs", o->scheduler.max_seqs, "sequences in one engine step")->capture_default_str()->check(CLI::Range(1, 4096));
-  cmd->add_option("--http-threads", o->serve.http_threads, "HTTP worker threads (0: max-in-flight + 8)")->capture_default_str();
+  cmd->add_option("--max-connections", o->serve.max_connections,
+                  "connections served at once (a worker thread each); more are answered 503 and closed")
+      ->capture_default_str()->check(CLI::Range(1, 100000));
+  cmd->add_option("--listen-backlog", o->serve.listen_backlog, "connections the kernel queues before they are accepted")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--header-timeout", o->serve.header_timeout_s,
+                  "seconds a client has to send a request's line and headers (slow senders are disconnected)")
+      ->capture_default_str()->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--body-timeout", o->serve.body_timeout_s, "seconds a client has to send a request's body after its headers")
+      ->capture_default_str()->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--keep-alive-timeout", o->serve.keep_alive_timeout_s, "seconds an idle keep-alive connection stays open")
+      ->capture_default_str()->check(CLI::Range(1.0, 3600.0));
+  cmd->add_option("--max-body-bytes", o->serve.max_body_bytes, "largest request body; larger ones get 413")
+      ->capture_default_str()->check(CLI::Range(size_t(1024), size_t(1) << 34));
+  cmd->add_option("--shutdown-grace", o->serve.shutdown_grace_s,
+                  "after SIGTERM/SIGINT, seconds the requests in flight get to finish; the rest then end with finish_reason "
+                  "\"abort\" (a second signal exits at once)")
+      ->capture_default_str()->check(CLI::Range(0.0, 86400.0));
+  cmd->add_option("--api-key", o->serve.api_key,
+                  "require \"Authorization: Bearer KEY\" on every route but /health (also from $TESSERA_API_KEY)")
+      ->envname("TESSERA_API_KEY");
+  cmd->add_option("--allowed-origins", o->serve.allowed_origins,
+                  "browser origins allowed to call the server (CORS), comma-separated, or '*'; by default a request "
+                  "with an Origin header is refused")
+      ->delimiter(',');
+  cmd->add_flag("--parse-special-in-messages", o->serve.parse_special_in_messages,
+                "tokenise special-token text typed in chat messages (e.g. <|im_end|>) as control tokens, as before; by "
+                "default only the chat template's own markers are control tokens");
   cmd->callback([o] { serve_command(*o); });
 }
 
