@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <unordered_set>
 
@@ -106,6 +107,9 @@ Status Model::finish_load(const std::string& path, const TensorGetter& get, cons
 Result<std::unique_ptr<Model>> Model::load(const std::string& path, DevicePtr device, const LoadOptions& opts) {
   if (!device) return InvalidArgument("Model::load: no device");
   if (safetensors::is_checkpoint_dir(path)) return load_checkpoint(path, std::move(device), opts);
+  if (std::error_code ec; std::filesystem::is_directory(path, ec))
+    return InvalidArgument(path + ": a directory without config.json; a model is a .gguf file or a Hugging Face checkpoint "
+                           "directory (config.json, tokenizer.json and *.safetensors)");
   std::unique_ptr<Model> m(new Model());
   m->device_ = std::move(device);
   std::shared_ptr<gguf::File> file;

@@ -41,6 +41,11 @@ EngineStats EngineThread::stats() const {
   return stats_;
 }
 
+void EngineThread::wait_stats_version(uint64_t version, std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  published_.wait_for(lock, timeout, [&] { return exited_ || stats_version_.load() >= version; });
+}
+
 Status EngineThread::last_error() const {
   std::lock_guard<std::mutex> lock(mu_);
   return last_error_;
@@ -80,9 +85,12 @@ void EngineThread::loop() {
       std::lock_guard<std::mutex> lock(mu_);
       stats_ = engine_.stats();
       stats_.waiting += int32_t(inbox_.size());
+      ++stats_version_;
+      published_.notify_all();
       if (!step_status.ok()) last_error_ = step_status;
       if (stopping_ && idle && inbox_.empty()) {
         // Requests that raced shutdown (none: submit refuses once stopping_) would be here.
+        exited_ = true;
         break;
       }
     }

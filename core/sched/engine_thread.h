@@ -2,7 +2,10 @@
 // read stats; token callbacks run on the engine thread and must not block it (hand the event to
 // your own queue). The Engine must not be used directly while an EngineThread drives it.
 #pragma once
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <mutex>
 #include <thread>
@@ -38,6 +41,12 @@ class EngineThread {
   EngineStats stats() const;
   // The status of the last failed step (OK if none): the requests in it finished with kError.
   Status last_error() const;
+  // How many stats snapshots have been published (one after each pass of the loop, so after the
+  // token callbacks of that pass). A callback that reads it gets N: what its event changed
+  // (a finished request's blocks, its tokens) is in stats() once the version reaches N + 1.
+  uint64_t stats_version() const { return stats_version_.load(); }
+  // Blocks until stats_version() >= |version|, |timeout| passes or the thread has exited.
+  void wait_stats_version(uint64_t version, std::chrono::milliseconds timeout) const;
 
  private:
   void loop();
@@ -50,6 +59,9 @@ class EngineThread {
   bool stopping_ = false;
   bool drain_ = false;
   EngineStats stats_;
+  std::atomic<uint64_t> stats_version_{0};
+  mutable std::condition_variable published_;  // notified with each new stats_version_
+  bool exited_ = false;
   Status last_error_;
   std::thread thread_;
 };

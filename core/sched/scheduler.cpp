@@ -325,8 +325,12 @@ std::vector<ScheduledSeq> Scheduler::plan(StepPlan* plan) {
   swap_in_.clear();
   if (stats_.last_prefill_tokens > 0) prev_prefill_tokens_ = stats_.last_prefill_tokens;
   start_cost_limit();
+  const int64_t preemptions_before = stats_.preemptions;
   schedule_running(&out, &budget);  // decodes (and unfinished prefill chunks) first
-  admit_waiting(&out, &budget);     // then prefill chunks of waiting sequences
+  // Then prefill chunks of waiting sequences, unless this step had to preempt: the pool is short,
+  // and admitting (often the sequence just preempted, into its own freed blocks) only to
+  // preempt again next step is the recompute thrash (as vLLM's scheduler, admit nothing then).
+  if (stats_.preemptions == preemptions_before) admit_waiting(&out, &budget);
   fill(plan, out);
   plan->block_copies = std::move(copies_);
   copies_.clear();

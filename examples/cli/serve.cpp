@@ -1,24 +1,14 @@
-// `tessera serve`: an OpenAI-compatible HTTP server over one model (continuous batching through
-// the engine thread). Routes and JSON live in serve_openai.cpp; this file owns the lifecycle:
-// load, listen, and a graceful stop on SIGTERM/SIGINT (stop accepting, finish what is in
-// flight, exit 0).
-#include <httplib.h>
-#include <pthread.h>
-
+// `tessera serve`: loads the model, builds the engine from the command line's KV cache and
+// scheduler options, and runs the OpenAI-compatible server of server/ over it.
 #include <algorithm>
-#include <atomic>
-#include <csignal>
-#include <ctime>
-#include <functional>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
-#include <thread>
 
 #include "core/registry.h"
 #include "core/sched/scheduler.h"
 #include "examples/cli/commands.h"
-#include "examples/cli/serve_openai.h"
+#include "server/server.h"
 
 namespace tessera::cli {
 
@@ -30,12 +20,13 @@ struct ServeCommandOptions {
   int ctx = 16384;  // KV cache capacity in tokens (shared by every request)
   std::string kv_dtype = "f16";
   bool no_prefix_caching = false;
-  std::string preemption = "recompute";
-  int swap_space = 16384;  // host tokens for swapped-out KV (with --preemption swap)
+  std::string preemption = "swap";  // swap keeps progress; recompute re-prefills (and thrashes a short pool)
+  int swap_space = 0;  // host tokens for swapped-out KV (with --preemption swap); 0: as many as -c
   bool wall_clock_cost = false;  // fit the step cost on wall time even on a CPU device
   // The scheduler flags bind to these fields, so their defaults are SchedulerConfig's own.
   SchedulerConfig scheduler;
-  ServeOptions serve;
+  std::string step_log;  // CSV trace of every engine step ("" none)
+  server::ServeOptions serve;
 };
 
 void serve_fail(const std::string& message, int code = 1) {
@@ -43,40 +34,8 @@ void serve_fail(const std::string& message, int code = 1) {
   set_exit_code(code);
 }
 
-// Blocks SIGTERM/SIGINT in every thread (call before starting any) and waits for them on a
-// thread of its own, which stops the server.
-class SignalWatcher {
- public:
-  SignalWatcher() {
-    sigemptyset(&set_);
-    sigaddset(&set_, SIGTERM);
-    sigaddset(&set_, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
-    std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a death
-  }
-  void start(std::function<void(int)> on_signal) {
-    thread_ = std::thread([this, on_signal] {
-      int sig = 0;
-      if (sigwait(&set_, &sig) == 0 && !done_) on_signal(sig);
-    });
-  }
-  // Ends the watcher (before what on_signal refers to goes away).
-  void stop() {
-    if (!thread_.joinable()) return;
-    done_ = true;
-    pthread_kill(thread_.native_handle(), SIGTERM);  // wakes sigwait when no signal came
-    thread_.join();
-  }
-  ~SignalWatcher() { stop(); }
-
- private:
-  std::atomic<bool> done_{false};
-  sigset_t set_;
-  std::thread thread_;
-};
-
 void serve_command(const ServeCommandOptions& o) {
-  SignalWatcher signals;  // before any thread starts, so they all inherit the mask
+  server::SignalWatcher signals;  // before any thread starts, so they all inherit the mask
   auto dev = Registry::global().find(o.device);
   if (!dev.ok()) return serve_fail(dev.status().to_string());
   LoadOptions lo;
@@ -93,14 +52,15 @@ void serve_command(const ServeCommandOptions& o) {
   ec.scheduler = o.scheduler;
   ec.scheduler.prefix_caching = !o.no_prefix_caching;
   ec.scheduler.swap = o.preemption == "swap";
-  ec.scheduler.swap_blocks = ec.scheduler.swap ? (o.swap_space + (*kv)->config().block_size - 1) / (*kv)->config().block_size : 0;
+  const int swap_tokens = o.swap_space > 0 ? o.swap_space : o.ctx;
+  ec.scheduler.swap_blocks = ec.scheduler.swap ? (swap_tokens + (*kv)->config().block_size - 1) / (*kv)->config().block_size : 0;
   // A CPU device computes on our threads: fit on CPU time, immune to other processes' load.
   const DeviceInfo& di = (*model)->device().info();
   if (di.kind == DeviceKind::kCpu && !o.wall_clock_cost) ec.cost_cpu_threads = std::max(1, di.threads);
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> step_log(nullptr, &std::fclose);
-  if (!o.serve.step_log.empty()) {
-    step_log.reset(std::fopen(o.serve.step_log.c_str(), "w"));
-    if (!step_log) return serve_fail("--step-log: cannot write '" + o.serve.step_log + "'", 2);
+  if (!o.step_log.empty()) {
+    step_log.reset(std::fopen(o.step_log.c_str(), "w"));
+    if (!step_log) return serve_fail("--step-log: cannot write '" + o.step_log + "'", 2);
     std::fprintf(step_log.get(), "step,seqs,tokens,prefill_tokens,limit_ms,predicted_ms,measured_ms,wall_ms,c0_ms,token_ms,logit_ms,pair_ms\n");
     ec.on_step = [f = step_log.get()](const StepRecord& r) {
       std::fprintf(f, "%lld,%d,%d,%d,%.3f,%.3f,%.3f,%.3f,%.4g,%.4g,%.4g,%.4g\n", static_cast<long long>(r.step), r.seqs, r.tokens,
@@ -111,29 +71,16 @@ void serve_command(const ServeCommandOptions& o) {
   Engine engine(**model, **kv, (*model)->codec(), ec);
   EngineThread engine_thread(engine);
 
-  ServerContext ctx{**model, engine_thread, o.serve};
-  if (ctx.opts.model_name.empty()) ctx.opts.model_name = std::filesystem::path(o.model).stem().string();
-  ctx.created_base = int64_t(std::time(nullptr));
-  httplib::Server svr;
-  const int threads = o.serve.http_threads > 0 ? o.serve.http_threads : o.serve.max_in_flight + 8;
-  svr.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
-  register_routes(svr, ctx);
-  const int port = o.serve.port == 0 ? svr.bind_to_any_port(o.serve.host) : (svr.bind_to_port(o.serve.host, o.serve.port) ? o.serve.port : -1);
-  if (port < 0) return serve_fail("cannot listen on " + o.serve.host + ":" + std::to_string(o.serve.port));
-
-  signals.start([&](int sig) {
-    std::fprintf(stderr, "serve: signal %d: finishing requests in flight, then exiting\n", sig);
-    ctx.shutting_down = true;
-    svr.stop();  // stops accepting; listen returns once the handlers in flight are done
-  });
-  std::fprintf(stderr, "serve: %s (%d-token KV cache, %d blocks) on http://%s:%d\n", ctx.opts.model_name.c_str(), o.ctx,
-               (*kv)->config().n_blocks, o.serve.host.c_str(), port);
-  std::printf("listening on %s:%d\n", o.serve.host.c_str(), port);  // scripts wait for this line
-  std::fflush(stdout);
-  if (!svr.listen_after_bind()) {
-    if (!ctx.shutting_down) serve_fail("the HTTP server stopped unexpectedly");
+  server::ServeOptions so = o.serve;
+  if (so.model_name.empty()) {
+    std::filesystem::path p = std::filesystem::path(o.model).lexically_normal();
+    if (p.filename().empty()) p = p.parent_path();  // "dir/"
+    so.model_name = p.stem().string();
   }
-  signals.stop();
+  so.kv_tokens = (*kv)->config().n_blocks * (*kv)->config().block_size;
+  std::fprintf(stderr, "serve: %d-token KV cache, %d blocks\n", o.ctx, (*kv)->config().n_blocks);
+  const Status served = server::serve(**model, engine_thread, so, signals);
+  if (!served.ok()) serve_fail(served.message());
   engine_thread.shutdown(/*drain=*/true);
   std::fprintf(stderr, "serve: stopped\n");
 }
@@ -143,17 +90,17 @@ void serve_command(const ServeCommandOptions& o) {
 void add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeCommandOptions>();
   auto* cmd = app.add_subcommand("serve", "Serve an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions)");
-  cmd->add_option("-m,--model", o->model, "GGUF model file")->required();
+  cmd->add_option("-m,--model", o->model, "GGUF model file, or a Hugging Face checkpoint directory")->required();
   cmd->add_option("-d,--device", o->device, "device: auto, cpu, vulkan, cuda:0 ...")->capture_default_str();
   cmd->add_option("-c,--ctx", o->ctx, "KV cache capacity in tokens, shared by all requests")->capture_default_str()
       ->check(CLI::Range(16, 1 << 24));
   cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache dtype: f16, bf16, f32, fp8_e4m3 or int8_pc (8-bit: an f32 scale per token and kv head)")->capture_default_str();
   cmd->add_flag("--no-prefix-caching", o->no_prefix_caching,
                 "compute every prompt in full (a reference for the prefix cache's outputs and speed)");
-  cmd->add_option("--preemption", o->preemption, "when KV blocks run out: recompute (re-prefill later) or swap (to host memory)")
+  cmd->add_option("--preemption", o->preemption, "when KV blocks run out: swap (copy to host memory, up to --swap-space; beyond it recompute) or recompute (re-prefill later)")
       ->capture_default_str()->check(CLI::IsMember({"recompute", "swap"}));
-  cmd->add_option("--swap-space", o->swap_space, "host memory for swapped KV, in tokens (--preemption swap)")
-      ->capture_default_str()->check(CLI::Range(16, 1 << 24));
+  cmd->add_option("--swap-space", o->swap_space, "host memory for swapped KV, in tokens (--preemption swap; 0: as many as -c)")
+      ->capture_default_str()->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--host", o->serve.host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", o->serve.port, "port (0: any free port, printed on stdout)")->capture_default_str()
       ->check(CLI::Range(0, 65535));
@@ -175,10 +122,37 @@ void add_serve_command(CLI::App& app) {
   cmd->add_flag("--step-cost-wall-clock", o->wall_clock_cost,
                 "on a CPU device, fit the step cost model to wall time instead of process CPU time per thread "
                 "(CPU time ignores other processes' load)");
-  cmd->add_option("--step-log", o->serve.step_log, "write a CSV line per engine step (tokens, prefill chunk, limit, predicted and "
+  cmd->add_option("--step-log", o->step_log, "write a CSV line per engine step (tokens, prefill chunk, limit, predicted and "
                   "measured ms, fitted coefficients) to this file");
   cmd->add_option("--max-seqs", o->scheduler.max_seqs, "sequences in one engine step")->capture_default_str()->check(CLI::Range(1, 4096));
-  cmd->add_option("--http-threads", o->serve.http_threads, "HTTP worker threads (0: max-in-flight + 8)")->capture_default_str();
+  cmd->add_option("--max-connections", o->serve.max_connections,
+                  "connections served at once (a worker thread each); more are answered 503 and closed")
+      ->capture_default_str()->check(CLI::Range(1, 100000));
+  cmd->add_option("--listen-backlog", o->serve.listen_backlog, "connections the kernel queues before they are accepted")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--header-timeout", o->serve.header_timeout_s,
+                  "seconds a client has to send a request's line and headers (slow senders are disconnected)")
+      ->capture_default_str()->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--body-timeout", o->serve.body_timeout_s, "seconds a client has to send a request's body after its headers")
+      ->capture_default_str()->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--keep-alive-timeout", o->serve.keep_alive_timeout_s, "seconds an idle keep-alive connection stays open")
+      ->capture_default_str()->check(CLI::Range(1.0, 3600.0));
+  cmd->add_option("--max-body-bytes", o->serve.max_body_bytes, "largest request body; larger ones get 413")
+      ->capture_default_str()->check(CLI::Range(size_t(1024), size_t(1) << 34));
+  cmd->add_option("--shutdown-grace", o->serve.shutdown_grace_s,
+                  "after SIGTERM/SIGINT, seconds the requests in flight get to finish; the rest then end with finish_reason "
+                  "\"abort\" (a second signal exits at once)")
+      ->capture_default_str()->check(CLI::Range(0.0, 86400.0));
+  cmd->add_option("--api-key", o->serve.api_key,
+                  "require \"Authorization: Bearer KEY\" on every route but /health (also from $TESSERA_API_KEY)")
+      ->envname("TESSERA_API_KEY");
+  cmd->add_option("--allowed-origins", o->serve.allowed_origins,
+                  "browser origins allowed to call the server (CORS), comma-separated, or '*'; by default a request "
+                  "with an Origin header is refused")
+      ->delimiter(',');
+  cmd->add_flag("--parse-special-in-messages", o->serve.parse_special_in_messages,
+                "tokenise special-token text typed in chat messages (e.g. <|im_end|>) as control tokens, as before; by "
+                "default only the chat template's own markers are control tokens");
   cmd->callback([o] { serve_command(*o); });
 }
 

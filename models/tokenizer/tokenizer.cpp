@@ -1,6 +1,7 @@
 #include "models/tokenizer/tokenizer.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "models/tokenizer/unicode.h"
@@ -175,18 +176,25 @@ Status Tokenizer::build_bpe_merges() {
   return OkStatus();
 }
 
-void Tokenizer::split_special(std::string_view text, bool parse_special,
+void Tokenizer::split_special(std::string_view text, bool parse_special, const std::vector<TextRange>& literal,
                               std::vector<std::pair<std::string_view, int32_t>>& out) const {
   size_t text_start = 0, i = 0;
+  size_t next_literal = 0;  // the first range of |literal| that does not end before i
   while (i < text.size()) {
     if (!special_first_byte_[static_cast<uint8_t>(text[i])]) {
       ++i;
       continue;
     }
+    while (next_literal < literal.size() && literal[next_literal].end <= i) ++next_literal;
+    // A control token may not start inside a literal range nor reach into the next one.
+    const bool in_literal = next_literal < literal.size() && literal[next_literal].begin <= i;
+    const size_t control_room = in_literal ? 0
+                                : next_literal < literal.size() ? literal[next_literal].begin - i
+                                                                : text.size() - i;
     int32_t found = -1;
     size_t len = 0;
     for (const auto& [s, id] : specials_) {  // longest first, so the first hit is the longest
-      if (!parse_special && type_of(id) == kTokenControl) continue;
+      if (type_of(id) == kTokenControl && (!parse_special || s.size() > control_room)) continue;
       if (text.compare(i, s.size(), s) == 0) {
         found = id;
         len = s.size();
@@ -213,27 +221,38 @@ void Tokenizer::push_byte(uint8_t b, std::vector<int32_t>& out) const {
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special,
                                        bool parse_special) const {
+  EncodeOptions o;
+  o.add_special = add_special;
+  o.parse_special = parse_special;
+  return encode(text, o);
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, const EncodeOptions& o) const {
   std::vector<int32_t> out;
-  if (add_special && data_.add_bos && data_.bos >= 0) out.push_back(data_.bos);
+  const size_t limit = o.max_tokens > 0 ? o.max_tokens : SIZE_MAX;
+  if (o.add_special && data_.add_bos && data_.bos >= 0) out.push_back(data_.bos);
   std::vector<std::pair<std::string_view, int32_t>> fragments;
   if (specials_.empty()) fragments.emplace_back(text, -1);
-  else split_special(text, parse_special, fragments);
+  else split_special(text, o.parse_special, o.literal, fragments);
   bool after_special = true;  // the text start counts as a boundary
   for (const auto& [frag, id] : fragments) {
+    if (out.size() > limit) return out;
     if (id >= 0) {
       out.push_back(id);
       after_special = true;
       continue;
     }
-    encode_text(frag, after_special, out);
+    encode_text(frag, after_special, limit, out);
     after_special = false;
   }
-  if (add_special && data_.add_eos && data_.eos >= 0) out.push_back(data_.eos);
+  if (o.add_special && data_.add_eos && data_.eos >= 0) out.push_back(data_.eos);
   return out;
 }
 
-// One run of plain text between special tokens.
-void Tokenizer::encode_text(std::string_view text, bool after_special, std::vector<int32_t>& out) const {
+// One run of plain text between special tokens; BPE stops between pieces once |out| holds more
+// than |limit| ids (an over-long prompt is rejected without tokenising all of it).
+void Tokenizer::encode_text(std::string_view text, bool after_special, size_t limit,
+                            std::vector<int32_t>& out) const {
   switch (algo_) {
     case Algorithm::kSpm:
       // Like llama.cpp and HF's legacy Llama normaliser, each text run that starts the input
@@ -258,6 +277,7 @@ void Tokenizer::encode_text(std::string_view text, bool after_special, std::vect
       std::vector<std::string_view> pieces;
       pre_.split(text, pieces);
       for (std::string_view p : pieces) {
+        if (out.size() > limit) return;
         if (algo_ == Algorithm::kBpe) encode_bpe(p, out);
         else encode_bpe_text(p, out);
       }

@@ -50,6 +50,23 @@ struct TokenizerData {                 // what GGUF metadata (tokenizer.ggml.*) 
 Result<TokenizerData> tokenizer_data_from_hf_json(std::string_view tokenizer_json, std::string_view config_json,
                                                   std::string* chat_template);
 
+// A byte range [begin, end) of a text.
+struct TextRange {
+  size_t begin = 0, end = 0;
+};
+
+struct EncodeOptions {
+  bool add_special = false;    // BOS/EOS per the model's flags
+  bool parse_special = false;  // special-token text becomes the control token's id
+  // Ranges (sorted, not overlapping) where control tokens are never matched even with
+  // parse_special: text a user wrote inside a chat template's output, so "<|im_end|>" typed in
+  // a message stays text and only the template's own markers become control tokens.
+  std::vector<TextRange> literal;
+  // > 0: stop once the output holds more than this many ids (so a caller that rejects longer
+  // inputs need not tokenise all of a huge one); the output is then a prefix, longer than this.
+  size_t max_tokens = 0;
+};
+
 // Immutable after create(); every const method is safe to call from several threads.
 class Tokenizer {
  public:
@@ -62,6 +79,7 @@ class Tokenizer {
   // User-defined tokens (type 4) are always matched, as Hugging Face does for non-special
   // added tokens. Invalid UTF-8 is tokenised byte by byte, never rejected.
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
+  std::vector<int32_t> encode(std::string_view text, const EncodeOptions& options) const;
   // Concatenated raw bytes of |ids| (unknown ids are skipped). |skip_special| drops control
   // tokens. For SentencePiece vocabularies with add_space_prefix, the leading space that
   // encoding added is removed, so decode(encode(s)) == s.
@@ -97,9 +115,10 @@ class Tokenizer {
   void build_pieces();
   int32_t type_of(int32_t id) const;
   // Splits |text| on special tokens (longest match first); fragments with id -1 are text.
-  void split_special(std::string_view text, bool parse_special,
+  // Control tokens only with |parse_special|, and never overlapping a |literal| range.
+  void split_special(std::string_view text, bool parse_special, const std::vector<TextRange>& literal,
                      std::vector<std::pair<std::string_view, int32_t>>& out) const;
-  void encode_text(std::string_view text, bool after_special, std::vector<int32_t>& out) const;
+  void encode_text(std::string_view text, bool after_special, size_t limit, std::vector<int32_t>& out) const;
   void encode_bpe(std::string_view piece, std::vector<int32_t>& out) const;   // bpe.cpp
   void encode_bpe_text(std::string_view piece, std::vector<int32_t>& out) const;  // bpe.cpp
   void encode_spm(std::string_view text, bool add_prefix, std::vector<int32_t>& out) const;  // spm.cpp

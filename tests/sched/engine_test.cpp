@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -495,6 +496,66 @@ TEST(EngineThread, ShutdownWithoutDrainCancelsRunningRequests) {
   }  // the destructor cancels and joins
   EXPECT_EQ(cancelled.load(), 3);
   EXPECT_EQ(h.kv->pool().n_free(), 64);
+}
+
+TEST(EngineThread, StatsShowAFinishedRequestOnceTheVersionAfterItsFinishIsPublished) {
+  Harness h(64, 16);
+  EngineThread et(*h.engine);
+  for (int i = 0; i < 20; ++i) {
+    std::mutex mu;
+    std::condition_variable cv;
+    uint64_t version = 0;
+    GenerationRequest r;
+    r.prompt = prompt_of(9, i);
+    r.sampling = SamplingParams::greedy();
+    r.max_tokens = 5;
+    r.on_token = [&](const TokenEvent& ev) {
+      if (ev.finish == FinishReason::kNone) return;
+      std::lock_guard<std::mutex> lock(mu);
+      version = et.stats_version() + 1;
+      cv.notify_all();
+    };
+    ASSERT_TRUE(et.submit(std::move(r)).ok());
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return version > 0; });
+    }
+    et.wait_stats_version(version, std::chrono::seconds(10));
+    ASSERT_GE(et.stats_version(), version);
+    const EngineStats st = et.stats();
+    EXPECT_EQ(st.kv.blocks_used, 0) << "request " << i;
+    EXPECT_EQ(st.running, 0) << "request " << i;
+    EXPECT_EQ(st.generated_tokens, 5 * (i + 1)) << "request " << i;
+  }
+}
+
+// Recompute preemption: a step that had to preempt admits nothing, so a sequence is not let back
+// into the blocks it just gave up only to be preempted again (the thrash of issue 20).
+TEST(Engine, RecomputePreemptionAdmitsNothingInAPreemptingStepAndStaysBounded) {
+  Harness h(24, 64);  // 96 slots for 12 requests of 20 prompt + 40 generated tokens
+  std::map<RequestId, std::vector<int32_t>> want;
+  for (int i = 0; i < 12; ++i) {
+    const auto p = prompt_of(20, 100 + i);
+    want[h.submit(p, 40)] = expected(p, 40);
+  }
+  int64_t preemptions = 0, admitted = 0;
+  int preempting_steps = 0;
+  while (!h.engine->idle()) {
+    ASSERT_TRUE(h.engine->step().ok());
+    const SchedulerStats& st = h.engine->scheduler().stats();
+    if (st.preemptions > preemptions) {
+      ++preempting_steps;
+      EXPECT_EQ(st.admitted_tokens, admitted) << "a step that preempted also admitted";
+    }
+    preemptions = st.preemptions;
+    admitted = st.admitted_tokens;
+  }
+  for (auto& [id, w] : want) EXPECT_EQ(h.out[id], w) << "request " << id;
+  EXPECT_GT(preempting_steps, 0);
+  const SchedulerStats& st = h.engine->scheduler().stats();
+  // Each request's tokens are admitted once, plus a re-prefill per preemption at most.
+  EXPECT_LE(st.preemptions, 24) << "bounded: about two per request";
+  EXPECT_EQ(h.kv->pool().n_free(), 24);
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 """tessera serve against the official openai client, on 127.0.0.1 with a tiny random model.
 
 Usage: test_server.py TESSERA_BIN_DIR   (needs tessera with `serve` and make_tiny_model there)
-Exits 77 (CTest: skipped) when the openai package is missing.
+Exits 77 (CTest: skipped) when the openai package is missing; under CI=true that is a failure (exit 1).
 """
 import http.client
 import json
@@ -21,7 +21,7 @@ try:
     import openai
 except ImportError:
     print("SKIP: the openai package is not installed (pip install openai)")
-    sys.exit(77)
+    sys.exit(1 if os.environ.get("CI") == "true" else 77)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import load  # noqa: E402

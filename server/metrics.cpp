@@ -1,0 +1,60 @@
+#include "server/metrics.h"
+
+#include <sstream>
+#include <utility>
+
+namespace tessera::server {
+
+std::string prometheus(ServerContext& ctx) {
+  const EngineStats s = ctx.engine.stats();
+  std::ostringstream o;
+  auto metric = [&](const char* name, const char* type, const char* help, double v) {
+    o << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << "\n" << name << ' ' << v << "\n";
+  };
+  metric("tessera_requests_running", "gauge", "Sequences holding KV blocks.", s.running);
+  metric("tessera_requests_waiting", "gauge", "Sequences queued for admission (queue depth).", s.waiting);
+  metric("tessera_http_requests_in_flight", "gauge", "Generation requests admitted and not finished.", ctx.in_flight.load());
+  metric("tessera_kv_blocks_used", "gauge", "KV blocks owned by sequences.", s.kv.blocks_used);
+  metric("tessera_kv_blocks_cached", "gauge", "Free KV blocks still holding reusable prefixes.", s.kv.blocks_cached);
+  metric("tessera_kv_blocks_total", "gauge", "KV blocks in the pool.", s.kv_blocks_total);
+  metric("tessera_kv_slots_waste", "gauge", "Allocated KV slots holding no token.", double(s.kv.slots_waste));
+  metric("tessera_kv_slots_allocated", "gauge", "Allocated KV slots.", double(s.kv.slots_allocated));
+  metric("tessera_preemptions_total", "counter", "Sequences preempted for KV space.", double(s.preemptions));
+  metric("tessera_swap_out_total", "counter", "Preemptions that swapped KV blocks to host memory.", double(s.swap_outs));
+  metric("tessera_swap_in_total", "counter", "Swapped sequences brought back.", double(s.swap_ins));
+  metric("tessera_kv_blocks_swapped_out_total", "counter", "KV blocks copied to host memory.", double(s.blocks_swapped_out));
+  metric("tessera_kv_blocks_swapped_in_total", "counter", "KV blocks copied back from host memory.", double(s.blocks_swapped_in));
+  metric("tessera_steps_total", "counter", "Engine steps run.", double(s.steps));
+  metric("tessera_prompt_tokens_total", "counter", "Prompt tokens admitted.", double(s.prompt_tokens));
+  metric("tessera_prompt_tokens_cached_total", "counter", "Prompt tokens served from the prefix cache.", double(s.cached_tokens));
+  metric("tessera_prefix_cache_hit_rate", "gauge", "Cached over admitted prompt tokens.", s.prefix_hit_rate());
+  metric("tessera_generation_tokens_total", "counter", "Tokens generated.", double(s.generated_tokens));
+  metric("tessera_step_tokens", "gauge", "Tokens in the latest engine step.", s.last_step_tokens);
+  metric("tessera_step_prefill_tokens", "gauge", "Prefill chunk tokens in the latest engine step.", s.last_prefill_tokens);
+  metric("tessera_step_seconds", "gauge", "Measured time of the latest engine step.", s.last_step_ms / 1e3);
+  metric("tessera_step_predicted_seconds", "gauge", "Step cost model's prediction for the latest step.", s.last_step_predicted_ms / 1e3);
+  metric("tessera_step_limit_seconds", "gauge", "Step time limit of the latest step's prefill chunks (0: none).", s.last_step_limit_ms / 1e3);
+  metric("tessera_prefill_chunks_cost_limited_total", "counter", "Prefill chunks the step cost limit cut below the token budget.",
+         double(s.cost_limited_chunks));
+  o << "# HELP tessera_step_cost_seconds Fitted step cost coefficients (seconds per step, token, sampled row, query-key pair).\n"
+       "# TYPE tessera_step_cost_seconds gauge\n";
+  const std::pair<const char*, double> terms[] = {{"step", s.step_cost.c0_ms}, {"token", s.step_cost.token_ms},
+                                                  {"logit", s.step_cost.logit_ms}, {"pair", s.step_cost.pair_ms}};
+  for (const auto& [term, ms] : terms) o << "tessera_step_cost_seconds{term=\"" << term << "\"} " << ms / 1e3 << "\n";
+  std::lock_guard<std::mutex> lock(ctx.mu);
+  o << "# HELP tessera_request_finished_total Finished choices by reason.\n# TYPE tessera_request_finished_total counter\n";
+  for (const auto& [reason, n] : ctx.finished) o << "tessera_request_finished_total{reason=\"" << reason << "\"} " << n << "\n";
+  o << "# HELP tessera_http_errors_total Error responses by status.\n# TYPE tessera_http_errors_total counter\n";
+  for (const auto& [code, n] : ctx.http_errors) o << "tessera_http_errors_total{code=\"" << code << "\"} " << n << "\n";
+  auto summary = [&](const char* name, const char* help, double sum, int64_t count) {
+    o << "# HELP " << name << ' ' << help << "\n# TYPE " << name << " summary\n"
+      << name << "_sum " << sum << "\n" << name << "_count " << count << "\n";
+  };
+  summary("tessera_time_to_first_token_seconds", "Submit to first token.", ctx.ttft_sum_s, ctx.ttft_count);
+  summary("tessera_time_per_output_token_seconds", "Mean time per output token after the first.", ctx.tpot_sum_s, ctx.tpot_count);
+  summary("tessera_e2e_request_latency_seconds", "Submit to finish.", ctx.e2e_sum_s, ctx.e2e_count);
+  return o.str();
+}
+
+
+}  // namespace tessera::server

@@ -1,0 +1,31 @@
+// What `tessera serve` is told on its command line about the HTTP side (the model, KV cache and
+// scheduler are the caller's).
+#pragma once
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace tessera::server {
+
+struct ServeOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string model_name;        // the id in /v1/models (default: the file's stem)
+  int kv_tokens = 0;             // the KV cache's capacity in tokens (a request's bound with the model's context; 0: unknown)
+  int max_in_flight = 64;        // requests admitted at once; more are answered 429
+  // Connections served at once (each holds a worker thread); more are answered 503 and closed.
+  int max_connections = 512;
+  int listen_backlog = 1024;     // connections the kernel queues before accept (capped by somaxconn)
+  double header_timeout_s = 10;  // the request line and headers must arrive within this
+  double body_timeout_s = 60;    // and the body within this after the headers
+  double keep_alive_timeout_s = 5;  // an idle keep-alive connection is closed after this
+  size_t max_body_bytes = size_t(16) << 20;  // larger bodies get 413
+  double shutdown_grace_s = 30;  // after SIGTERM, requests in flight get this long to finish
+  std::string api_key;           // non-empty: every route but /health needs "Authorization: Bearer <key>"
+  std::vector<std::string> allowed_origins;  // CORS: browser origins allowed ("*": any); none by default
+  // Tokenise special-token text inside chat messages as control tokens (the behaviour before
+  // messages were tokenised as plain text; lets a client forge turns).
+  bool parse_special_in_messages = false;
+};
+
+}  // namespace tessera::server

@@ -1,0 +1,183 @@
+#include "server/request.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+
+#include "server/chat.h"
+
+namespace tessera::server {
+
+using nlohmann::json;
+
+namespace {
+
+// Reads an optional field of |body| with a type check; an error names the field and the type.
+template <typename T>
+std::optional<ApiError> read_field(const json& body, const char* name, const char* type_name, T* out) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  const bool ok = [&] {
+    if constexpr (std::is_same_v<T, bool>) return it->is_boolean();
+    else if constexpr (std::is_integral_v<T>) return it->is_number_integer();
+    else if constexpr (std::is_floating_point_v<T>) return it->is_number();
+    else return it->is_string();
+  }();
+  if (!ok) return ApiError{400, std::string("'") + name + "' must be " + type_name + ", got " + it->type_name(), name};
+  *out = it->get<T>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> range_error(const char* name, bool ok, const std::string& what) {
+  if (ok) return std::nullopt;
+  return ApiError{400, std::string("'") + name + "' " + what, name};
+}
+
+std::optional<ApiError> parse_stop(const json& body, std::vector<std::string>* stop) {
+  auto it = body.find("stop");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (it->is_string()) {
+    stop->push_back(it->get<std::string>());
+  } else if (it->is_array() && it->size() <= 4) {
+    for (const auto& s : *it) {
+      if (!s.is_string()) return ApiError{400, "'stop' must be a string or an array of up to 4 strings", "stop"};
+      stop->push_back(s.get<std::string>());
+    }
+  } else {
+    return ApiError{400, "'stop' must be a string or an array of up to 4 strings", "stop"};
+  }
+  return std::nullopt;
+}
+
+// Renders chat |messages| with the model's own chat template (models/chat_template, through the
+// CLI's apply_chat_template; a model without one gets the turns concatenated). A template that
+// Tokenises |text| (BOS per the model) and rejects a prompt that leaves no room to generate
+// within |max_len| without tokenising past that point.
+std::optional<ApiError> tokenize_prompt(const Tokenizer& tok, const std::string& text, EncodeOptions o, int32_t max_len,
+                                        const char* param, std::vector<int32_t>* tokens) {
+  o.add_special = true;
+  o.max_tokens = size_t(max_len);
+  *tokens = tok.encode(text, o);
+  if (int64_t(tokens->size()) < max_len) return std::nullopt;
+  const std::string count = int64_t(tokens->size()) > max_len ? "more than " + std::to_string(max_len) : std::to_string(max_len);
+  return ApiError{400, "the prompt has " + count + " tokens; this server's context holds " + std::to_string(max_len) +
+                           " (including at least one generated token)", param, "context_length_exceeded"};
+}
+
+std::optional<ApiError> parse_prompt(const ServerContext& ctx, const json& body, std::vector<int32_t>* tokens) {
+  auto it = body.find("prompt");
+  if (it == body.end()) return ApiError{400, "'prompt' is required", "prompt"};
+  const Tokenizer& tok = ctx.model.tokenizer();
+  EncodeOptions o;
+  o.parse_special = true;  // the whole prompt is the client's: no template markers to protect
+  if (it->is_string()) return tokenize_prompt(tok, it->get<std::string>(), o, ctx.max_model_len, "prompt", tokens);
+  if (it->is_array() && it->size() == 1 && (*it)[0].is_string())
+    return tokenize_prompt(tok, (*it)[0].get<std::string>(), o, ctx.max_model_len, "prompt", tokens);
+  if (it->is_array() && !it->empty() && std::all_of(it->begin(), it->end(), [](const json& t) { return t.is_number_integer(); })) {
+    for (const auto& t : *it) {
+      const int64_t id = t.get<int64_t>();
+      if (id < 0 || id >= tok.vocab_size())
+        return ApiError{400, "'prompt' token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                 std::to_string(tok.vocab_size()) + ")", "prompt"};
+      tokens->push_back(int32_t(id));
+    }
+    return std::nullopt;
+  }
+  return ApiError{400, "'prompt' must be a string, an array of one string, or an array of token ids (batched prompts are not supported; send one request each)", "prompt"};
+}
+
+std::optional<ApiError> parse_sampling(const json& body, ParsedRequest* out) {
+  SamplingParams& sp = out->gen.sampling;
+  sp = SamplingParams{};
+  sp.temperature = 1.0f;  // OpenAI defaults: plain sampling at temperature 1
+  sp.top_k = 0;
+  sp.top_p = 1.0f;
+  sp.min_p = 0.0f;
+  double temperature = 1.0, top_p = 1.0, presence = 0.0, frequency = 0.0;
+  int64_t seed = 0, max_tokens = 16, n = 1;
+  if (out->chat) max_tokens = 256;
+  if (auto e = read_field(body, "temperature", "a number", &temperature)) return e;
+  if (auto e = read_field(body, "top_p", "a number", &top_p)) return e;
+  if (auto e = read_field(body, "presence_penalty", "a number", &presence)) return e;
+  if (auto e = read_field(body, "frequency_penalty", "a number", &frequency)) return e;
+  if (auto e = read_field(body, "seed", "an integer", &seed)) return e;
+  if (auto e = read_field(body, "max_tokens", "an integer", &max_tokens)) return e;
+  if (auto e = read_field(body, "max_completion_tokens", "an integer", &max_tokens)) return e;
+  if (auto e = read_field(body, "n", "an integer", &n)) return e;
+  if (auto e = range_error("temperature", temperature >= 0 && temperature <= 2, "must be in [0, 2]")) return e;
+  if (auto e = range_error("top_p", top_p > 0 && top_p <= 1, "must be in (0, 1]")) return e;
+  if (auto e = range_error("presence_penalty", presence >= -2 && presence <= 2, "must be in [-2, 2]")) return e;
+  if (auto e = range_error("frequency_penalty", frequency >= -2 && frequency <= 2, "must be in [-2, 2]")) return e;
+  // Any positive count is accepted: generation ends at the context (finish_reason "length").
+  if (auto e = range_error("max_tokens", max_tokens >= 1 && max_tokens <= INT32_MAX, "must be an integer in [1, 2147483647]")) return e;
+  if (auto e = range_error("n", n >= 1 && n <= 16, "must be in [1, 16]")) return e;
+  sp.temperature = float(temperature);
+  sp.top_p = float(top_p);
+  sp.presence_penalty = float(presence);
+  sp.frequency_penalty = float(frequency);
+  sp.seed = uint64_t(seed);
+  out->gen.max_tokens = int32_t(max_tokens);
+  out->gen.n = int(n);
+  if (out->chat) {
+    bool logprobs = false;
+    int64_t top = 0;
+    if (auto e = read_field(body, "logprobs", "a boolean", &logprobs)) return e;
+    if (auto e = read_field(body, "top_logprobs", "an integer", &top)) return e;
+    if (auto e = range_error("top_logprobs", top >= 0 && top <= 20, "must be in [0, 20]")) return e;
+    out->want_logprobs = logprobs;
+    sp.logprobs = logprobs ? int(top) : 0;
+  } else {
+    int64_t logprobs = -1;
+    if (auto e = read_field(body, "logprobs", "an integer", &logprobs)) return e;
+    if (auto e = range_error("logprobs", logprobs >= -1 && logprobs <= 5, "must be in [0, 5]")) return e;
+    out->want_logprobs = logprobs >= 0;
+    sp.logprobs = int(std::max<int64_t>(logprobs, 0));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ApiError> parse_request(ServerContext& ctx, const std::string& raw, ParsedRequest* out) {
+  const json body = json::parse(raw, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) return ApiError{400, "the request body is not valid JSON", "", "invalid_json"};
+  if (!body.is_object()) return ApiError{400, "the request body must be a JSON object"};
+  std::string model_name = ctx.opts.model_name;
+  if (auto e = read_field(body, "model", "a string", &model_name)) return e;
+  if (model_name != ctx.opts.model_name)
+    return ApiError{404, "the model '" + model_name + "' does not exist (this server serves '" + ctx.opts.model_name + "')",
+                    "model", "model_not_found"};
+  if (auto e = read_field(body, "stream", "a boolean", &out->stream)) return e;
+  if (auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) return ApiError{400, "'stream_options' must be an object", "stream_options"};
+    if (auto e = read_field(*it, "include_usage", "a boolean", &out->include_usage)) return e;
+  }
+  if (auto e = parse_stop(body, &out->gen.stop)) return e;
+  // An extension (as in vLLM): keep generating past end-of-generation tokens, for benchmarks.
+  if (auto e = read_field(body, "ignore_eos", "a boolean", &out->gen.ignore_eos)) return e;
+  // Another: higher runs first and is preempted last.
+  if (auto e = read_field(body, "priority", "an integer", &out->gen.priority)) return e;
+  if (auto e = parse_sampling(body, out)) return e;
+  if (out->chat) {
+    if (!body.contains("messages")) return ApiError{400, "'messages' is required", "messages"};
+    RenderedChat chat;
+    if (auto e = render_chat(ctx.model, body["messages"], &chat)) return e;
+    EncodeOptions o;
+    o.parse_special = true;
+    if (!ctx.opts.parse_special_in_messages) o.literal = std::move(chat.literal);
+    if (auto e = tokenize_prompt(ctx.model.tokenizer(), chat.text, o, ctx.max_model_len, "messages", &out->gen.prompt)) return e;
+  } else if (auto e = parse_prompt(ctx, body, &out->gen.prompt)) {
+    return e;
+  }
+  // Generation ends where the sequence reaches max_model_len (finish_reason "length").
+  const int64_t room = int64_t(ctx.max_model_len) - int64_t(out->gen.prompt.size());
+  if (room > 0) out->gen.max_tokens = int32_t(std::min<int64_t>(out->gen.max_tokens, room));
+  const Status s = ctx.engine.validate(out->gen);
+  if (!s.ok()) {
+    const bool too_long = s.message().find("context") != std::string::npos || s.code() == StatusCode::kResourceExhausted;
+    return ApiError{400, s.message(), out->chat ? "messages" : "prompt", too_long ? "context_length_exceeded" : ""};
+  }
+  return std::nullopt;
+}
+
+}  // namespace tessera::server

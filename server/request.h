@@ -1,0 +1,34 @@
+// Request parsing and validation: a JSON body of /v1/completions or /v1/chat/completions into a
+// GenerationRequest, or an OpenAI-shaped error naming the field. No I/O; safe on any thread.
+#pragma once
+#include <optional>
+#include <string>
+
+#include "core/sched/engine.h"
+#include "server/context.h"
+
+namespace tessera::server {
+
+// An error response: the status and the fields of OpenAI's {"error": {...}} object.
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string param;
+  std::string code;
+  std::string type = "invalid_request_error";
+};
+
+struct ParsedRequest {
+  GenerationRequest gen;
+  bool chat = false;
+  bool stream = false;
+  bool include_usage = false;
+  bool want_logprobs = false;  // completions: logprobs >= 0; chat: logprobs == true
+};
+
+// Parses |raw| (the body) into |out| (whose |chat| says which route): every field type-checked
+// and range-checked, the prompt rendered and tokenised, and the engine's own checks (context
+// length) made. Returns the error to send, or nothing.
+std::optional<ApiError> parse_request(ServerContext& ctx, const std::string& raw, ParsedRequest* out);
+
+}  // namespace tessera::server
