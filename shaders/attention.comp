@@ -88,7 +88,9 @@ void store_row(TensorRef src, uint r, TensorRef dst, uint crow, uint D) {
   }
 }
 
-// One thread per (row, K or V).
+// One thread per (row, K or V). NOTE: two tokens of a batch with the same slot (the engine never
+// makes them) race here as they do in the float store, so which one a row then holds is
+// undefined (the reference keeps the last).
 void main() {
   const AttnParams P = ParamsRef(pc.params_addr).p;
   const uint n = 2u * P.T * P.Hkv;

@@ -1,8 +1,9 @@
 // attention -> attention.comp: stage 0 stores the new K/V into their cache slots, a barrier, then
 // stage 1 attends over the block tables. Float caches share one pair of kernels (the dtype is a
-// param); each 8-bit cache format (FP8 E4M3, INT8_PC: a row per slot and kv head) has its own. The metadata is validated on the host with the
-// reference's own check whenever it is readable there (mapped memory, not produced in-graph);
-// the shader bounds-checks every slot and block id regardless.
+// param); each 8-bit cache format (FP8 E4M3, INT8_PC: a row per slot and kv head) has its own.
+// The metadata is validated on the host with the reference's own check whenever it is readable
+// there (mapped memory, not produced in-graph); the shader bounds-checks every slot and block id
+// regardless.
 #include <cmath>
 
 #include "backends/vulkan/recorder.h"
@@ -95,11 +96,13 @@ Status record_attention(Recorder& rec, const Graph& g, const Node& n) {
   std::vector<Span> store_reads = {span_of(k), span_of(v), meta_spans[0]};
   // Float caches: a thread per element; 8-bit ones: a thread per row of K or V (its absmax first).
   const int64_t store_threads = suffix.empty() ? T * Hkv * D : 2 * T * Hkv;
-  TS_RETURN_IF_ERROR(rec.dispatch("attention_store" + suffix, {kWorkgroup}, p, {groups_for(store_threads, kWorkgroup), 1, 1},
-                                  store_reads, {span_of(kc), span_of(vc)}));
+  TS_RETURN_IF_ERROR(rec.dispatch("attention_store" + suffix, {kWorkgroup}, p,
+                                  {groups_for(store_threads, kWorkgroup), 1, 1}, store_reads,
+                                  {span_of(kc), span_of(vc)}));
   std::vector<Span> reads = meta_spans;
   for (const Tensor* t : {&q, &kc, &vc}) reads.push_back(span_of(*t));
-  return rec.dispatch("attention" + suffix, {kWorkgroup, kMaxHeadDim}, p, {uint32_t(T), uint32_t(Hq), 1}, reads, {span_of(out)});
+  return rec.dispatch("attention" + suffix, {kWorkgroup, kMaxHeadDim}, p, {uint32_t(T), uint32_t(Hq), 1}, reads,
+                      {span_of(out)});
 }
 
 }  // namespace tessera::vulkan

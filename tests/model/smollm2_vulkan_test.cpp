@@ -123,8 +123,8 @@ void expect_vulkan_matches_cpu(const std::string& path, const std::vector<std::s
       if (t_vk != t_cpu) {
         const double margin = double(want[s][size_t(t_cpu)]) - double(want[s][size_t(t_vk)]);
         const double limit = 2.0 * kTol * std::sqrt(row_sq / double(want[s].size()));
-        std::printf("[ info ] %s KV, prompt %zu, generated token %d: CPU %d, Vulkan %d, CPU margin %.3g (near-tie below %.3g)\n",
-                    dtype_name(kv_dtype), s, i, t_cpu, t_vk, margin, limit);
+        std::printf("[ info ] %s KV, prompt %zu, generated token %d: CPU %d, Vulkan %d, CPU margin %.3g "
+                    "(near-tie below %.3g)\n", dtype_name(kv_dtype), s, i, t_cpu, t_vk, margin, limit);
         EXPECT_LT(margin, limit)
             << "Vulkan's greedy token " << t_vk << " differs from the CPU's " << t_cpu << " and is not a near-tie";
         ++differences;
@@ -177,8 +177,8 @@ TEST(SmolLM2Vulkan, EightBitKvCachesMatchTheCpuBackend) {
   if (!std::filesystem::exists(model_path())) TESSERA_SKIP_MISSING() << "SmolLM2 not found at " << model_path();
   for (DType kv : {DType::kFP8_E4M3, DType::kINT8_PC}) {
     SCOPED_TRACE(std::string("kv ") + dtype_name(kv));
-    expect_vulkan_matches_cpu(model_path(), {"The capital of France is", "Once upon a time, in a small village by the sea,"},
-                              12, kv);
+    expect_vulkan_matches_cpu(model_path(),
+                              {"The capital of France is", "Once upon a time, in a small village by the sea,"}, 12, kv);
   }
 }
 

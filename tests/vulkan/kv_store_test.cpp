@@ -69,7 +69,8 @@ std::string hex(uint8_t b) {
 // "" when |got| equals |want| byte for byte, else the first mismatch, by cache row and byte.
 std::string compare_bytes(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want, int64_t row_bytes,
                           const std::vector<float>& rows_in, const std::vector<int64_t>& src_of, int64_t D) {
-  if (got.size() != want.size()) return "got " + std::to_string(got.size()) + " bytes, want " + std::to_string(want.size());
+  if (got.size() != want.size())
+    return "got " + std::to_string(got.size()) + " bytes, want " + std::to_string(want.size());
   for (size_t i = 0; i < want.size(); ++i) {
     if (got[i] == want[i]) continue;
     const int64_t row = int64_t(i) / row_bytes, b = int64_t(i) % row_bytes;
@@ -144,7 +145,8 @@ void check_store(Device& dev, DType act, DType cache, int64_t D, uint64_t seed) 
   const ValueId out = g.attention({put(act_desc, q.data()), put(act_desc, kv_bytes[0].data()),
                                    put(act_desc, kv_bytes[1].data()), kc, vc,
                                    put(Tensor::make(DType::kI32, {kTokens}), slots.data()),
-                                   put(Tensor::make(DType::kI32, {2}), qstart), put(Tensor::make(DType::kI32, {1}), lens),
+                                   put(Tensor::make(DType::kI32, {2}), qstart),
+                                   put(Tensor::make(DType::kI32, {1}), lens),
                                    put(Tensor::make(DType::kI32, {1, n_seq_blocks}), tables.data())},
                                   AttentionParams{});
   ASSERT_TRUE(g.status().ok()) << g.status().to_string();
