@@ -1,7 +1,9 @@
 // attention -> attention.comp: stage 0 stores the new K/V into their cache slots, a barrier, then
-// stage 1 attends over the block tables. The metadata is validated on the host with the
-// reference's own check whenever it is readable there (mapped memory, not produced in-graph);
-// the shader bounds-checks every slot and block id regardless.
+// stage 1 attends over the block tables. Float caches share one pair of kernels (the dtype is a
+// param); each 8-bit cache format (FP8 E4M3, INT8_PC: a row per slot and kv head) has its own.
+// The metadata is validated on the host with the reference's own check whenever it is readable
+// there (mapped memory, not produced in-graph); the shader bounds-checks every slot and block id
+// regardless.
 #include <cmath>
 
 #include "backends/vulkan/recorder.h"
@@ -16,6 +18,29 @@ constexpr uint32_t kMaxHeadDim = 256;  // attention.comp MAX_D (shared memory fo
 bool host_readable(const Graph& g, const Node& n, int input) {
   const Value& v = g.value(n.inputs[size_t(input)]);
   return v.kind != Value::Kind::kIntermediate && v.tensor.host_data() != nullptr;
+}
+
+// The kernel-name suffix of a cache dtype (the KVTYPE variants of CMakeLists.txt).
+Result<std::string> cache_suffix(DType d) {
+  switch (d) {
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16: return std::string();
+    case DType::kFP8_E4M3: return std::string("_fp8_e4m3");
+    case DType::kINT8_PC: return std::string("_int8_pc");
+    default: return Unimplemented(std::string("vulkan: attention with a ") + dtype_name(d) + " KV cache");
+  }
+}
+
+// The 8-bit rows ([f32 scale][codes]) are read and written a 4-byte word at a time.
+Status check_cache_alignment(const Tensor& c) {
+  if (!dtype_traits(c.dtype).is_quantized) return OkStatus();
+  bool ok = address_of(c) % 4 == 0;
+  for (int d = 0; d + 1 < c.rank; ++d) ok = ok && c.stride[size_t(d)] % 4 == 0;
+  if (!ok)
+    return Unimplemented("vulkan: attention " + std::string(dtype_name(c.dtype)) + " cache " + c.shape_string() +
+                         " at offset " + std::to_string(c.offset) + " is not 4-byte aligned");
+  return OkStatus();
 }
 }  // namespace
 
@@ -38,6 +63,9 @@ Status record_attention(Recorder& rec, const Graph& g, const Node& n) {
   const int64_t T = q.shape[0], Hq = q.shape[1], D = q.shape[2], Hkv = k.shape[1];
   if (D > kMaxHeadDim) return Unimplemented("vulkan: attention head_dim " + std::to_string(D) + " > " + std::to_string(kMaxHeadDim));
   if (T > 65535 || Hq > 65535) return Unimplemented("vulkan: attention over " + q.shape_string() + " exceeds one dispatch");
+  TS_ASSIGN_OR_RETURN(const std::string suffix, cache_suffix(kc.dtype));
+  TS_RETURN_IF_ERROR(check_cache_alignment(kc));
+  TS_RETURN_IF_ERROR(check_cache_alignment(vc));
 
   AttnParams p;
   p.q = ref_of(q);
@@ -66,11 +94,15 @@ Status record_attention(Recorder& rec, const Graph& g, const Node& n) {
   std::vector<Span> meta_spans;
   for (int i : meta) meta_spans.push_back(span_of(g.input_tensor(n, i)));
   std::vector<Span> store_reads = {span_of(k), span_of(v), meta_spans[0]};
-  TS_RETURN_IF_ERROR(rec.dispatch("attention_store", {kWorkgroup}, p, {groups_for(T * Hkv * D, kWorkgroup), 1, 1},
-                                  store_reads, {span_of(kc), span_of(vc)}));
+  // Float caches: a thread per element; 8-bit ones: a thread per row of K or V (its absmax first).
+  const int64_t store_threads = suffix.empty() ? T * Hkv * D : 2 * T * Hkv;
+  TS_RETURN_IF_ERROR(rec.dispatch("attention_store" + suffix, {kWorkgroup}, p,
+                                  {groups_for(store_threads, kWorkgroup), 1, 1}, store_reads,
+                                  {span_of(kc), span_of(vc)}));
   std::vector<Span> reads = meta_spans;
   for (const Tensor* t : {&q, &kc, &vc}) reads.push_back(span_of(*t));
-  return rec.dispatch("attention", {kWorkgroup, kMaxHeadDim}, p, {uint32_t(T), uint32_t(Hq), 1}, reads, {span_of(out)});
+  return rec.dispatch("attention" + suffix, {kWorkgroup, kMaxHeadDim}, p, {uint32_t(T), uint32_t(Hq), 1}, reads,
+                      {span_of(out)});
 }
 
 }  // namespace tessera::vulkan

@@ -144,7 +144,9 @@ bool VulkanDevice::supports(OpKind op, DType act, DType weight) const {
     case OpKind::kEmbed:
     case OpKind::kMatmul:
     case OpKind::kMatmulId: return weight_kernel_suffix(weight) != nullptr;
-    case OpKind::kAttention:
+    case OpKind::kAttention:  // |weight| is the KV cache dtype
+      return weight == DType::kF32 || weight == DType::kF16 || weight == DType::kBF16 || weight == DType::kFP8_E4M3 ||
+             weight == DType::kINT8_PC;
     case OpKind::kCast: return weight == DType::kF32 || weight == DType::kF16 || weight == DType::kBF16;
     case OpKind::kCount: return false;
     default: return true;
