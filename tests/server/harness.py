@@ -26,8 +26,9 @@ def tiny_model(bin_dir):
 
 
 class Server:
-    def __init__(self, bin_dir, *extra, port=0):
-        self.proc = subprocess.Popen([os.path.join(bin_dir, "tessera"), "serve", "-m", tiny_model(bin_dir), "-d", "cpu",
+    def __init__(self, bin_dir, *extra, port=0, model=None):
+        """|model|: a GGUF path; default the tiny model."""
+        self.proc = subprocess.Popen([os.path.join(bin_dir, "tessera"), "serve", "-m", model or tiny_model(bin_dir), "-d", "cpu",
                                       "--host", HOST, "--port", str(port), "--model-name", "tiny", *extra],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
