@@ -263,5 +263,23 @@ TEST(BpeTokenizer, UnspellableByteNeverBecomesAControlToken) {
   EXPECT_EQ(ids_str((*unknown)->encode("a\x04" "b", false, false)), "97 4 98 ");
 }
 
+TEST(HfTokenizerJson, AnIdPastTheFilesEntriesIsAnErrorBeforeAnyAllocation) {
+  // Seen writing hf_tokenizer_fuzz: an 87-byte tokenizer.json naming id 2^24 grew the token table
+  // to 2^24 strings (1.2 s, 700 MB) before the hole in the ids was reported.
+  std::string chat_template;
+  auto r = tokenizer_data_from_hf_json(R"({"model":{"type":"BPE","vocab":{"a":16777216}}})", "", &chat_template);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("token id 16777216 leaves a hole in the ids (the file has 1 vocab and added entries)"),
+            std::string::npos)
+      << r.status().message();
+  // Added tokens may extend the vocabulary: ids up to vocab + added entries are fine.
+  auto ok = tokenizer_data_from_hf_json(
+      R"({"added_tokens":[{"id":1,"content":"<s>","special":true}],"model":{"type":"BPE","vocab":{"a":0}}})", "", &chat_template);
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_EQ(ok->tokens, (std::vector<std::string>{"a", "<s>"}));
+  EXPECT_EQ(ok->token_types, (std::vector<int32_t>{kTokenNormal, kTokenControl}));
+}
+
 }  // namespace
 }  // namespace tessera
