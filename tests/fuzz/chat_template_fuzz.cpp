@@ -43,6 +43,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (size_t i = 0; i + 1 < parts.size(); i += 2) messages.push_back({std::string(parts[i]), std::string(parts[i + 1])});
   }
   auto out = tmpl->render(messages, add_generation_prompt, {{"bos_token", "<s>"}, {"eos_token", "</s>"}});
+  fuzz::note("render", out.status());
   volatile size_t sink = out.ok() ? out->size() : out.status().message().size();
   (void)sink;
   return 0;

@@ -52,6 +52,13 @@ inline void write_file(const std::string& path, std::string_view bytes) {
   if (!f) fail("cannot write " + path);
 }
 
+// TESSERA_FUZZ_VERBOSE=1: a target says what became of each input ("ok" or the error), to
+// check that the seeds get past the parser into the code behind it.
+inline void note(const char* what, const Status& s) {
+  static const bool verbose = std::getenv("TESSERA_FUZZ_VERBOSE") != nullptr;
+  if (verbose) std::fprintf(stderr, "%s: %s\n", what, s.ok() ? "ok" : s.to_string().c_str());
+}
+
 inline std::string env_or(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
   return v && *v ? v : fallback;

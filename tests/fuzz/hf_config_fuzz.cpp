@@ -36,6 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::write_file(dir + "/config.json", std::string_view(reinterpret_cast<const char*>(data), size));
   safetensors::QuantConfig quant;
   auto cfg = safetensors::read_config(dir, &quant);
+  fuzz::note("config.json", cfg.status());
   if (!cfg.ok()) return 0;
   check(*cfg);
   // The loader builds the specs only for as many layers as the checkpoint has tensors

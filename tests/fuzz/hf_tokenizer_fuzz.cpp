@@ -17,10 +17,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view cfg_json = nul == std::string_view::npos ? std::string_view() : in.substr(nul + 1);
   std::string chat_template;
   auto d = tokenizer_data_from_hf_json(tok_json, cfg_json, &chat_template);
+  fuzz::note("tokenizer.json", d.status());
   if (!d.ok()) return 0;
   const bool byte_level = d->model == "gpt2";
   const std::vector<int32_t> types = d->token_types;
   auto tok = Tokenizer::create(std::move(d).value());
+  fuzz::note("create", tok.status());
   if (!tok.ok()) return 0;
   const Tokenizer& t = **tok;
   bool every_byte = byte_level;

@@ -27,6 +27,7 @@ void decode_one(Model& m) {
   p.logit_rows = {0};
   std::vector<float> logits;
   const Status s = m.forward(p, **kv, &logits);
+  fuzz::note("forward", s);
   if (s.ok() && logits.size() != size_t(m.vocab_size()))
     fuzz::fail("forward returned " + std::to_string(logits.size()) + " logits for vocab " + std::to_string(m.vocab_size()));
 }
@@ -43,6 +44,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   opts.max_batch_tokens = 16;
   opts.max_seqs = 2;
   auto m = Model::load(path, device, opts);
+  fuzz::note("load", m.status());
   if (!m.ok()) return 0;
   if ((*m)->weight_tensors().empty()) fuzz::fail("a model loaded without weights");
   decode_one(**m);

@@ -47,6 +47,7 @@ void check(const File& f, size_t size) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tessera::safetensors;
   auto f = File::open_memory(data, size, "fuzz.safetensors");
+  tessera::fuzz::note("safetensors", f.status());
   if (f.ok()) check(**f, size);
   return 0;
 }

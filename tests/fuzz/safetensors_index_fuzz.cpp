@@ -63,6 +63,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view index(reinterpret_cast<const char*>(data), size);
   tessera::fuzz::write_file(dir + "/model.safetensors.index.json", index);
   auto c = Checkpoint::open(dir);
+  tessera::fuzz::note("checkpoint", c.status());
   if (c.ok()) check(**c, index);
   return 0;
 }
