@@ -276,6 +276,22 @@ TEST(ChatTemplate, IntegerOverflowIsAnError) {
   EXPECT_NE(r.status().message().find("more than 100000 items"), std::string::npos) << r.status().message();
 }
 
+// Found by chat_template_fuzz (a crash: std::stoll's out_of_range escaped the parser, through
+// "x.333333333333333333333", Jinja's x[333...]); std::stod had the same hole for 1e999.
+TEST(ChatTemplate, NumberLiteralsPastTheirRangeDoNotThrow) {
+  for (const char* src : {"{{ ns.333333333333333333333 }}", "{{ 99999999999999999999 }}"}) {
+    auto tmpl = ChatTemplate::parse(src);
+    ASSERT_FALSE(tmpl.ok()) << src;
+    EXPECT_EQ(tmpl.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(tmpl.status().message().find("out of range"), std::string::npos) << tmpl.status().message();
+  }
+  auto floats = ChatTemplate::parse("{{ 1e999 > 1e308 }} {{ 1e-999 == 0 }} {{ [7, 8].1 }}");
+  ASSERT_TRUE(floats.ok()) << floats.status().to_string();
+  auto out = floats->render({}, false);
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_EQ(*out, "True True 8");  // as Python: float('1e999') is inf, 1e-999 is 0.0
+}
+
 TEST(ChatTemplate, ValuesPastTheSizeLimitsAreErrors) {
   const char* growing[] = {
       "{% set s = 'a' * 100000 %}{{ (s * 100000) | length }}",
