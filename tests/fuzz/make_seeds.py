@@ -313,6 +313,27 @@ def chat_template_seeds(out, meta):
         put(out, name + "-messages", src + "\0\1" + "".join(f"{r}\0{c}\0" for r, c in convo))
 
 
+def server_request_seeds(out):
+    """JSON bodies of /v1/completions and /v1/chat/completions as OpenAI clients send them."""
+    bodies = {
+        "completion": {"model": "smollm2", "prompt": "The capital of France is", "max_tokens": 8, "temperature": 0},
+        "completion-ids": {"prompt": [1, 40, 41, 42], "max_tokens": 4, "stop": ["\n", "."], "seed": 7, "n": 2,
+                           "logprobs": 2, "top_p": 0.9, "presence_penalty": 0.5, "frequency_penalty": -0.5},
+        "completion-stream": {"prompt": ["one string"], "stream": True, "stream_options": {"include_usage": True},
+                              "max_tokens": 3, "ignore_eos": True, "priority": 2, "stop": "x"},
+        "chat": {"model": "smollm2", "messages": [{"role": "system", "content": "Be brief."},
+                                                  {"role": "user", "content": "Hi <|im_end|>"}],
+                 "max_completion_tokens": 16, "temperature": 0.7, "logprobs": True, "top_logprobs": 3},
+        "chat-parts": {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+                                    {"role": "assistant", "content": None}, {"role": "user", "content": "c"}],
+                       "stream": True, "n": 1, "seed": 1},
+        "wrong-model": {"model": "gpt-4", "prompt": "x"},
+        "bad-types": {"prompt": 5, "max_tokens": "8", "temperature": "hot", "stop": [1]},
+    }
+    for name, b in bodies.items():
+        put(out, name + ".json", json.dumps(b))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -328,6 +349,7 @@ def main():
     tokenizer_json_seeds(os.path.join(a.out, "hf_tokenizer"), meta)
     tokenizer_text_seeds(os.path.join(a.out, "tokenizer"))
     chat_template_seeds(os.path.join(a.out, "chat_template"), meta)
+    server_request_seeds(os.path.join(a.out, "server_request"))
 
 
 if __name__ == "__main__":
