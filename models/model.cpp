@@ -98,7 +98,7 @@ Status Model::finish_load(const std::string& path, const TensorGetter& get, cons
   // Per-step input buffer: tokens, positions, slots, logit rows [T]; query_start [S+1];
   // seq_lens [S]; block tables [S, max blocks of a full context].
   const int64_t T = opts.max_batch_tokens, S = opts.max_seqs;
-  const int64_t max_blocks = (cfg_.n_ctx_train + 15) / 16 + 1;
+  const int64_t max_blocks = (int64_t(cfg_.n_ctx_train) + 15) / 16 + 1;
   step_capacity_ = size_t(4 * (4 * T + (S + 1) + S + S * max_blocks) + 7 * 256);
   TS_ASSIGN_OR_RETURN(step_buffer_, device_->alloc(step_capacity_));
   return OkStatus();
@@ -120,6 +120,11 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, DevicePtr de
   if (f.find("tokenizer.chat_template")) {
     TS_ASSIGN_OR_RETURN(m->chat_template_, f.get_string("tokenizer.chat_template"));
   }
+  // Each layer has tensors of its own: a layer count beyond the file's tensors is wrong, and is
+  // caught here, before the tensor specs allocate that many layers.
+  if (size_t(m->cfg_.n_layers) > f.tensors().size())
+    return InvalidArgument(path + ": block_count " + std::to_string(m->cfg_.n_layers) + " but the file holds only " +
+                           std::to_string(f.tensors().size()) + " tensors");
   const gguf::TensorInfo* emb = f.find_tensor("token_embd.weight");
   if (!emb) return NotFound(path + ": tensor 'token_embd.weight' is missing");
   m->cfg_.n_vocab = int(emb->shape[0]);
@@ -237,6 +242,10 @@ Result<std::unique_ptr<Model>> Model::load_checkpoint(const std::string& dir, De
   }
   std::unique_ptr<safetensors::Checkpoint> ckpt;
   TS_ASSIGN_OR_RETURN(ckpt, safetensors::Checkpoint::open(dir));
+  // As on the GGUF path: no more layers than tensors, checked before the specs allocate them.
+  if (size_t(m->cfg_.n_layers) > ckpt->names().size())
+    return InvalidArgument(dir + "/config.json: num_hidden_layers " + std::to_string(m->cfg_.n_layers) +
+                           " but the checkpoint holds only " + std::to_string(ckpt->names().size()) + " tensors");
   const safetensors::TensorRef emb = ckpt->find("model.embed_tokens.weight");
   if (!emb.file) return NotFound(dir + ": tensor 'model.embed_tokens.weight' is missing");
   if (emb.info->shape.size() != 2)

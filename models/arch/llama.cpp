@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <limits>
+#include <optional>
 
 #include "models/gguf/gguf.h"
 
@@ -14,6 +16,20 @@ Result<int64_t> int_or(const gguf::File& f, const std::string& key, int64_t fall
   if (!f.find(key)) return fallback;
   return f.get_int(key);
 }
+// An integer key that must fit an int (every size in ModelConfig is one): GGUF stores them as
+// u32/u64, and 2^32 + 1 must be an error, not wrap into a small, plausible 1. |fallback| as
+// int_or; nullopt makes the key required.
+Result<int> int32_key(const gguf::File& f, const std::string& key, std::optional<int64_t> fallback = std::nullopt) {
+  int64_t v = 0;
+  if (fallback) {
+    TS_ASSIGN_OR_RETURN(v, int_or(f, key, *fallback));
+  } else {
+    TS_ASSIGN_OR_RETURN(v, f.get_int(key));
+  }
+  if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
+    return InvalidArgument(f.path() + ": key '" + key + "' value " + std::to_string(v) + " does not fit in 32 bits");
+  return int(v);
+}
 Result<double> float_or(const gguf::File& f, const std::string& key, double fallback) {
   if (!f.find(key)) return fallback;
   return f.get_float(key);
@@ -22,23 +38,18 @@ Result<double> float_or(const gguf::File& f, const std::string& key, double fall
 // .expert_shared_feed_forward_length, .expert_weights_norm.
 Status read_moe_config(const gguf::File& f, ModelConfig* c) {
   const std::string a = c->arch + ".";
-  int64_t v;
-  TS_ASSIGN_OR_RETURN(v, int_or(f, a + "expert_count", 0));
-  c->n_experts = int(v);
+  TS_ASSIGN_OR_RETURN(c->n_experts, int32_key(f, a + "expert_count", 0));
   if (c->n_experts == 0) {
     if (c->arch == "qwen2moe" || c->arch == "qwen3moe" || c->arch == "olmoe")
       return NotFound(f.path() + ": key '" + a + "expert_count' is missing (required for " + c->arch + ")");
     return OkStatus();
   }
-  TS_ASSIGN_OR_RETURN(v, f.get_int(a + "expert_used_count"));
-  c->n_experts_used = int(v);
+  TS_ASSIGN_OR_RETURN(c->n_experts_used, int32_key(f, a + "expert_used_count"));
   if (c->n_experts < 0 || c->n_experts_used < 1 || c->n_experts_used > c->n_experts)
     return InvalidArgument(f.path() + ": expert_used_count " + std::to_string(c->n_experts_used) + " must be in [1, expert_count " +
                            std::to_string(c->n_experts) + "]");
-  TS_ASSIGN_OR_RETURN(v, int_or(f, a + "expert_feed_forward_length", c->n_ff));
-  c->n_ff_exp = int(v);
-  TS_ASSIGN_OR_RETURN(v, int_or(f, a + "expert_shared_feed_forward_length", c->arch == "qwen2moe" ? c->n_ff : 0));
-  c->n_ff_shexp = int(v);
+  TS_ASSIGN_OR_RETURN(c->n_ff_exp, int32_key(f, a + "expert_feed_forward_length", c->n_ff));
+  TS_ASSIGN_OR_RETURN(c->n_ff_shexp, int32_key(f, a + "expert_shared_feed_forward_length", c->arch == "qwen2moe" ? c->n_ff : 0));
   // Mixtral and Qwen3-MoE renormalise the top-k weights; Qwen2-MoE and OLMoE do not.
   c->expert_weights_norm = !(c->arch == "qwen2moe" || c->arch == "olmoe");
   if (f.find(a + "expert_weights_norm")) {
@@ -60,13 +71,12 @@ Result<ModelConfig> llama_config_from_gguf(const gguf::File& f) {
     TS_ASSIGN_OR_RETURN(c.name, f.get_string("general.name"));
   }
   const std::string a = c.arch + ".";
-  int64_t v;
-  TS_ASSIGN_OR_RETURN(v, f.get_int(a + "block_count")); c.n_layers = int(v);
-  TS_ASSIGN_OR_RETURN(v, f.get_int(a + "embedding_length")); c.n_embd = int(v);
-  TS_ASSIGN_OR_RETURN(v, f.get_int(a + "feed_forward_length")); c.n_ff = int(v);
-  TS_ASSIGN_OR_RETURN(v, f.get_int(a + "attention.head_count")); c.n_heads = int(v);
-  TS_ASSIGN_OR_RETURN(v, int_or(f, a + "attention.head_count_kv", c.n_heads)); c.n_kv_heads = int(v);
-  TS_ASSIGN_OR_RETURN(v, int_or(f, a + "context_length", 2048)); c.n_ctx_train = int(v);
+  TS_ASSIGN_OR_RETURN(c.n_layers, int32_key(f, a + "block_count"));
+  TS_ASSIGN_OR_RETURN(c.n_embd, int32_key(f, a + "embedding_length"));
+  TS_ASSIGN_OR_RETURN(c.n_ff, int32_key(f, a + "feed_forward_length"));
+  TS_ASSIGN_OR_RETURN(c.n_heads, int32_key(f, a + "attention.head_count"));
+  TS_ASSIGN_OR_RETURN(c.n_kv_heads, int32_key(f, a + "attention.head_count_kv", c.n_heads));
+  TS_ASSIGN_OR_RETURN(c.n_ctx_train, int32_key(f, a + "context_length", 2048));
   if (c.n_layers <= 0 || c.n_embd <= 0 || c.n_ff <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 || c.n_ctx_train <= 0)
     return InvalidArgument(f.path() + ": hyperparameters must be positive (block_count " + std::to_string(c.n_layers) +
                            ", embedding_length " + std::to_string(c.n_embd) + ", head_count " + std::to_string(c.n_heads) +
@@ -74,7 +84,7 @@ Result<ModelConfig> llama_config_from_gguf(const gguf::File& f) {
   if (c.n_heads % c.n_kv_heads != 0)
     return InvalidArgument(f.path() + ": head_count " + std::to_string(c.n_heads) + " is not a multiple of head_count_kv " +
                            std::to_string(c.n_kv_heads));
-  TS_ASSIGN_OR_RETURN(v, int_or(f, a + "attention.key_length", c.n_embd / c.n_heads)); c.head_dim = int(v);
+  TS_ASSIGN_OR_RETURN(c.head_dim, int32_key(f, a + "attention.key_length", c.n_embd / c.n_heads));
   if (c.head_dim <= 0 || c.head_dim % 2 != 0)
     return InvalidArgument(f.path() + ": head dimension " + std::to_string(c.head_dim) + " must be positive and even");
   double d;
@@ -83,7 +93,7 @@ Result<ModelConfig> llama_config_from_gguf(const gguf::File& f) {
 
   RopeParams& r = c.rope;
   r.mode = (c.arch == "llama" || c.arch == "mistral") ? RopeMode::kNormal : RopeMode::kNeox;
-  TS_ASSIGN_OR_RETURN(v, int_or(f, a + "rope.dimension_count", c.head_dim)); r.n_dims = int(v);
+  TS_ASSIGN_OR_RETURN(r.n_dims, int32_key(f, a + "rope.dimension_count", c.head_dim));
   if (r.n_dims <= 0 || r.n_dims > c.head_dim || r.n_dims % 2)
     return InvalidArgument(f.path() + ": rope.dimension_count " + std::to_string(r.n_dims) + " must be even and <= head dim");
   TS_ASSIGN_OR_RETURN(d, float_or(f, a + "rope.freq_base", 10000.0)); r.freq_base = float(d);
@@ -98,8 +108,7 @@ Result<ModelConfig> llama_config_from_gguf(const gguf::File& f) {
   } else if (scaling == "yarn" && factor > 0) {
     r.freq_scale = float(1.0 / factor);
     r.ext_factor = 1.0f;
-    TS_ASSIGN_OR_RETURN(v, int_or(f, a + "rope.scaling.original_context_length", c.n_ctx_train));
-    r.n_ctx_orig = int(v);
+    TS_ASSIGN_OR_RETURN(r.n_ctx_orig, int32_key(f, a + "rope.scaling.original_context_length", c.n_ctx_train));
     // YaRN's attention temperature: mscale is applied inside rope (see core/op.h RopeParams).
   } else if (scaling != "none" && scaling != "llama3") {
     return Unimplemented(f.path() + ": rope scaling type '" + scaling + "'");

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <ctime>
+#include <limits>
 
 #include "models/chat_template/jinja.h"
 #include "models/tokenizer/unicode.h"
@@ -120,13 +121,14 @@ bool affix_match(const std::string& s, const Value& arg, bool prefix) {
   return arg.type == Value::Type::kString && one(arg.s);
 }
 
-std::string replace_all(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
+Result<std::string> replace_all(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
   if (from.empty()) return s;
   std::string out;
   size_t start = 0;
   while (count != 0) {
     const size_t at = s.find(from, start);
     if (at == std::string::npos) break;
+    if (out.size() + (at - start) + to.size() > kMaxStringBytes) return value_too_large("the result of replace()");
     out += s.substr(start, at - start) + to;
     start = at + from.size();
     if (count > 0) --count;
@@ -186,7 +188,8 @@ Result<Value> string_method(const std::string& s, const std::string& name, const
     if (!a0 || !to || a0->type != Value::Type::kString || to->type != Value::Type::kString)
       return bad_arg("replace", "needs two strings");
     const Value* count = a.get(2, "count");
-    return Value::string(replace_all(s, a0->s, to->s, count ? count->i : -1));
+    TS_ASSIGN_OR_RETURN(std::string out, replace_all(s, a0->s, to->s, count ? count->i : -1));
+    return Value::string(std::move(out));
   }
   if (name == "find" || name == "count") {
     if (!a0 || a0->type != Value::Type::kString) return bad_arg(name, "needs a string");
@@ -202,7 +205,10 @@ Result<Value> string_method(const std::string& s, const std::string& name, const
     if (!a0) return bad_arg("join", "needs a list");
     TS_ASSIGN_OR_RETURN(List items, iterate(*a0));
     std::string out;
-    for (size_t k = 0; k < items.size(); ++k) out += (k ? s : "") + to_str(items[k]);
+    for (size_t k = 0; k < items.size(); ++k) {
+      out += (k ? s : "") + to_str(items[k]);
+      if (out.size() > kMaxStringBytes) return value_too_large("the result of join()");
+    }
     return Value::string(out);
   }
   return NotFound("string has no method '" + name + "'");
@@ -228,8 +234,10 @@ Result<Value> sequence_filter(const std::string& name, const Value& in, const Ca
     TS_ASSIGN_OR_RETURN(List items, iterate(in));
     const Value* attr = a.get(1, "attribute");
     std::string sep = a0 && a0->type == Value::Type::kString ? a0->s : "", out;
-    for (size_t k = 0; k < items.size(); ++k)
+    for (size_t k = 0; k < items.size(); ++k) {
       out += (k ? sep : "") + to_str(attr ? attribute_of(items[k], to_str(*attr)) : items[k]);
+      if (out.size() > kMaxStringBytes) return value_too_large("the result of join");
+    }
     return Value::string(out);
   }
   if (name == "map") {
@@ -340,18 +348,23 @@ Result<Value> apply_filter(const std::string& name, const Value& in, const CallA
     try { return Value::number(std::stod(in.s)); } catch (...) { return a0 ? *a0 : Value::number(0); }
   }
   if (name == "abs") {
+    if (in.type == Value::Type::kInt && in.i == std::numeric_limits<int64_t>::min())
+      return InvalidArgument("integer overflow: abs(" + std::to_string(in.i) + ") does not fit in 64 bits");
     if (in.type == Value::Type::kInt) return Value::integer(in.i < 0 ? -in.i : in.i);
     if (in.type == Value::Type::kFloat) return Value::number(in.f < 0 ? -in.f : in.f);
   }
   if (name == "indent") {
     const Value* width = a.get(0, "width");
     const Value* first = a.get(1, "first");
-    const std::string pad(width && width->type == Value::Type::kInt ? static_cast<size_t>(width->i) : 4, ' ');
+    const int64_t n = width && width->type == Value::Type::kInt ? width->i : 4;
+    if (n < 0 || size_t(n) > kMaxStringBytes) return bad_arg("indent", "width " + std::to_string(n) + " out of range");
+    const std::string pad(static_cast<size_t>(n), ' ');
     const std::string s = to_str(in);
     std::string out = first && truthy(*first) && !s.empty() ? pad : "";
     for (size_t k = 0; k < s.size(); ++k) {
       out += s[k];
       if (s[k] == '\n' && k + 1 < s.size() && s[k + 1] != '\n') out += pad;
+      if (out.size() > kMaxStringBytes) return value_too_large("the result of indent");
     }
     return Value::string(out);
   }
@@ -419,9 +432,12 @@ Result<Value> call_global(const std::string& name, const CallArgs& a) {
     else if (a.pos.size() >= 2) { start = a.pos[0].i; stop = a.pos[1].i; }
     if (a.pos.size() == 3) step = a.pos[2].i;
     if (a.pos.empty() || a.pos.size() > 3 || step == 0) return bad_arg("range", "bad arguments");
-    if ((stop - start) / step > 100000) return bad_arg("range", "more than 100000 items");
+    // Counted in 128 bits: stop - start and the last k + step can overflow int64.
+    const __int128 span = step > 0 ? __int128(stop) - start : __int128(start) - stop;
+    const __int128 count = span <= 0 ? 0 : (span + (step > 0 ? step : -__int128(step)) - 1) / (step > 0 ? step : -__int128(step));
+    if (count > 100000) return bad_arg("range", "more than 100000 items");
     List out;
-    for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) out.push_back(Value::integer(k));
+    for (int64_t k = 0; k < int64_t(count); ++k) out.push_back(Value::integer(int64_t(start + __int128(k) * step)));
     return Value::make_list(std::move(out));
   }
   if (name == "strftime_now") {

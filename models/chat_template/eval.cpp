@@ -1,5 +1,6 @@
 // Evaluator: walks the statement tree with Jinja's scoping (a for loop has its own scope;
 // namespace() objects carry values out of it) and Python value semantics.
+#include <limits>
 #include <unordered_map>
 
 #include "models/chat_template/chat_template.h"
@@ -19,7 +20,8 @@ class Renderer {
   Status exec(const Stmt& s, std::string& out);
   Status exec_for(const Stmt& s, std::string& out);
   Status exec_set(const Stmt& s, std::string& out);
-  Result<Value> eval(const Expr& e);
+  Result<Value> eval(const Expr& e);  // eval_expr, then the value bounds of jinja.h
+  Result<Value> eval_expr(const Expr& e);
   Result<Value> eval_binary(const Expr& e);
   Result<Value> eval_call(const Expr& e);
   Result<Value> eval_item(const Expr& e);
@@ -269,6 +271,17 @@ Result<Value> Renderer::eval_item(const Expr& e) {
 }
 
 Result<Value> Renderer::eval(const Expr& e) {
+  TS_ASSIGN_OR_RETURN(Value v, eval_expr(e));
+  // Checked on every (sub)expression, so values that grow step by step (s ~ s in a loop) stop
+  // at the bound instead of doubling until memory runs out.
+  if (v.type == Value::Type::kString && v.s.size() > kMaxStringBytes)
+    return at(e.pos, value_too_large("a string of " + std::to_string(v.s.size()) + " bytes"));
+  if (v.type == Value::Type::kList && v.list->size() > kMaxListItems)
+    return at(e.pos, value_too_large("a list of " + std::to_string(v.list->size()) + " items"));
+  return v;
+}
+
+Result<Value> Renderer::eval_expr(const Expr& e) {
   switch (e.kind) {
     case Expr::Kind::kLiteral: return e.literal;
     case Expr::Kind::kName: return lookup(e.name);
@@ -299,6 +312,8 @@ Result<Value> Renderer::eval(const Expr& e) {
     }
     case Expr::Kind::kUnary: {
       TS_ASSIGN_OR_RETURN(Value v, eval(*e.kids[0]));
+      if (v.type == Value::Type::kInt && e.name == "-" && v.i == std::numeric_limits<int64_t>::min())
+        return error(e.pos, "integer overflow: -(" + std::to_string(v.i) + ") does not fit in 64 bits");
       if (v.type == Value::Type::kInt) return Value::integer(e.name == "-" ? -v.i : v.i);
       if (v.type == Value::Type::kFloat) return Value::number(e.name == "-" ? -v.f : v.f);
       return error(e.pos, "bad operand type for unary " + e.name + ": " + type_name(v));

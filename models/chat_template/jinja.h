@@ -48,6 +48,13 @@ struct Value {
   void set(const std::string& key, Value v);      // dict insert or replace
 };
 
+// Bounds on one value: a hostile template (a model file's) gets an error instead of exhausting
+// memory. The output has the same byte bound (eval.cpp); builtins that build strings in a loop
+// check as they go, since one call could otherwise allocate far past it.
+inline constexpr size_t kMaxStringBytes = size_t{64} << 20;
+inline constexpr size_t kMaxListItems = size_t{1} << 20;
+Status value_too_large(const std::string& what);  // ResourceExhausted naming the bound
+
 bool truthy(const Value& v);
 std::string to_str(const Value& v);   // Python str(): what {{ v }} prints
 std::string repr(const Value& v);     // Python repr(): how lists and dicts print items

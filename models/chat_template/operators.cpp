@@ -17,8 +17,26 @@ bool both_int(const Value& l, const Value& r) {
   return l.is_number() && r.is_number() && l.type != Value::Type::kFloat && r.type != Value::Type::kFloat;
 }
 
+Status overflow(const std::string& op, int64_t a, int64_t b) {
+  return InvalidArgument("integer overflow: " + std::to_string(a) + " " + op + " " + std::to_string(b) +
+                         " does not fit in 64 bits");
+}
+
+// a ** b (b >= 0) by squaring, with every product checked.
+Result<Value> int_power(int64_t a, int64_t b) {
+  int64_t out = 1, base = a;
+  for (int64_t e = b; e > 0; e >>= 1) {
+    if ((e & 1) && __builtin_mul_overflow(out, base, &out)) return overflow("**", a, b);
+    if (e > 1 && __builtin_mul_overflow(base, base, &base)) return overflow("**", a, b);
+  }
+  return Value::integer(out);
+}
+
 Result<Value> repeat(const Value& seq, int64_t n) {
   if (n > 100000) return InvalidArgument("repetition count " + std::to_string(n) + " too large");
+  const size_t unit = seq.type == Value::Type::kString ? seq.s.size() : seq.list->size();
+  const size_t limit = seq.type == Value::Type::kString ? kMaxStringBytes : kMaxListItems;
+  if (n > 0 && unit > limit / size_t(n)) return value_too_large("repetition of " + std::to_string(unit) + " x " + std::to_string(n));
   if (seq.type == Value::Type::kString) {
     std::string out;
     for (int64_t k = 0; k < n; ++k) out += seq.s;
@@ -33,15 +51,16 @@ Result<Value> arithmetic(const std::string& op, const Value& l, const Value& r) 
   if (!l.is_number() || !r.is_number()) return unsupported(op, l, r);
   if (both_int(l, r)) {
     const int64_t a = int_of(l), b = int_of(r);
-    if (op == "-") return Value::integer(a - b);
-    if (op == "*") return Value::integer(a * b);
-    if (op == "**" && b >= 0) {
-      int64_t out = 1;
-      for (int64_t k = 0; k < b && k < 64; ++k) out *= a;
-      return Value::integer(out);
-    }
+    int64_t out = 0;
+    if (op == "-") return __builtin_sub_overflow(a, b, &out) ? Result<Value>(overflow(op, a, b)) : Value::integer(out);
+    if (op == "*") return __builtin_mul_overflow(a, b, &out) ? Result<Value>(overflow(op, a, b)) : Value::integer(out);
+    if (op == "**" && b >= 0) return int_power(a, b);
     if (op == "//" || op == "%") {
       if (b == 0) return InvalidArgument("integer division or modulo by zero");
+      if (b == -1) {  // a / -1 overflows for the most negative a (and traps on x86)
+        if (op == "%") return Value::integer(0);
+        return __builtin_sub_overflow(int64_t{0}, a, &out) ? Result<Value>(overflow(op, a, b)) : Value::integer(out);
+      }
       int64_t q = a / b, m = a % b;
       if (m != 0 && ((m < 0) != (b < 0))) { --q; m += b; }
       return Value::integer(op == "//" ? q : m);
@@ -109,7 +128,11 @@ Result<Value> binary_op(const std::string& op, const Value& l, const Value& r) {
       return Value::make_list(std::move(out));
     }
     if (!l.is_number() || !r.is_number()) return unsupported(op, l, r);
-    if (both_int(l, r)) return Value::integer(int_of(l) + int_of(r));
+    if (both_int(l, r)) {
+      int64_t out = 0;
+      if (__builtin_add_overflow(int_of(l), int_of(r), &out)) return overflow(op, int_of(l), int_of(r));
+      return Value::integer(out);
+    }
     return Value::number(l.as_double() + r.as_double());
   }
   if (op == "*") {

@@ -1,11 +1,22 @@
 // Parser: tokens -> statement tree, with Jinja's operator precedence
 // (or < and < not < comparisons < + - < ~ < * / // % < ** < unary < postfix/filters/tests).
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 
 #include "models/chat_template/jinja.h"
 
 namespace tessera::jinja {
 namespace {
+
+// An integer literal (digits only, from the lexer); past int64 is an error naming its position.
+// std::stoll would throw out_of_range, which nothing here catches.
+Result<int64_t> int_literal(const Token& t) {
+  errno = 0;
+  const long long v = std::strtoll(t.text.c_str(), nullptr, 10);
+  if (errno == ERANGE) return InvalidArgument("chat template: " + pos_str(t.pos) + ": integer " + t.text.substr(0, 40) + " out of range");
+  return int64_t(v);
+}
 
 class Parser {
  public:
@@ -427,16 +438,16 @@ Result<ExprPtr> Parser::parse_primary() {
       while (cur().kind == Tok::kString) s += next().text;  // adjacent literals concatenate
       return lit(Value::string(std::move(s)));
     }
-    case Tok::kInt:
+    case Tok::kInt: {
       next();
-      try {
-        return lit(Value::integer(std::stoll(tok.text)));
-      } catch (...) {
-        return InvalidArgument("chat template: " + pos_str(tok.pos) + ": integer out of range");
-      }
+      TS_ASSIGN_OR_RETURN(int64_t v, int_literal(tok));
+      return lit(Value::integer(v));
+    }
     case Tok::kFloat:
       next();
-      return lit(Value::number(std::stod(tok.text)));
+      // strtod, not stod: a literal past double's range is inf (or 0), as in Python, where stod
+      // would throw.
+      return lit(Value::number(std::strtod(tok.text.c_str(), nullptr)));
     default: break;
   }
   if (at_op("(") || at_op("[")) {
@@ -482,7 +493,8 @@ Result<ExprPtr> Parser::parse_postfix(ExprPtr e) {
       if (cur().kind == Tok::kInt) {  // x.0 is x[0] in Jinja
         auto item = make(Expr::Kind::kItem, p);
         auto idx = make(Expr::Kind::kLiteral, p);
-        idx->literal = Value::integer(std::stoll(next().text));
+        TS_ASSIGN_OR_RETURN(int64_t v, int_literal(next()));
+        idx->literal = Value::integer(v);
         item->kids.push_back(std::move(e));
         item->kids.push_back(std::move(idx));
         e = std::move(item);

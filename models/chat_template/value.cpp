@@ -26,6 +26,11 @@ void Value::set(const std::string& key, Value v) {
   dict->emplace_back(key, std::move(v));
 }
 
+Status value_too_large(const std::string& what) {
+  return ResourceExhausted(what + " exceeds the chat template limits (" + std::to_string(kMaxStringBytes) +
+                           " bytes per string, " + std::to_string(kMaxListItems) + " items per list)");
+}
+
 bool truthy(const Value& v) {
   switch (v.type) {
     case Value::Type::kUndefined:

@@ -1,4 +1,6 @@
 // config.json -> ModelConfig, the same struct the GGUF metadata fills (models/arch/llama.cpp).
+#include <limits>
+
 #include "models/mapped_file.h"
 #include "models/safetensors/hf_model.h"
 #include "models/safetensors/json_util.h"
@@ -33,6 +35,20 @@ Result<int64_t> JsonObject::get_int(const std::string& key) const {
 Result<int64_t> JsonObject::get_int(const std::string& key, int64_t fallback) const {
   if (!find(key)) return fallback;
   return get_int(key);
+}
+Status JsonObject::out_of_int(const std::string& key, int64_t v) const {
+  return InvalidArgument(file_ + ": key '" + key + "' value " + std::to_string(v) + " does not fit in 32 bits");
+}
+Result<int> JsonObject::get_int32(const std::string& key) const {
+  int64_t v = 0;
+  TS_ASSIGN_OR_RETURN(v, get_int(key));
+  if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max()) return out_of_int(key, v);
+  return int(v);
+}
+Result<int> JsonObject::get_int32(const std::string& key, int64_t fallback) const {
+  if (find(key)) return get_int32(key);
+  if (fallback < std::numeric_limits<int>::min() || fallback > std::numeric_limits<int>::max()) return out_of_int(key, fallback);
+  return int(fallback);
 }
 Result<double> JsonObject::get_float(const std::string& key, double fallback) const {
   const json* v = find(key);
@@ -75,6 +91,9 @@ Status read_rope(const JsonObject& o, ModelConfig* c) {
   r.mode = RopeMode::kNeox;
   double partial = 1.0;
   TS_ASSIGN_OR_RETURN(partial, o.get_float("partial_rotary_factor", 1.0));
+  // Range-checked before the conversion: a double past int's range is undefined behaviour.
+  if (!(partial > 0.0 && partial <= 1.0))
+    return InvalidArgument(o.file() + ": partial_rotary_factor " + std::to_string(partial) + " must be in (0, 1]");
   r.n_dims = int(c->head_dim * partial);
   if (r.n_dims <= 0 || r.n_dims > c->head_dim || r.n_dims % 2)
     return InvalidArgument(o.file() + ": partial_rotary_factor " + std::to_string(partial) + " gives " +
@@ -101,9 +120,7 @@ Status read_rope(const JsonObject& o, ModelConfig* c) {
   } else if (type == "yarn") {
     r.freq_scale = float(1.0 / factor);
     r.ext_factor = 1.0f;
-    int64_t orig = 0;
-    TS_ASSIGN_OR_RETURN(orig, s.get_int("original_max_position_embeddings", c->n_ctx_train));
-    r.n_ctx_orig = int(orig);
+    TS_ASSIGN_OR_RETURN(r.n_ctx_orig, s.get_int32("original_max_position_embeddings", c->n_ctx_train));
   } else {
     // llama3 needs per-frequency factors (GGUF's rope_freqs tensor); not derived here yet.
     return Unimplemented(o.file() + ": rope_scaling type '" + type + "' is not supported for checkpoints (default, linear, yarn)");
@@ -112,22 +129,17 @@ Status read_rope(const JsonObject& o, ModelConfig* c) {
 }
 
 Status read_moe(const JsonObject& o, const std::string& model_type, ModelConfig* c) {
-  int64_t v = 0;
   const char* n_key = model_type == "mixtral" ? "num_local_experts" : "num_experts";
-  TS_ASSIGN_OR_RETURN(v, o.get_int(n_key));
-  c->n_experts = int(v);
-  TS_ASSIGN_OR_RETURN(v, o.get_int("num_experts_per_tok"));
-  c->n_experts_used = int(v);
+  TS_ASSIGN_OR_RETURN(c->n_experts, o.get_int32(n_key));
+  TS_ASSIGN_OR_RETURN(c->n_experts_used, o.get_int32("num_experts_per_tok"));
   if (c->n_experts < 1 || c->n_experts_used < 1 || c->n_experts_used > c->n_experts)
     return InvalidArgument(o.file() + ": num_experts_per_tok " + std::to_string(c->n_experts_used) + " must be in [1, " + n_key +
                            " " + std::to_string(c->n_experts) + "]");
   // Mixtral's experts use intermediate_size; the Qwen MoE models have their own width.
-  TS_ASSIGN_OR_RETURN(v, model_type == "mixtral" || model_type == "olmoe" ? o.get_int("intermediate_size")
-                                                                           : o.get_int("moe_intermediate_size"));
-  c->n_ff_exp = int(v);
+  TS_ASSIGN_OR_RETURN(c->n_ff_exp, o.get_int32(model_type == "mixtral" || model_type == "olmoe" ? "intermediate_size"
+                                                                                                  : "moe_intermediate_size"));
   if (model_type == "qwen2_moe") {
-    TS_ASSIGN_OR_RETURN(v, o.get_int("shared_expert_intermediate_size"));
-    c->n_ff_shexp = int(v);
+    TS_ASSIGN_OR_RETURN(c->n_ff_shexp, o.get_int32("shared_expert_intermediate_size"));
   }
   const bool norm_default = model_type == "mixtral";  // qwen2_moe, qwen3_moe, olmoe: norm_topk_prob
   TS_ASSIGN_OR_RETURN(c->expert_weights_norm, o.get_bool("norm_topk_prob", norm_default));
@@ -141,13 +153,10 @@ Status read_quant(const JsonObject& o, QuantConfig* q) {
   if (!qc->is_object()) return InvalidArgument(o.file() + ": quantization_config should be an object");
   JsonObject s(*qc, o.file() + ": quantization_config");
   TS_ASSIGN_OR_RETURN(q->method, s.get_string("quant_method", ""));
-  int64_t v = 0;
-  TS_ASSIGN_OR_RETURN(v, s.get_int("bits", q->method == "awq" || q->method == "gptq" ? 4 : 0));
-  q->bits = int(v);
+  TS_ASSIGN_OR_RETURN(q->bits, s.get_int32("bits", q->method == "awq" || q->method == "gptq" ? 4 : 0));
   if ((q->method == "awq" || q->method == "gptq") && q->bits != 4)
     return Unimplemented(o.file() + ": " + q->method + " with bits " + std::to_string(q->bits) + " (only 4-bit is supported)");
-  TS_ASSIGN_OR_RETURN(v, s.get_int("group_size", 0));
-  q->group_size = int(v);
+  TS_ASSIGN_OR_RETURN(q->group_size, s.get_int32("group_size", 0));
   std::string fmt;
   TS_ASSIGN_OR_RETURN(fmt, s.get_string("checkpoint_format", "gptq"));
   q->gptq_v2 = fmt == "gptq_v2";
@@ -178,13 +187,12 @@ Result<ModelConfig> read_config(const std::string& dir, QuantConfig* quant) {
                          "' is not supported (llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe)");
   c.arch = row->arch;
   TS_ASSIGN_OR_RETURN(c.name, o.get_string("_name_or_path", ""));
-  int64_t v = 0;
-  TS_ASSIGN_OR_RETURN(v, o.get_int("num_hidden_layers")); c.n_layers = int(v);
-  TS_ASSIGN_OR_RETURN(v, o.get_int("hidden_size")); c.n_embd = int(v);
-  TS_ASSIGN_OR_RETURN(v, o.get_int("intermediate_size")); c.n_ff = int(v);
-  TS_ASSIGN_OR_RETURN(v, o.get_int("num_attention_heads")); c.n_heads = int(v);
-  TS_ASSIGN_OR_RETURN(v, o.get_int("num_key_value_heads", c.n_heads)); c.n_kv_heads = int(v);
-  TS_ASSIGN_OR_RETURN(v, o.get_int("max_position_embeddings", 2048)); c.n_ctx_train = int(v);
+  TS_ASSIGN_OR_RETURN(c.n_layers, o.get_int32("num_hidden_layers"));
+  TS_ASSIGN_OR_RETURN(c.n_embd, o.get_int32("hidden_size"));
+  TS_ASSIGN_OR_RETURN(c.n_ff, o.get_int32("intermediate_size"));
+  TS_ASSIGN_OR_RETURN(c.n_heads, o.get_int32("num_attention_heads"));
+  TS_ASSIGN_OR_RETURN(c.n_kv_heads, o.get_int32("num_key_value_heads", c.n_heads));
+  TS_ASSIGN_OR_RETURN(c.n_ctx_train, o.get_int32("max_position_embeddings", 2048));
   if (c.n_layers <= 0 || c.n_embd <= 0 || c.n_ff <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 || c.n_ctx_train <= 0)
     return InvalidArgument(path + ": sizes must be positive (num_hidden_layers " + std::to_string(c.n_layers) + ", hidden_size " +
                            std::to_string(c.n_embd) + ", num_attention_heads " + std::to_string(c.n_heads) +
@@ -192,7 +200,7 @@ Result<ModelConfig> read_config(const std::string& dir, QuantConfig* quant) {
   if (c.n_heads % c.n_kv_heads != 0)
     return InvalidArgument(path + ": num_attention_heads " + std::to_string(c.n_heads) + " is not a multiple of num_key_value_heads " +
                            std::to_string(c.n_kv_heads));
-  TS_ASSIGN_OR_RETURN(v, o.get_int("head_dim", c.n_embd / c.n_heads)); c.head_dim = int(v);
+  TS_ASSIGN_OR_RETURN(c.head_dim, o.get_int32("head_dim", c.n_embd / c.n_heads));
   if (c.head_dim <= 0 || c.head_dim % 2 != 0)
     return InvalidArgument(path + ": head_dim " + std::to_string(c.head_dim) + " must be positive and even");
   double eps = 1e-5;
@@ -206,7 +214,7 @@ Result<ModelConfig> read_config(const std::string& dir, QuantConfig* quant) {
     TS_RETURN_IF_ERROR(read_moe(o, mt, &c));
   }
   // n_vocab and tied_output come from the tensors (as on the GGUF path).
-  TS_ASSIGN_OR_RETURN(v, o.get_int("vocab_size", 0)); c.n_vocab = int(v);
+  TS_ASSIGN_OR_RETURN(c.n_vocab, o.get_int32("vocab_size", 0));
   TS_RETURN_IF_ERROR(read_quant(o, quant));
   return c;
 }

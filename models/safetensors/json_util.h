@@ -20,6 +20,9 @@ class JsonObject {
   const json* find(const std::string& key) const;  // nullptr when absent or null
   Result<int64_t> get_int(const std::string& key) const;
   Result<int64_t> get_int(const std::string& key, int64_t fallback) const;
+  // The same for a value that must fit an int (a size): 2^32 + 1 is an error, not a 1.
+  Result<int> get_int32(const std::string& key) const;
+  Result<int> get_int32(const std::string& key, int64_t fallback) const;
   Result<double> get_float(const std::string& key, double fallback) const;
   Result<bool> get_bool(const std::string& key, bool fallback) const;
   Result<std::string> get_string(const std::string& key) const;
@@ -28,6 +31,7 @@ class JsonObject {
 
  private:
   Status missing(const std::string& key) const;
+  Status out_of_int(const std::string& key, int64_t v) const;
   Status mistyped(const std::string& key, const char* want) const;
   const json& j_;
   std::string file_;

@@ -71,6 +71,11 @@ Result<std::string> byte_level_pre(const json* pre) {
 }
 
 // A special-token entry of tokenizer_config.json: "text" or {"content": "text", ...}.
+Status hole(size_t id, size_t max_ids) {
+  return InvalidArgument("tokenizer.json: token id " + std::to_string(id) + " leaves a hole in the ids (the file has " +
+                         std::to_string(max_ids) + " vocab and added entries)");
+}
+
 std::string token_text(const json* v) {
   if (!v) return "";
   if (v->is_string()) return v->get<std::string>();
@@ -78,13 +83,17 @@ std::string token_text(const json* v) {
   return "";
 }
 
-Status read_vocab(const json& model, TokenizerData* d) {
+// |max_ids|: how many ids the file can name without a hole (its vocab plus added entries). A
+// larger id is an error before the token table grows to it, so a short file cannot make us
+// allocate 2^24 strings.
+Status read_vocab(const json& model, size_t max_ids, TokenizerData* d) {
   const json* vocab = field(model, "vocab");
   if (!vocab || !vocab->is_object()) return InvalidArgument("tokenizer.json: model.vocab is missing or not an object");
   for (auto it = vocab->begin(); it != vocab->end(); ++it) {
     if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 || it.value().get<int64_t>() > (int64_t{1} << 24))
       return InvalidArgument("tokenizer.json: model.vocab['" + it.key() + "'] is not a token id in [0, 2^24]");
     const size_t id = size_t(it.value().get<int64_t>());
+    if (id >= max_ids) return hole(id, max_ids);
     if (id >= d->tokens.size()) d->tokens.resize(id + 1);
     if (!d->tokens[id].empty()) return InvalidArgument("tokenizer.json: token id " + std::to_string(id) + " appears twice in model.vocab");
     d->tokens[id] = it.key();
@@ -104,7 +113,7 @@ Status read_vocab(const json& model, TokenizerData* d) {
   return OkStatus();
 }
 
-Status read_added(const json& root, TokenizerData* d) {
+Status read_added(const json& root, size_t max_ids, TokenizerData* d) {
   const json* added = field(root, "added_tokens");
   if (!added) return OkStatus();
   if (!added->is_array()) return InvalidArgument("tokenizer.json: added_tokens is not an array");
@@ -115,6 +124,7 @@ Status read_added(const json& root, TokenizerData* d) {
         !content->is_string())
       return InvalidArgument("tokenizer.json: added token " + a.dump().substr(0, 120) + " needs an id and a content");
     const size_t i = size_t(id->get<int64_t>());
+    if (i >= max_ids) return hole(i, max_ids);
     if (i >= d->tokens.size()) d->tokens.resize(i + 1);
     if (!d->tokens[i].empty() && d->tokens[i] != content->get<std::string>())
       return InvalidArgument("tokenizer.json: added token " + std::to_string(i) + " '" + content->get<std::string>() +
@@ -158,9 +168,12 @@ Result<TokenizerData> tokenizer_data_from_hf_json(std::string_view tokenizer_jso
   if (!model || !model->is_object()) return InvalidArgument("tokenizer.json: 'model' is missing");
   if (type_of(*model) != "BPE")
     return Unimplemented("tokenizer.json: model type '" + type_of(*model) + "' is not supported (BPE only)");
-  TS_RETURN_IF_ERROR(read_vocab(*model, &d));
+  const json* vocab = field(*model, "vocab");
+  const json* added = field(root, "added_tokens");
+  const size_t max_ids = (vocab && vocab->is_object() ? vocab->size() : 0) + (added && added->is_array() ? added->size() : 0);
+  TS_RETURN_IF_ERROR(read_vocab(*model, max_ids, &d));
   d.token_types.assign(d.tokens.size(), kTokenNormal);
-  TS_RETURN_IF_ERROR(read_added(root, &d));
+  TS_RETURN_IF_ERROR(read_added(root, max_ids, &d));
   for (size_t i = 0; i < d.tokens.size(); ++i)
     if (d.tokens[i].empty()) return InvalidArgument("tokenizer.json: token id " + std::to_string(i) + " has no text (a hole in the ids)");
   const json* fallback = field(*model, "byte_fallback");

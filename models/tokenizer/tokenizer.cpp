@@ -215,8 +215,11 @@ void Tokenizer::split_special(std::string_view text, bool parse_special, const s
 
 void Tokenizer::push_byte(uint8_t b, std::vector<int32_t>& out) const {
   if (byte_ids_[b] >= 0) out.push_back(byte_ids_[b]);
-  else if (data_.unk >= 0) out.push_back(data_.unk);
-  // else: the vocabulary cannot spell this byte and has no unknown token; it is dropped.
+  else if (data_.unk >= 0 && type_of(data_.unk) != kTokenControl) out.push_back(data_.unk);
+  // else: the vocabulary cannot spell this byte and has no unknown token of its own, so it is
+  // dropped. NOTE: byte-level vocabularies often name a control token as unk (SmolLM2:
+  // <|endoftext|>, its EOS); emitting it would let a plain byte of user text (0x04, 0xFF) end
+  // or forge a turn. Hugging Face drops such bytes too (their BPE model has no unk_token).
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special,

@@ -77,7 +77,9 @@ class Tokenizer {
   // |add_special|: BOS/EOS per the model's flags; |parse_special|: special tokens written in the
   // text (e.g. "<|im_start|>") become their ids, else they are tokenised as plain text.
   // User-defined tokens (type 4) are always matched, as Hugging Face does for non-special
-  // added tokens. Invalid UTF-8 is tokenised byte by byte, never rejected.
+  // added tokens. Invalid UTF-8 is tokenised byte by byte, never rejected; a byte the
+  // vocabulary cannot spell becomes unk, or is dropped when unk is missing or a control token
+  // (text never turns into a control token unless |parse_special|).
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
   std::vector<int32_t> encode(std::string_view text, const EncodeOptions& options) const;
   // Concatenated raw bytes of |ids| (unknown ids are skipped). |skip_special| drops control

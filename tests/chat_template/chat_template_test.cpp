@@ -240,5 +240,79 @@ TEST(ChatTemplate, DeepNestingIsAnError) {
   EXPECT_EQ(*ok->render({}, false), "1");
 }
 
+// Found writing chat_template_fuzz (each reproduced through it under UBSan/ASan): integer
+// arithmetic overflowed int64 (undefined behaviour; INT64_MIN // -1 traps on x86), range()
+// overflowed computing its length and its last step, 2 ** 64 silently capped the loop at 64
+// factors ((-1) ** 65 gave 1), and repetition / doubling built strings of gigabytes. Each is now
+// an error, and the in-range cases still compute.
+TEST(ChatTemplate, IntegerOverflowIsAnError) {
+  const char* overflowing[] = {
+      "{{ 9223372036854775807 + 1 }}", "{{ -9223372036854775807 - 2 }}", "{{ 4611686018427387904 * 2 }}",
+      "{{ 3 ** 63 }}", "{{ (-9223372036854775807 - 1) // -1 }}", "{{ -(-9223372036854775807 - 1) }}",
+      "{{ (-9223372036854775807 - 1) | abs }}"};
+  for (const char* src : overflowing) {
+    auto tmpl = ChatTemplate::parse(src);
+    ASSERT_TRUE(tmpl.ok()) << src << ": " << tmpl.status().to_string();
+    auto out = tmpl->render({}, false);
+    ASSERT_FALSE(out.ok()) << src << " gave " << *out;
+    EXPECT_NE(out.status().message().find("overflow"), std::string::npos) << src << ": " << out.status().message();
+  }
+  const std::pair<const char*, const char*> fine[] = {
+      {"{{ 9223372036854775806 + 1 }}", "9223372036854775807"}, {"{{ 2 ** 62 }}", "4611686018427387904"},
+      {"{{ (-1) ** 65 }}", "-1"}, {"{{ 1 ** 1000000000000 }}", "1"}, {"{{ -7 // -1 }} {{ -7 % -1 }} {{ -7 // 2 }}", "7 0 -4"},
+      {"{{ range(9223372036854775800, 9223372036854775807, 3) | list }}",
+       "[9223372036854775800, 9223372036854775803, 9223372036854775806]"},
+      {"{{ range(5, -4, -3) | list }}", "[5, 2, -1]"}};
+  for (const auto& [src, want] : fine) {
+    auto tmpl = ChatTemplate::parse(src);
+    ASSERT_TRUE(tmpl.ok()) << src << ": " << tmpl.status().to_string();
+    auto out = tmpl->render({}, false);
+    ASSERT_TRUE(out.ok()) << src << ": " << out.status().to_string();
+    EXPECT_EQ(*out, want) << src;
+  }
+  auto huge = ChatTemplate::parse("{{ range(-9223372036854775807, 9223372036854775807) }}");
+  ASSERT_TRUE(huge.ok());
+  auto r = huge->render({}, false);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("more than 100000 items"), std::string::npos) << r.status().message();
+}
+
+// Found by chat_template_fuzz (a crash: std::stoll's out_of_range escaped the parser, through
+// "x.333333333333333333333", Jinja's x[333...]); std::stod had the same hole for 1e999.
+TEST(ChatTemplate, NumberLiteralsPastTheirRangeDoNotThrow) {
+  for (const char* src : {"{{ ns.333333333333333333333 }}", "{{ 99999999999999999999 }}"}) {
+    auto tmpl = ChatTemplate::parse(src);
+    ASSERT_FALSE(tmpl.ok()) << src;
+    EXPECT_EQ(tmpl.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(tmpl.status().message().find("out of range"), std::string::npos) << tmpl.status().message();
+  }
+  auto floats = ChatTemplate::parse("{{ 1e999 > 1e308 }} {{ 1e-999 == 0 }} {{ [7, 8].1 }}");
+  ASSERT_TRUE(floats.ok()) << floats.status().to_string();
+  auto out = floats->render({}, false);
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_EQ(*out, "True True 8");  // as Python: float('1e999') is inf, 1e-999 is 0.0
+}
+
+TEST(ChatTemplate, ValuesPastTheSizeLimitsAreErrors) {
+  const char* growing[] = {
+      "{% set s = 'a' * 100000 %}{{ (s * 100000) | length }}",
+      "{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}",
+      "{% set s = 'a\n' * 50000 %}{{ (s | indent(100000)) | length }}",
+      "{{ 'x' | indent(-1) }}",
+      "{% set s = 'a' * 100000 %}{{ (s.replace('a', s)) | length }}",
+      "{% set s = 'a' * 100000 %}{{ ([s] * 1000) | join(s) | length }}"};
+  for (const char* src : growing) {
+    auto tmpl = ChatTemplate::parse(src);
+    ASSERT_TRUE(tmpl.ok()) << src << ": " << tmpl.status().to_string();
+    auto out = tmpl->render({}, false);
+    ASSERT_FALSE(out.ok()) << src << " rendered " << out->size() << " bytes";
+  }
+  auto ok = ChatTemplate::parse("{{ ('ab' * 1000) | length }} {{ 'a\nb' | indent(2) }}");
+  ASSERT_TRUE(ok.ok());
+  auto out = ok->render({}, false);
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_EQ(*out, "2000 a\n  b");
+}
+
 }  // namespace
 }  // namespace tessera

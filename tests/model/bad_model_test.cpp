@@ -118,6 +118,30 @@ TEST_F(BadModel, TruncatedFileNamesTheFile) {
   EXPECT_NE(s.message().find("truncated.gguf"), std::string::npos) << s.message();
 }
 
+// Found by model_load_fuzz: block_count was narrowed with int(), so 2^32 + 2 loaded as this
+// 2-layer model; a huge one made the tensor specs allocate that many layers (bad_alloc); and the
+// largest context_length overflowed int sizing the per-step buffer (undefined behaviour).
+TEST_F(BadModel, OutOfRangeHyperparametersAreErrors) {
+  Status s = load(rewrite("wrap.gguf", [](auto& meta, auto&) {
+    for (auto& [k, v] : meta)
+      if (k == "llama.block_count") v = gguf::Value::of_uint(gguf::ValueType::kU64, (uint64_t{1} << 32) + 2);
+  }));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("key 'llama.block_count' value 4294967298 does not fit in 32 bits"), std::string::npos) << s.message();
+  s = load(rewrite("many_layers.gguf", [](auto& meta, auto&) { set_int(meta, "llama.block_count", 1000000000); }));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("block_count 1000000000 but the file holds only"), std::string::npos) << s.message();
+}
+
+TEST_F(BadModel, LargestContextLengthLoads) {
+  const std::string path = rewrite("max_ctx.gguf", [](auto& meta, auto&) { set_int(meta, "llama.context_length", 2147483647); });
+  LoadOptions opts;
+  opts.max_seqs = 1;  // one block table of a full context: 512 MiB of address space, not touched
+  auto m = Model::load(path, std::make_shared<ref::ReferenceDevice>(), opts);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ((*m)->context_length(), 2147483647);
+}
+
 TEST_F(BadModel, EmptyAndOverlongPromptsAreRejected) {
   const std::string path = rewrite("ctx.gguf", [](auto& meta, auto&) { set_int(meta, "llama.context_length", 32); });
   auto m = Model::load(path, std::make_shared<ref::ReferenceDevice>());

@@ -241,6 +241,25 @@ TEST_F(TinyCheckpoint, MistypedConfigKeyIsAnError) {
   EXPECT_NE(err.find("key 'hidden_size' should be an integer, got \"64\""), std::string::npos) << err;
 }
 
+// Found by hf_config_fuzz / model_load_fuzz: sizes were narrowed with int(), so 2^32 + 1 layers
+// loaded as 1; a huge layer count made the tensor specs allocate that many layers (bad_alloc);
+// a huge partial_rotary_factor overflowed the double -> int conversion (undefined behaviour).
+TEST_F(TinyCheckpoint, OutOfRangeConfigSizesAreErrors) {
+  write_sharded();
+  const std::string base = R"({"model_type":"llama","hidden_size":64,"intermediate_size":96,"num_attention_heads":4,)"
+                           R"("num_key_value_heads":2,"max_position_embeddings":128,"vocab_size":8,)";
+  write("config.json", base + R"("num_hidden_layers":4294967297})");
+  std::string err = load_error();
+  EXPECT_NE(err.find("key 'num_hidden_layers' value 4294967297 does not fit in 32 bits"), std::string::npos) << err;
+  write("config.json", base + R"("num_hidden_layers":1000000000})");
+  err = load_error();
+  EXPECT_NE(err.find("num_hidden_layers 1000000000 but the checkpoint holds only 11 tensors"), std::string::npos) << err;
+  write("config.json", base + R"("num_hidden_layers":1,"partial_rotary_factor":1e300})");
+  err = load_error();
+  EXPECT_NE(err.find("partial_rotary_factor"), std::string::npos) << err;
+  EXPECT_NE(err.find("must be in (0, 1]"), std::string::npos) << err;
+}
+
 TEST_F(TinyCheckpoint, UnsupportedModelTypeIsAnError) {
   write_sharded();
   write("config.json", R"({"model_type":"gpt_neox"})");

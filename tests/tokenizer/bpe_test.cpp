@@ -157,8 +157,11 @@ TEST_F(SmolLM2Tokenizer, RoundTripsRandomBytes) {
     for (char& c : s) c = spellable[std::uniform_int_distribution<size_t>(0, spellable.size() - 1)(rng)];
     EXPECT_EQ(tok_->decode(tok_->encode(s, false, false)), s) << "iteration " << iter;
   }
-  // A byte the vocabulary cannot spell becomes the unknown token (id 0), not a crash.
-  EXPECT_EQ(ids_str(tok_->encode("\xFF", false, false)), "0 ");
+  // A byte the vocabulary cannot spell is dropped: SmolLM2's unknown token (id 0,
+  // <|endoftext|>) is a control token, which plain text must never produce (found by
+  // tokenizer_fuzz: "\x04" in a prompt encoded as the end-of-text token).
+  EXPECT_EQ(ids_str(tok_->encode("\xFF", false, false)), "");
+  EXPECT_EQ(tok_->decode(tok_->encode("a\x04" "b\xFF", false, false)), "ab");
 }
 
 TEST_F(SmolLM2Tokenizer, StreamDecoderKeepsCharactersWhole) {
@@ -289,6 +292,43 @@ TEST(BpeTokenizer, RejectsBadData) {
   d.tokens.clear();
   d.merges.clear();
   EXPECT_FALSE(Tokenizer::create(d).ok());
+}
+
+TEST(BpeTokenizer, UnspellableByteNeverBecomesAControlToken) {
+  // Byte 0x04 has no token (its spelling is renamed away). With a control token as unk, as
+  // byte-level GGUFs often have (SmolLM2: <|endoftext|>), the byte is dropped; with a real
+  // unknown-type token it becomes that token. Found by tokenizer_fuzz.
+  TokenizerData d = tiny_bpe();
+  d.tokens[4] = "<|endoftext|>";
+  d.token_types.assign(d.tokens.size(), kTokenNormal);
+  d.token_types[4] = kTokenControl;
+  d.unk = 4;
+  auto control = Tokenizer::create(d);
+  ASSERT_TRUE(control.ok()) << control.status().to_string();
+  EXPECT_EQ(ids_str((*control)->encode("a\x04" "b", false, false)), "97 98 ");
+  EXPECT_EQ(ids_str((*control)->encode("<|endoftext|>", false, true)), "4 ");
+  d.token_types[4] = kTokenUnknown;
+  auto unknown = Tokenizer::create(d);
+  ASSERT_TRUE(unknown.ok()) << unknown.status().to_string();
+  EXPECT_EQ(ids_str((*unknown)->encode("a\x04" "b", false, false)), "97 4 98 ");
+}
+
+TEST(HfTokenizerJson, AnIdPastTheFilesEntriesIsAnErrorBeforeAnyAllocation) {
+  // Seen writing hf_tokenizer_fuzz: an 87-byte tokenizer.json naming id 2^24 grew the token table
+  // to 2^24 strings (1.2 s, 700 MB) before the hole in the ids was reported.
+  std::string chat_template;
+  auto r = tokenizer_data_from_hf_json(R"({"model":{"type":"BPE","vocab":{"a":16777216}}})", "", &chat_template);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("token id 16777216 leaves a hole in the ids (the file has 1 vocab and added entries)"),
+            std::string::npos)
+      << r.status().message();
+  // Added tokens may extend the vocabulary: ids up to vocab + added entries are fine.
+  auto ok = tokenizer_data_from_hf_json(
+      R"({"added_tokens":[{"id":1,"content":"<s>","special":true}],"model":{"type":"BPE","vocab":{"a":0}}})", "", &chat_template);
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_EQ(ok->tokens, (std::vector<std::string>{"a", "<s>"}));
+  EXPECT_EQ(ok->token_types, (std::vector<int32_t>{kTokenNormal, kTokenControl}));
 }
 
 }  // namespace
