@@ -4,6 +4,7 @@
 #include <fstream>
 #include <string>
 
+#include "backends/cpu/cpu_features.h"
 #include "core/host_buffer.h"
 #include "core/registry.h"
 
@@ -19,21 +20,6 @@ std::string cpu_model_name() {
       if (p != std::string::npos) return line.substr(p + 2);
     }
   return "CPU";
-}
-std::string cpu_features() {
-  std::string out;
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2")) out += "avx2 ";
-  if (__builtin_cpu_supports("fma")) out += "fma ";
-  if (__builtin_cpu_supports("f16c")) out += "f16c ";
-  if (__builtin_cpu_supports("avx512f")) out += "avx512f ";
-  if (__builtin_cpu_supports("avx512bw")) out += "avx512bw ";
-  if (__builtin_cpu_supports("avx512vnni")) out += "avx512vnni ";
-  if (__builtin_cpu_supports("avx512bf16")) out += "avx512bf16 ";
-#endif
-  if (!out.empty()) out.pop_back();
-  return out;
 }
 size_t host_memory_bytes() {
   std::ifstream f("/proc/meminfo");
@@ -52,7 +38,7 @@ CpuDevice::CpuDevice(int n_threads) : pool_(n_threads) {
   info_.kind = DeviceKind::kCpu;
   info_.threads = pool_.size();
   info_.name = cpu_model_name() + " (" + std::to_string(pool_.size()) + " threads)";
-  info_.features = cpu_features();
+  info_.features = cpu_feature_string();
   info_.memory_bytes = host_memory_bytes();
 }
 

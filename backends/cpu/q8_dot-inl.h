@@ -23,6 +23,9 @@
 #include "backends/cpu/kernels.h"
 #include "hwy/highway.h"
 #include "quant/dtype.h"
+#if HWY_ARCH_ARM_A64
+#include "backends/cpu/arm_dot.h"
+#endif
 
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
 #include <immintrin.h>
@@ -291,6 +294,17 @@ concept OwnDecodeFormat = F::kOwnDecode;
 
 template <class F, int R>
 HWY_INLINE void dot_row(const char* wrow, const ActQ8* const* x, int64_t nb, float* res) {
+#if HWY_ARCH_ARM_A64
+  // Plain int8 codes: integer dot products (sdot where the CPU has it; arm_dot.h).
+  if constexpr (F::kDType == DType::kQ8_0 || F::kDType == DType::kINT8_PC) {
+    constexpr bool kF16Scale = F::kDType == DType::kQ8_0;
+    constexpr int64_t kCodesAt = kF16Scale ? 2 : 0;
+    for (int r = 0; r < R; ++r)
+      res[r] = F::finish(wrow, arm_dot_s8_blocks(wrow + F::kHeader, sizeof(typename F::Block), kCodesAt, kF16Scale,
+                                                 x[r], nb));
+    return;
+  }
+#endif
   float* w = thread_scratch(1, nb * 32);
   dtype_traits(F::kDType).dequantize_row(wrow, w, nb * 32);
   for (int r = 0; r < R; ++r) {
