@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "server/chat.h"
 
@@ -24,6 +26,14 @@ std::optional<ApiError> read_field(const json& body, const char* name, const cha
     else return it->is_string();
   }();
   if (!ok) return ApiError{400, std::string("'") + name + "' must be " + type_name + ", got " + it->type_name(), name};
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    // get<T>() narrows silently (4294967297 would read as 1 into an int32): range-check first.
+    const bool fits = it->is_number_unsigned()
+                          ? it->template get<uint64_t>() <= uint64_t(std::numeric_limits<T>::max())
+                          : std::in_range<T>(it->template get<int64_t>());
+    if (!fits)
+      return ApiError{400, std::string("'") + name + "' is out of range for " + type_name + ": " + it->dump(), name};
+  }
   *out = it->get<T>();
   return std::nullopt;
 }

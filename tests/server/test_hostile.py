@@ -480,6 +480,12 @@ class Smaller(unittest.TestCase):
             messages.add(r["error"]["message"])
         self.assertEqual(len(messages), 1, messages)
 
+    def test_integers_past_their_field_range_are_400_not_wrapped(self):
+        # 2**32 + 1 used to be read into the int32 priority as 1 (found by server_request_fuzz).
+        for field, value in (("priority", 2**32 + 1), ("priority", -2**40), ("seed", 2**64 + 5)):
+            status, _, r = self.server.post("/v1/completions", completion(**{field: value}))
+            self.assertEqual((status, r["error"]["param"]), (400, field), r)
+
     def test_metrics_reflect_a_finished_request_at_once(self):
         for stream in (False, True):
             for _ in range(5):
