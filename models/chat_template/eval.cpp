@@ -1,5 +1,6 @@
 // Evaluator: walks the statement tree with Jinja's scoping (a for loop has its own scope;
 // namespace() objects carry values out of it) and Python value semantics.
+#include <algorithm>
 #include <limits>
 #include <unordered_map>
 
@@ -13,6 +14,14 @@ namespace {
 class Renderer {
  public:
   explicit Renderer(std::unordered_map<std::string, Value> globals) { scopes_.push_back(std::move(globals)); }
+  // `set ns.x = ns` (or a list holding ns) makes a namespace own itself through shared_ptr, a
+  // cycle that would leak; emptying every namespace that was assigned to breaks all of them.
+  // Nothing outlives the render but the output string, so no one sees the emptied dicts.
+  ~Renderer() {
+    for (const auto& d : assigned_namespaces_) d->clear();
+  }
+  Renderer(const Renderer&) = delete;
+  Renderer& operator=(const Renderer&) = delete;
   Status exec_body(const Body& body, std::string& out);
 
  private:
@@ -38,9 +47,12 @@ class Renderer {
   }
 
   std::vector<std::unordered_map<std::string, Value>> scopes_;
+  std::vector<std::shared_ptr<Dict>> assigned_namespaces_;  // see ~Renderer
   std::unordered_map<std::string, const Stmt*> macros_;
   Flow flow_ = Flow::kNormal;
   int depth_ = 0;  // macro recursion guard
+  static constexpr int kMaxEvalDepth = 256;
+  int eval_depth_ = 0;  // nesting of eval() calls (see eval)
   int64_t steps_ = 0;
   static constexpr int64_t kMaxSteps = 2'000'000;
   static constexpr size_t kMaxOutput = 64u << 20;
@@ -123,6 +135,8 @@ Status Renderer::exec_set(const Stmt& s, std::string& out) {
   Value ns = lookup(s.targets[0]);
   if (!ns.is_namespace) return error(s.pos, "cannot set attribute '" + s.attr + "' of " + type_name(ns) + " '" + s.targets[0] + "' (only of a namespace)");
   ns.set(s.attr, std::move(v));  // the dict is shared, so every alias sees it
+  if (std::find(assigned_namespaces_.begin(), assigned_namespaces_.end(), ns.dict) == assigned_namespaces_.end())
+    assigned_namespaces_.push_back(ns.dict);
   return OkStatus();
 }
 
@@ -271,7 +285,15 @@ Result<Value> Renderer::eval_item(const Expr& e) {
 }
 
 Result<Value> Renderer::eval(const Expr& e) {
-  TS_ASSIGN_OR_RETURN(Value v, eval_expr(e));
+  // The parser bounds recursion while it parses, but a chain like a+b+c+... is parsed in a loop
+  // into a left-deep tree that evaluation walks recursively: bound that walk as well (counted
+  // across macro calls), or 2,000 terms overflow the stack (found by chat_template_fuzz).
+  if (eval_depth_ >= kMaxEvalDepth)
+    return error(e.pos, "expression nested deeper than " + std::to_string(kMaxEvalDepth) + " levels");
+  ++eval_depth_;
+  auto r = eval_expr(e);
+  --eval_depth_;
+  TS_ASSIGN_OR_RETURN(Value v, std::move(r));
   // Checked on every (sub)expression, so values that grow step by step (s ~ s in a loop) stop
   // at the bound instead of doubling until memory runs out.
   if (v.type == Value::Type::kString && v.s.size() > kMaxStringBytes)

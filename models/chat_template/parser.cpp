@@ -71,6 +71,7 @@ class Parser {
     int& d_;
   };
   static constexpr int kMaxDepth = 200;
+  static constexpr size_t kMaxTagTokens = 4096;  // see run()
   Status check_depth() const {
     return depth_ > kMaxDepth ? error("nesting deeper than " + std::to_string(kMaxDepth) + " levels")
                               : OkStatus();
@@ -112,6 +113,19 @@ Result<std::string> Parser::expect_name() {
 }
 
 Result<std::unique_ptr<Template>> Parser::run() {
+  // One tag's expression tree has at most as many nodes as the tag has tokens. Loops build
+  // a+b+c+... chains without recursing (so kMaxDepth does not see them), and evaluating or
+  // destroying the tree recurses once per level: bounding the tokens of a tag bounds both.
+  size_t tag_start = 0;
+  for (size_t i = 0; i < t_.size(); ++i) {
+    const Tok k = t_[i].kind;
+    if (k == Tok::kVarBegin || k == Tok::kBlockBegin) tag_start = i;
+    if ((k == Tok::kVarEnd || k == Tok::kBlockEnd) && i - tag_start > kMaxTagTokens) {
+      i_ = tag_start;
+      return error("a tag of " + std::to_string(i - tag_start) + " tokens (at most " +
+                   std::to_string(kMaxTagTokens) + ")");
+    }
+  }
   auto tmpl = std::make_unique<Template>();
   TS_RETURN_IF_ERROR(parse_body({}, tmpl->body));
   if (cur().kind != Tok::kEof) return error("unexpected '" + cur().text + "' tag");

@@ -231,7 +231,8 @@ TEST(ChatTemplate, RunawayTemplateIsStopped) {
 }
 
 TEST(ChatTemplate, DeepNestingIsAnError) {
-  const std::string deep = "{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}";
+  // 1500 levels: deeper than the parser's bound, in fewer tokens than a tag may have.
+  const std::string deep = "{{ " + std::string(1500, '(') + "1" + std::string(1500, ')') + " }}";
   auto t = ChatTemplate::parse(deep);
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("nesting deeper"), std::string::npos) << t.status().message();
@@ -291,6 +292,42 @@ TEST(ChatTemplate, NumberLiteralsPastTheirRangeDoNotThrow) {
   auto out = floats->render({}, false);
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   EXPECT_EQ(*out, "True True 8");  // as Python: float('1e999') is inf, 1e-999 is 0.0
+}
+
+// `set ns.x = ns` makes the namespace own itself (a shared_ptr cycle): found by
+// chat_template_fuzz as a leak. The renderer breaks the cycle when it ends; under the
+// sanitizer build LeakSanitizer fails this test if it does not.
+TEST(ChatTemplate, ANamespaceThatHoldsItselfRendersAndIsFreed) {
+  auto tmpl = ChatTemplate::parse(
+      "{% set ns = namespace(a=1) %}{% set ns.self = ns %}{% set ns.l = [ns, ns] %}{{ ns.self.a }}{{ ns.l | length }}");
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status().to_string();
+  auto out = tmpl->render({}, false);
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_EQ(*out, "12");
+}
+
+// A long a+b+c+... chain parses in a loop into a deep tree; evaluating it recursed once per
+// term and overflowed the stack at a few thousand terms (found by chat_template_fuzz).
+TEST(ChatTemplate, ALongOperatorChainIsAnErrorNotAStackOverflow) {
+  std::string huge = "{{ 1";
+  for (int i = 0; i < 100000; ++i) huge += "+1";
+  auto refused = ChatTemplate::parse(huge + " }}");  // a 200,001-token tag is refused at parse
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("tokens (at most"), std::string::npos) << refused.status().message();
+  std::string chain = "{{ 1";
+  for (int i = 0; i < 1500; ++i) chain += "+1";
+  auto deep = ChatTemplate::parse(chain + " }}");
+  ASSERT_TRUE(deep.ok()) << deep.status().to_string();
+  auto out = deep->render({}, false);
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("nested deeper"), std::string::npos) << out.status().message();
+  std::string shallow = "{{ 1";
+  for (int i = 0; i < 100; ++i) shallow += "+1";
+  auto ok = ChatTemplate::parse(shallow + " }}");
+  ASSERT_TRUE(ok.ok());
+  auto r = ok->render({}, false);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(*r, "101");
 }
 
 TEST(ChatTemplate, ValuesPastTheSizeLimitsAreErrors) {
