@@ -104,13 +104,16 @@ std::optional<ApiError> parse_sampling(const json& body, ParsedRequest* out) {
   sp.top_p = 1.0f;
   sp.min_p = 0.0f;
   double temperature = 1.0, top_p = 1.0, presence = 0.0, frequency = 0.0;
-  int64_t seed = 0, max_tokens = 16, n = 1;
+  int64_t max_tokens = 16, n = 1;
+  uint64_t seed = 0;  // any 64-bit pattern: negative seeds keep their two's-complement bits
   if (out->chat) max_tokens = 256;
   if (auto e = read_field(body, "temperature", "a number", &temperature)) return e;
   if (auto e = read_field(body, "top_p", "a number", &top_p)) return e;
   if (auto e = read_field(body, "presence_penalty", "a number", &presence)) return e;
   if (auto e = read_field(body, "frequency_penalty", "a number", &frequency)) return e;
-  if (auto e = read_field(body, "seed", "an integer", &seed)) return e;
+  if (auto it = body.find("seed"); it != body.end() && it->is_number_integer() && !it->is_number_unsigned())
+    seed = uint64_t(it->get<int64_t>());
+  else if (auto e = read_field(body, "seed", "an integer", &seed)) return e;
   if (auto e = read_field(body, "max_tokens", "an integer", &max_tokens)) return e;
   if (auto e = read_field(body, "max_completion_tokens", "an integer", &max_tokens)) return e;
   if (auto e = read_field(body, "n", "an integer", &n)) return e;
@@ -125,7 +128,7 @@ std::optional<ApiError> parse_sampling(const json& body, ParsedRequest* out) {
   sp.top_p = float(top_p);
   sp.presence_penalty = float(presence);
   sp.frequency_penalty = float(frequency);
-  sp.seed = uint64_t(seed);
+  sp.seed = seed;
   out->gen.max_tokens = int32_t(max_tokens);
   out->gen.n = int(n);
   if (out->chat) {

@@ -485,6 +485,9 @@ class Smaller(unittest.TestCase):
         for field, value in (("priority", 2**32 + 1), ("priority", -2**40), ("seed", 2**64 + 5)):
             status, _, r = self.server.post("/v1/completions", completion(**{field: value}))
             self.assertEqual((status, r["error"]["param"]), (400, field), r)
+        for seed in (2**64 - 1, -1, 7):  # a seed is any 64-bit pattern (tessera-bench sends uint64s)
+            status, _, r = self.server.post("/v1/completions", completion(seed=seed))
+            self.assertEqual(status, 200, r)
 
     def test_metrics_reflect_a_finished_request_at_once(self):
         for stream in (False, True):
