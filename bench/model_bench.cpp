@@ -10,6 +10,7 @@
 #include "bench/ceilings.h"
 #include "bench/commands.h"
 #include "bench/model_run.h"
+#include "core/exec/executor.h"
 #include "core/registry.h"
 #include "core/sched/engine.h"
 #include "models/gguf/gguf.h"
@@ -44,6 +45,24 @@ Result<RunResult> run_requests(Model& m, int n_seqs, int prompt, int decode) {
   TS_ASSIGN_OR_RETURN(auto kv, m.create_kv_cache(int64_t(n_seqs) * (prompt + decode + 16)));
   EngineConfig ec;
   ec.scheduler.max_batch_tokens = 512;
+  // Host overhead: for each decode-only step that follows another step, its period (previous
+  // step's end to its end) against the device time the executor measured in between.
+  const Executor& exec = m.device().executor();
+  const ExecutorStats before = exec.stats();
+  double period_s = 0, device_s = 0, last_device = before.device_seconds;
+  auto last_end = std::chrono::steady_clock::now();
+  bool have_last = false;
+  ec.on_step = [&](const StepRecord& r) {
+    const auto now = std::chrono::steady_clock::now();
+    const double dev = exec.stats().device_seconds;
+    if (have_last && r.prefill_tokens == 0) {
+      period_s += std::chrono::duration<double>(now - last_end).count();
+      device_s += dev - last_device;
+    }
+    last_end = now;
+    last_device = dev;
+    have_last = true;
+  };
   Engine engine(m, *kv, m.codec(), ec);
   std::vector<RequestMetrics> metrics;
   for (int s = 0; s < n_seqs; ++s) {
@@ -71,6 +90,9 @@ Result<RunResult> run_requests(Model& m, int n_seqs, int prompt, int decode) {
   if (!ttft.empty() && ttft[ttft.size() / 2] > 0) out.prefill_tps = 1000.0 * prompt / ttft[ttft.size() / 2];
   if (!tpot.empty() && tpot[tpot.size() / 2] > 0) out.decode_tps = 1000.0 / tpot[tpot.size() / 2];
   out.aggregate_tps = double(n_seqs) * (prompt + decode) / wall;
+  if (period_s > 0) out.host_overhead = std::max(0.0, 1.0 - device_s / period_s);
+  out.executables_built = exec.stats().built - before.built;
+  out.executables_reused = exec.stats().reused - before.reused;
   return out;
 }
 
@@ -101,7 +123,8 @@ int run_model_bench(const ModelBenchArgs& a) {
     }
     const double bytes = weight_bytes_per_token(**m), params = parameters(**m);
     for (int c : a.concurrency) {
-      std::vector<double> pre, dec, agg;
+      std::vector<double> pre, dec, agg, host;
+      int64_t built = 0, reused = 0;
       for (int rep = 0; rep < a.repeats; ++rep) {
         auto r = run_requests(**m, c, a.prompt, a.decode);
         if (!r.ok()) {
@@ -112,11 +135,16 @@ int run_model_bench(const ModelBenchArgs& a) {
         pre.push_back(r->prefill_tps);
         dec.push_back(r->decode_tps);
         agg.push_back(r->aggregate_tps);
+        host.push_back(r->host_overhead);
+        built += r->executables_built;
+        reused += r->executables_reused;
       }
       const double d = median_of(dec), p = median_of(pre);
       const double bw_pct = bw.median > 0 ? 100.0 * d * bytes / 1e9 / bw.median : 0.0;
       const double fl_pct = peak.ok() && peak->median > 0 ? 100.0 * p * 2.0 * params / 1e9 / peak->median : 0.0;
       std::printf("%-7d %-11d %12.1f %12.1f %9.1f%% %12.1f %9.1f%%\n", t, c, p, d, bw_pct, median_of(agg), fl_pct);
+      std::printf("        host overhead: %.1f%% of the decode step (executables built %lld, reused %lld)\n",
+                  100.0 * median_of(host), static_cast<long long>(built), static_cast<long long>(reused));
     }
     std::printf("        (threads %d: peak read %.1f GB/s%s, int8 GEMM peak %s, %.0f MB of weights per decode token)\n", t,
                 bw.median, bw.noisy ? " noisy" : "",

@@ -16,6 +16,10 @@ double parameters(const Model& m);
 
 struct RunResult {
   double prefill_tps = 0, decode_tps = 0, aggregate_tps = 0;
+  // Of the decode-only steps' wall time (one step's end to the next's), the share spent outside
+  // the device's compute (graph build, key lookup or validation, uploads, sampling, scheduling).
+  double host_overhead = 0;
+  int64_t executables_built = 0, executables_reused = 0;  // during the run
 };
 // |n_seqs| requests of |prompt| tokens each generating |decode| tokens, all submitted at once;
 // prefill from the median TTFT, decode from the median TPOT.

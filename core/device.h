@@ -1,4 +1,8 @@
-// The HAL: what every backend implements. Seven virtuals, no copies.
+// The HAL: what every backend implements. A Device is one stream-ordered queue: copies and
+// executables are submitted in order and run in that order; an Event names a point on the
+// queue that the host can wait for. A graph becomes an Executable once (validated, its
+// intermediates placed, recorded: core/exec/executor.h), and is then submitted as often as the
+// step's shape bucket recurs.
 //
 // Threading: a Device may be called from one thread at a time (the engine thread); backends
 // may use their own worker threads internally.
@@ -6,6 +10,7 @@
 #include <cstddef>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "core/graph.h"
@@ -30,35 +35,101 @@ struct DeviceInfo {
   std::map<DType, double> peak_flops;  // per activation/weight dtype
 };
 
+// Where an allocation lives. On the CPU all three are ordinary host memory.
+enum class MemoryKind : uint8_t {
+  kDevice,       // the device's own memory; may not be host-addressable (Buffer::host_ptr null)
+  kHostPinned,   // host memory the device copies to and from at full speed (page-locked on GPUs):
+                 // swap space, staging; always host-addressable
+  kHostVisible,  // device memory the host can map (small, frequently rewritten data)
+};
+const char* memory_kind_name(MemoryKind k);
+
+struct MemoryInfo {
+  size_t total = 0;  // bytes the device can hold
+  size_t free = 0;   // bytes an alloc() could still get (a best estimate on some drivers)
+};
+
+// A point on a device's queue: every submission before it has completed once wait() returns.
+// Values of one device increase with each submission; 0 is always complete.
+struct Event {
+  uint64_t value = 0;
+};
+
+// One region of a batched copy: |bytes| from |src| at byte |src_offset| to |dst| at |dst_offset|.
+// Both buffers come from the same device (any MemoryKind); regions of one call must not overlap
+// a destination another region of the call reads or writes.
+struct CopyRegion {
+  const Buffer* src = nullptr;
+  size_t src_offset = 0;
+  const Buffer* dst = nullptr;
+  size_t dst_offset = 0;
+  size_t bytes = 0;
+};
+
+// A graph prepared for repeated submission: validated, its memory bound, recorded (a command
+// buffer on Vulkan, the node list on the CPU, a CUDA graph later). It references the graph's
+// buffers by address, so it stays valid while those buffers do; the Executor that built it owns
+// it and drops it when the arena it was bound to is replaced. Destroying one waits for its work.
+class Executable {
+ public:
+  virtual ~Executable() = default;
+  Executable() = default;
+  Executable(const Executable&) = delete;
+  Executable& operator=(const Executable&) = delete;
+};
+using ExecutablePtr = std::unique_ptr<Executable>;
+
+class Executor;
+
 class Device {
  public:
-  virtual ~Device() = default;
+  virtual ~Device();
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
 
   virtual const DeviceInfo& info() const = 0;
 
-  // |bytes| of device memory, uninitialised. ResourceExhausted when it does not fit.
-  virtual Result<BufferPtr> alloc(size_t bytes) = 0;
+  // |bytes| of memory of |kind|, uninitialised. ResourceExhausted when it does not fit.
+  virtual Result<BufferPtr> alloc(size_t bytes, MemoryKind kind = MemoryKind::kDevice) = 0;
+  // Total and free memory of kind kDevice.
+  virtual MemoryInfo memory() const = 0;
 
   // Copies |bytes| from host |src| into |dst|'s memory starting at dst's element 0. |dst| must be
-  // contiguous and bytes <= dst.nbytes(). Synchronous with respect to later compute() calls.
+  // contiguous and bytes <= dst.nbytes(). Ordered on the queue: later submissions see the data;
+  // |src| may be reused when it returns.
   virtual Status upload(const Tensor& dst, const void* src, size_t bytes) = 0;
-  // Copies |bytes| of |src| (contiguous) to host |dst|; waits for pending work that writes it.
+  // Copies |bytes| of |src| (contiguous) to host |dst|; waits for queued work first.
   virtual Status download(const Tensor& src, void* dst, size_t bytes) = 0;
+  // Queues every region of |regions| as one batched copy after the work already queued and
+  // returns its event. Device-to-device and host-pinned <-> device copies never pass through
+  // host code on a device whose memory the host cannot address. Fails before queueing anything
+  // (InvalidArgument naming the region) when a region is out of its buffers' bounds or a buffer
+  // belongs to another device.
+  virtual Result<Event> copy(std::span<const CopyRegion> regions) = 0;
 
-  // Whether compute() implements |op| with activation dtype |act| and weight (second input)
+  // Whether the device implements |op| with activation dtype |act| and weight (second input)
   // dtype |weight|. For ops without a weight pass act twice.
   virtual bool supports(OpKind op, DType act, DType weight) const = 0;
 
-  // Runs every node of |graph| in order. Intermediates are placed in a per-device arena by the
-  // planner (core/planner.h); values marked as outputs stay readable until the next compute().
-  // Fails (without partial side effects on external tensors where possible) on an op/dtype
-  // the device does not support, naming both.
-  virtual Status compute(Graph& graph) = 0;
-
-  // Waits for all submitted work.
+  // Records |graph| for submission. The caller (core/exec's Executor) has validated it (every op
+  // supported, every external tensor in memory this device reads) and bound its intermediates
+  // and views to an arena it allocated from this device; the graph must not change afterwards.
+  // Fails on a shape or layout the device's kernels cannot run, naming the node.
+  virtual Result<ExecutablePtr> prepare(Graph& graph) = 0;
+  // Queues |exe| after the work already queued. Outputs are readable by download() (which waits)
+  // or after wait() on the event. An executable submitted again waits for its previous run.
+  virtual Result<Event> submit(Executable& exe) = 0;
+  // Blocks until |event| has completed; reports a device error that happened on the way.
+  virtual Status wait(Event event) = 0;
+  // Waits for all queued work.
   virtual Status synchronize() = 0;
+
+  // Runs |graph| once and waits: validation, arena placement, prepare, submit and wait through
+  // this device's own Executor, which caches one executable per graph key (shapes, params,
+  // buffers), so a recurring step shape re-submits a recorded executable. Decorators override it.
+  virtual Status compute(Graph& graph);
+  // The executor compute() runs on (its cache statistics); created on first use.
+  Executor& executor();
 
   // (optional) Wraps host memory that outlives the buffer through |keepalive| (a mapped model
   // file) as a read-only device buffer without copying. Devices that cannot address host memory
@@ -77,14 +148,24 @@ class Device {
   }
 
  protected:
-  Device() = default;
+  Device();
+  // Drops the executor and its executables. A backend whose executables hold its own objects
+  // (command buffers, pools) calls it first in its destructor, while those objects still exist.
+  void release_executor();
+
+ private:
+  std::unique_ptr<Executor> executor_;
 };
 
 using DevicePtr = std::shared_ptr<Device>;
 
 // Unimplemented naming the first node of |graph| that |device| does not support (op and dtypes),
-// else OK. Backends call it at the top of compute(): a missing op is an error, never a fallback.
+// else OK. The Executor calls it before prepare(): a missing op is an error, never a fallback.
 Status check_supported(const Device& device, const Graph& graph);
+
+// InvalidArgument naming the region when a region of |regions| is out of its buffers' bounds, or
+// when a buffer is null or not |device|'s (shared by the backends' copy()).
+Status check_copy_regions(const Device& device, std::span<const CopyRegion> regions);
 
 // Uploads host data into a new tensor on |device| (helper for tests, loaders and the engine).
 Result<Tensor> upload_new(Device& device, const Tensor& desc, const void* src);

@@ -1,5 +1,7 @@
 #include "core/host_buffer.h"
 
+#include <cstring>
+
 namespace tessera {
 
 std::shared_ptr<HostBuffer> HostBuffer::create(Device* device, size_t bytes) {
@@ -16,6 +18,12 @@ std::shared_ptr<HostBuffer> HostBuffer::wrap(Device* device, void* ptr, size_t b
 
 HostBuffer::~HostBuffer() {
   if (owned_) std::free(host_ptr());
+}
+
+void copy_host_regions(std::span<const CopyRegion> regions) {
+  for (const CopyRegion& r : regions)
+    std::memmove(static_cast<char*>(r.dst->host_ptr()) + r.dst_offset,
+                 static_cast<const char*>(r.src->host_ptr()) + r.src_offset, r.bytes);
 }
 
 }  // namespace tessera

@@ -4,6 +4,9 @@
 #include <cstdlib>
 #include <memory>
 
+#include <span>
+
+#include "core/device.h"
 #include "core/tensor.h"
 
 namespace tessera {
@@ -23,5 +26,8 @@ class HostBuffer final : public Buffer {
   bool owned_;
   std::shared_ptr<const void> keepalive_;
 };
+
+// Runs a checked batched copy (check_copy_regions) between host-addressable buffers, in order.
+void copy_host_regions(std::span<const CopyRegion> regions);
 
 }  // namespace tessera

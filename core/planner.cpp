@@ -69,16 +69,4 @@ void bind_arena(Graph& graph, const MemoryPlan& plan, const BufferPtr& arena) {
   }
 }
 
-Status GraphArena::prepare(Device& device, Graph& graph) {
-  TS_RETURN_IF_ERROR(graph.status());
-  const MemoryPlan plan = plan_memory(graph);
-  if (!arena_ || int64_t(arena_->size()) < plan.arena_bytes) {
-    arena_.reset();  // release the old arena before allocating its successor
-    TS_ASSIGN_OR_RETURN(arena_, device.alloc(size_t(std::max<int64_t>(plan.arena_bytes, 256))));
-    ++allocations_;
-  }
-  bind_arena(graph, plan, arena_);
-  return OkStatus();
-}
-
 }  // namespace tessera

@@ -15,16 +15,13 @@ const char* device_kind_name(DeviceKind k) {
   return "unknown";
 }
 
-Status check_supported(const Device& device, const Graph& graph) {
-  TS_RETURN_IF_ERROR(graph.status());
-  for (const Node& n : graph.nodes()) {
-    if (n.op == OpKind::kView) continue;
-    const OpDTypes d = op_dtypes(graph, n);
-    if (!device.supports(n.op, d.act, d.weight))
-      return Unimplemented(device.info().id + ": " + op_name(n.op) + " with " + dtype_name(d.act) + " activations and " +
-                           dtype_name(d.weight) + " weights is not implemented");
+const char* memory_kind_name(MemoryKind k) {
+  switch (k) {
+    case MemoryKind::kDevice: return "device";
+    case MemoryKind::kHostPinned: return "host-pinned";
+    case MemoryKind::kHostVisible: return "host-visible";
   }
-  return OkStatus();
+  return "unknown";
 }
 
 Result<Tensor> upload_new(Device& device, const Tensor& desc, const void* src) {

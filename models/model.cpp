@@ -7,12 +7,18 @@
 #include <map>
 #include <unordered_set>
 
+#include "core/exec/bucket.h"
+#include "core/exec/executor.h"
 #include "models/gguf/gguf.h"
 #include "models/safetensors/hf_model.h"
 
 namespace tessera {
 
-Model::~Model() = default;
+// The device's executor caches executables that address this model's weights and step buffer:
+// drop them with the model, so they do not keep its memory alive.
+Model::~Model() {
+  if (device_) device_->executor().clear();
+}
 
 namespace {
 
@@ -96,9 +102,9 @@ Status Model::finish_load(const std::string& path, const TensorGetter& get, cons
                            std::to_string(tokenizer_->vocab_size()) + " tokens");
   TS_RETURN_IF_ERROR(load_weights(path, get, opts));
   // Per-step input buffer: tokens, positions, slots, logit rows [T]; query_start [S+1];
-  // seq_lens [S]; block tables [S, max blocks of a full context].
+  // seq_lens [S]; block tables [S, max blocks of a full context, rounded up to its bucket].
   const int64_t T = opts.max_batch_tokens, S = opts.max_seqs;
-  const int64_t max_blocks = (int64_t(cfg_.n_ctx_train) + 15) / 16 + 1;
+  const int64_t max_blocks = bucket_up(int32_t(std::min<int64_t>((int64_t(cfg_.n_ctx_train) + 15) / 16 + 1, 1 << 30)));
   step_capacity_ = size_t(4 * (4 * T + (S + 1) + S + S * max_blocks) + 7 * 256);
   TS_ASSIGN_OR_RETURN(step_buffer_, device_->alloc(step_capacity_));
   return OkStatus();
@@ -379,7 +385,18 @@ Status Model::upload_step(const StepPlan& p, const std::vector<int32_t>& rows, S
   TS_RETURN_IF_ERROR(put(&t->slot_mapping, {T}, p.slot_mapping));
   TS_RETURN_IF_ERROR(put(&t->query_start, {S + 1}, p.query_start));
   TS_RETURN_IF_ERROR(put(&t->seq_lens, {S}, p.seq_lens));
-  TS_RETURN_IF_ERROR(put(&t->block_tables, {S, p.max_blocks}, p.block_tables));
+  // The block-table width is padded to its bucket (core/exec/bucket.h), so a decode's graph, and
+  // the executable recorded for it, change only at bucket edges rather than every block_size
+  // tokens. Attention reads a row only up to its sequence's length; the padding is never read.
+  const int32_t width = bucket_up(p.max_blocks);
+  if (width == p.max_blocks) {
+    TS_RETURN_IF_ERROR(put(&t->block_tables, {S, width}, p.block_tables));
+  } else {
+    padded_tables_.assign(size_t(S) * size_t(width), 0);
+    for (int64_t s = 0; s < S; ++s)
+      std::copy_n(p.block_tables.begin() + s * p.max_blocks, p.max_blocks, padded_tables_.begin() + s * width);
+    TS_RETURN_IF_ERROR(put(&t->block_tables, {S, width}, padded_tables_));
+  }
   TS_RETURN_IF_ERROR(put(&t->logit_rows, {R}, rows));
   return OkStatus();
 }

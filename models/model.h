@@ -100,6 +100,7 @@ class Model final : public ModelRunner {
   std::vector<BufferPtr> weights_buffers_;  // mapped files / repacked blocks, when the device maps host memory
   BufferPtr step_buffer_;      // per-step inputs (token ids, positions, block tables ...)
   size_t step_capacity_ = 0;
+  std::vector<int32_t> padded_tables_;  // block tables padded to their bucket width (upload_step)
   bool collect_expert_stats_ = false;
   ExpertStats expert_stats_;
 };

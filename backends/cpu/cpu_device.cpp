@@ -21,16 +21,23 @@ std::string cpu_model_name() {
     }
   return "CPU";
 }
-size_t host_memory_bytes() {
+// A /proc/meminfo field ("MemTotal:", "MemAvailable:") in bytes, 0 when absent.
+size_t meminfo_bytes(const std::string& field) {
   std::ifstream f("/proc/meminfo");
   std::string key;
   size_t kb = 0;
   while (f >> key >> kb) {
-    if (key == "MemTotal:") return kb * 1024;
+    if (key == field) return kb * 1024;
     f.ignore(256, '\n');
   }
   return 0;
 }
+
+// The CPU's executable: the graph as the executor bound it.
+struct CpuExecutable final : Executable {
+  explicit CpuExecutable(const Graph& g) : graph(g) {}
+  Graph graph;
+};
 }  // namespace
 
 CpuDevice::CpuDevice(int n_threads) : pool_(n_threads) {
@@ -39,10 +46,14 @@ CpuDevice::CpuDevice(int n_threads) : pool_(n_threads) {
   info_.threads = pool_.size();
   info_.name = cpu_model_name() + " (" + std::to_string(pool_.size()) + " threads)";
   info_.features = cpu_feature_string();
-  info_.memory_bytes = host_memory_bytes();
+  info_.memory_bytes = meminfo_bytes("MemTotal:");
 }
 
-Result<BufferPtr> CpuDevice::alloc(size_t bytes) {
+CpuDevice::~CpuDevice() { release_executor(); }
+
+MemoryInfo CpuDevice::memory() const { return {info_.memory_bytes, meminfo_bytes("MemAvailable:")}; }
+
+Result<BufferPtr> CpuDevice::alloc(size_t bytes, MemoryKind) {
   auto b = HostBuffer::create(this, bytes);
   if (!b) return ResourceExhausted("cpu: cannot allocate " + std::to_string(bytes) + " bytes");
   return BufferPtr(b);
@@ -70,13 +81,20 @@ Result<BufferPtr> CpuDevice::map_host(const void* ptr, size_t bytes, std::shared
   return BufferPtr(HostBuffer::wrap(this, const_cast<void*>(ptr), bytes, std::move(keepalive)));
 }
 
+Result<Event> CpuDevice::copy(std::span<const CopyRegion> regions) {
+  TS_RETURN_IF_ERROR(check_copy_regions(*this, regions));
+  copy_host_regions(regions);
+  return Event{};
+}
+
 bool CpuDevice::supports(OpKind op, DType act, DType weight) const { return kernels_support(op, act, weight); }
 
-Status CpuDevice::compute(Graph& graph) {
-  TS_RETURN_IF_ERROR(check_supported(*this, graph));
-  TS_RETURN_IF_ERROR(arena_.prepare(*this, graph));
+Result<ExecutablePtr> CpuDevice::prepare(Graph& graph) { return ExecutablePtr(new CpuExecutable(graph)); }
+
+Result<Event> CpuDevice::submit(Executable& exe) {
+  const Graph& graph = static_cast<CpuExecutable&>(exe).graph;
   for (const Node& n : graph.nodes()) TS_RETURN_IF_ERROR(run_node(pool_, graph, n));
-  return OkStatus();
+  return Event{};
 }
 
 }  // namespace tessera::cpu

@@ -5,29 +5,34 @@
 
 #include "backends/cpu/thread_pool.h"
 #include "core/device.h"
-#include "core/planner.h"
 
 namespace tessera::cpu {
 
 class CpuDevice final : public Device {
  public:
   explicit CpuDevice(int n_threads);
+  ~CpuDevice() override;
   const DeviceInfo& info() const override { return info_; }
-  Result<BufferPtr> alloc(size_t bytes) override;
+  // Every MemoryKind is ordinary host memory here.
+  Result<BufferPtr> alloc(size_t bytes, MemoryKind kind = MemoryKind::kDevice) override;
+  MemoryInfo memory() const override;
   Status upload(const Tensor& dst, const void* src, size_t bytes) override;
   Status download(const Tensor& src, void* dst, size_t bytes) override;
+  // The queue is synchronous: copy() and submit() have finished when they return (event 0).
+  Result<Event> copy(std::span<const CopyRegion> regions) override;
   bool supports(OpKind op, DType act, DType weight) const override;
-  Status compute(Graph& graph) override;
+  // The executable is the bound graph; submit() runs its nodes on the pool.
+  Result<ExecutablePtr> prepare(Graph& graph) override;
+  Result<Event> submit(Executable& exe) override;
+  Status wait(Event) override { return OkStatus(); }
   Status synchronize() override { return OkStatus(); }
   Result<BufferPtr> map_host(const void* ptr, size_t bytes, std::shared_ptr<const void> keepalive) override;
 
   ThreadPool& pool() { return pool_; }
-  const GraphArena& arena() const { return arena_; }
 
  private:
   DeviceInfo info_;
   ThreadPool pool_;
-  GraphArena arena_;
 };
 
 // Executes one node on host memory with |pool| (the op-family dispatch, backends/cpu/ops.cpp).

@@ -14,6 +14,7 @@ Context::~Context() {
 
 VulkanBuffer::~VulkanBuffer() {
   const DeviceApi& api = ctx_->api;
+  ctx_->device_bytes -= device_bytes_;
   if (host_ptr()) api.vkUnmapMemory(ctx_->device, memory_);
   api.vkDestroyBuffer(ctx_->device, buffer_, nullptr);
   api.vkFreeMemory(ctx_->device, memory_, nullptr);
@@ -26,6 +27,7 @@ std::string Capabilities::missing() const {
   };
   need(api_version >= VK_API_VERSION_1_2, "Vulkan 1.2");
   need(buffer_device_address, "bufferDeviceAddress");
+  need(timeline_semaphore, "timelineSemaphore");
   need(storage16, "storageBuffer16BitAccess");
   need(storage8, "storageBuffer8BitAccess");
   need(int64, "shaderInt64");
@@ -74,6 +76,7 @@ Status VulkanDevice::create_logical_device(const std::shared_ptr<Instance>& inst
   VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
   f12.bufferDeviceAddress = VK_TRUE;
   f12.storageBuffer8BitAccess = VK_TRUE;
+  f12.timelineSemaphore = VK_TRUE;
   VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
   f11.storageBuffer16BitAccess = VK_TRUE;
   f11.pNext = &f12;
@@ -153,13 +156,12 @@ Status VulkanDevice::init(std::shared_ptr<Instance> instance, VkPhysicalDevice p
   pci.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
   pci.queueFamilyIndex = queue_family_;
   TS_VK_RETURN_IF_ERROR(api.vkCreateCommandPool(dev, &pci, nullptr, &pool_), "vkCreateCommandPool");
-  VkCommandBufferAllocateInfo cai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-  cai.commandPool = pool_;
-  cai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-  cai.commandBufferCount = 1;
-  TS_VK_RETURN_IF_ERROR(api.vkAllocateCommandBuffers(dev, &cai, &cmd_), "vkAllocateCommandBuffers");
-  VkFenceCreateInfo fci{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-  TS_VK_RETURN_IF_ERROR(api.vkCreateFence(dev, &fci, nullptr, &fence_), "vkCreateFence");
+  VkSemaphoreTypeCreateInfo sti{VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO};
+  sti.semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE;
+  sti.initialValue = 0;
+  VkSemaphoreCreateInfo sci{VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO};
+  sci.pNext = &sti;
+  TS_VK_RETURN_IF_ERROR(api.vkCreateSemaphore(dev, &sci, nullptr, &timeline_), "vkCreateSemaphore(timeline)");
   VkPipelineCacheCreateInfo cci{VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
   TS_VK_RETURN_IF_ERROR(api.vkCreatePipelineCache(dev, &cci, nullptr, &cache_), "vkCreatePipelineCache");
   // Every kernel takes one push constant: the device address of its params struct.
@@ -178,6 +180,7 @@ Status VulkanDevice::init(std::shared_ptr<Instance> instance, VkPhysicalDevice p
   info_.emulated = props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
   caps_.tiled_gemm = !info_.emulated || options.force_tiled_gemm;
   info_.memory_bytes = heap;
+  heap_bytes_ = heap;
   info_.features = caps_.summary();
   return OkStatus();
 }
@@ -187,13 +190,12 @@ VulkanDevice::~VulkanDevice() {
   const DeviceApi& api = ctx_->api;
   VkDevice dev = ctx_->device;
   if (api.vkDeviceWaitIdle) api.vkDeviceWaitIdle(dev);
-  params_chunks_.clear();
-  arena_ = GraphArena();
+  release_executor();  // its executables free command buffers from pool_
+  in_flight_.clear();
   for (auto& [key, p] : pipelines_) api.vkDestroyPipeline(dev, p, nullptr);
-  if (queries_) api.vkDestroyQueryPool(dev, queries_, nullptr);
   if (layout_) api.vkDestroyPipelineLayout(dev, layout_, nullptr);
   if (cache_) api.vkDestroyPipelineCache(dev, cache_, nullptr);
-  if (fence_) api.vkDestroyFence(dev, fence_, nullptr);
+  if (timeline_) api.vkDestroySemaphore(dev, timeline_, nullptr);
   if (pool_) api.vkDestroyCommandPool(dev, pool_, nullptr);
 }
 
@@ -235,12 +237,17 @@ Result<std::shared_ptr<VulkanBuffer>> VulkanDevice::make_buffer(size_t bytes, bo
   VkBufferDeviceAddressInfo ai{VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO};
   ai.buffer = buf;
   const VkDeviceAddress addr = api.vkGetBufferDeviceAddress(dev, &ai);
-  return std::make_shared<VulkanBuffer>(this, ctx_, bytes, mapped, buf, mem, addr);
+  return std::make_shared<VulkanBuffer>(this, ctx_, bytes, mapped, buf, mem, addr, host_visible ? 0 : size_t(req.size));
 }
 
-Result<BufferPtr> VulkanDevice::alloc(size_t bytes) {
-  TS_ASSIGN_OR_RETURN(auto b, make_buffer(bytes, false));
+Result<BufferPtr> VulkanDevice::alloc(size_t bytes, MemoryKind kind) {
+  TS_ASSIGN_OR_RETURN(auto b, make_buffer(bytes, kind != MemoryKind::kDevice));
   return BufferPtr(std::move(b));
+}
+
+MemoryInfo VulkanDevice::memory() const {
+  const size_t used = ctx_->device_bytes.load();
+  return {heap_bytes_, heap_bytes_ > used ? heap_bytes_ - used : 0};
 }
 
 void memory_barrier(const DeviceApi& api, VkCommandBuffer cmd, VkPipelineStageFlags src_stage, VkAccessFlags src,
@@ -251,39 +258,22 @@ void memory_barrier(const DeviceApi& api, VkCommandBuffer cmd, VkPipelineStageFl
   api.vkCmdPipelineBarrier(cmd, src_stage, dst_stage, 0, 1, &mb, 0, nullptr, 0, nullptr);
 }
 
-Status VulkanDevice::run_once(const std::function<void(VkCommandBuffer)>& record) {
-  const DeviceApi& api = ctx_->api;
-  TS_VK_RETURN_IF_ERROR(api.vkResetCommandBuffer(cmd_, 0), "vkResetCommandBuffer");
-  VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-  bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-  TS_VK_RETURN_IF_ERROR(api.vkBeginCommandBuffer(cmd_, &bi), "vkBeginCommandBuffer");
-  record(cmd_);
-  TS_VK_RETURN_IF_ERROR(api.vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
-  VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
-  si.commandBufferCount = 1;
-  si.pCommandBuffers = &cmd_;
-  TS_VK_RETURN_IF_ERROR(api.vkResetFences(ctx_->device, 1, &fence_), "vkResetFences");
-  TS_VK_RETURN_IF_ERROR(api.vkQueueSubmit(queue_, 1, &si, fence_), "vkQueueSubmit");
-  TS_VK_RETURN_IF_ERROR(api.vkWaitForFences(ctx_->device, 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
-  return check_validation();
-}
-
 Status VulkanDevice::copy_via_staging(const VulkanBuffer& buf, size_t offset, void* host, size_t bytes, bool to_device) {
   TS_ASSIGN_OR_RETURN(auto staging, make_buffer(bytes, true));
   if (to_device) std::memcpy(staging->host_ptr(), host, bytes);
-  const DeviceApi& api = ctx_->api;
-  TS_RETURN_IF_ERROR(run_once([&](VkCommandBuffer cmd) {
-    // Earlier compute writes before the copy; the copy's writes before the host reads them.
-    memory_barrier(api, cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
-                   VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT);
-    VkBufferCopy region{to_device ? 0 : offset, to_device ? offset : 0, bytes};
-    api.vkCmdCopyBuffer(cmd, to_device ? staging->handle() : buf.handle(), to_device ? buf.handle() : staging->handle(), 1,
-                        &region);
-    memory_barrier(api, cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
-                   VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                   VK_ACCESS_HOST_READ_BIT | VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
-  }));
-  if (!to_device) std::memcpy(host, staging->host_ptr(), bytes);
+  const VkBuffer staged = staging->handle(), target = buf.handle();
+  std::vector<std::shared_ptr<VulkanBuffer>> keep = {staging};
+  TS_ASSIGN_OR_RETURN(const Event e, run_async(
+                                         [&](VkCommandBuffer cmd) {
+                                           VkBufferCopy region{to_device ? 0 : offset, to_device ? offset : 0, bytes};
+                                           ctx_->api.vkCmdCopyBuffer(cmd, to_device ? staged : target,
+                                                                     to_device ? target : staged, 1, &region);
+                                         },
+                                         std::move(keep)));
+  // An upload is queued (the staging buffer holds the data until it ran); a download waits.
+  if (to_device) return OkStatus();
+  TS_RETURN_IF_ERROR(wait(e));
+  std::memcpy(host, staging->host_ptr(), bytes);
   return OkStatus();
 }
 
@@ -303,7 +293,8 @@ Status check_transfer(const Device* self, const DeviceInfo& info, const char* wh
 Status VulkanDevice::upload(const Tensor& dst, const void* src, size_t bytes) {
   TS_RETURN_IF_ERROR(check_transfer(this, info_, "upload", dst, bytes));
   if (void* p = dst.host_data()) {
-    std::memcpy(p, src, bytes);  // compute() has waited for all work: nothing in flight reads it
+    TS_RETURN_IF_ERROR(wait(Event{submitted_}));  // queued work may still read or write it
+    std::memcpy(p, src, bytes);
     return OkStatus();
   }
   return copy_via_staging(static_cast<const VulkanBuffer&>(*dst.buffer), dst.offset, const_cast<void*>(src), bytes, true);
@@ -312,6 +303,7 @@ Status VulkanDevice::upload(const Tensor& dst, const void* src, size_t bytes) {
 Status VulkanDevice::download(const Tensor& src, void* dst, size_t bytes) {
   TS_RETURN_IF_ERROR(check_transfer(this, info_, "download", src, bytes));
   if (const void* p = src.host_data()) {
+    TS_RETURN_IF_ERROR(wait(Event{submitted_}));
     std::memcpy(dst, p, bytes);
     return OkStatus();
   }
@@ -355,7 +347,6 @@ Status VulkanDevice::check_validation() const {
                   " message(s); the first: " + inst.first_message());
 }
 
-// compute() and the staging copies wait for their own work, so only the validation count is left.
-Status VulkanDevice::synchronize() { return check_validation(); }
+Status VulkanDevice::synchronize() { return wait(Event{submitted_}); }
 
 }  // namespace tessera::vulkan

@@ -2,6 +2,7 @@
 // per graph, tensors addressed by buffer device address (so weights beyond
 // maxStorageBufferRange need no splitting and strided views cost nothing).
 #pragma once
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -10,7 +11,6 @@
 
 #include "backends/vulkan/loader.h"
 #include "core/device.h"
-#include "core/planner.h"
 #include "core/registry.h"
 
 namespace tessera::vulkan {
@@ -23,6 +23,7 @@ struct Capabilities {
   bool fp16_arithmetic = false, int8_arithmetic = false;
   bool storage16 = false, storage8 = false;
   bool int64 = false, fp64 = false, buffer_device_address = false, robust_buffer_access = false;
+  bool timeline_semaphore = false;  // the queue's events (Vulkan 1.2 makes it mandatory)
   uint32_t shared_memory = 0;
   uint64_t max_storage_range = 0, max_allocation = 0;
   uint32_t max_workgroup_invocations = 0;
@@ -52,14 +53,18 @@ struct Context {
   VkPhysicalDevice physical = VK_NULL_HANDLE;
   VkDevice device = VK_NULL_HANDLE;
   DeviceApi api;
+  std::atomic<size_t> device_bytes{0};  // device-local memory held by live buffers
   ~Context();
 };
 
 class VulkanBuffer final : public Buffer {
  public:
   VulkanBuffer(Device* owner, std::shared_ptr<Context> ctx, size_t size, void* mapped, VkBuffer buffer,
-               VkDeviceMemory memory, VkDeviceAddress address)
-      : Buffer(owner, size, mapped), ctx_(std::move(ctx)), buffer_(buffer), memory_(memory), address_(address) {}
+               VkDeviceMemory memory, VkDeviceAddress address, size_t device_bytes)
+      : Buffer(owner, size, mapped), ctx_(std::move(ctx)), buffer_(buffer), memory_(memory), address_(address),
+        device_bytes_(device_bytes) {
+    ctx_->device_bytes += device_bytes_;
+  }
   ~VulkanBuffer() override;
   VkBuffer handle() const { return buffer_; }
   VkDeviceAddress address() const { return address_; }
@@ -69,6 +74,7 @@ class VulkanBuffer final : public Buffer {
   VkBuffer buffer_;
   VkDeviceMemory memory_;
   VkDeviceAddress address_;
+  size_t device_bytes_;  // counted in Context::device_bytes (0 for host-visible memory)
 };
 
 // One dispatch's measured time (from timestamp queries), for tessera-bench.
@@ -79,6 +85,7 @@ struct DispatchTiming {
 };
 
 class Recorder;
+class VulkanExecutable;
 
 class VulkanDevice final : public Device {
  public:
@@ -88,16 +95,30 @@ class VulkanDevice final : public Device {
   ~VulkanDevice() override;
 
   const DeviceInfo& info() const override { return info_; }
-  Result<BufferPtr> alloc(size_t bytes) override;
+  // kDevice: device-local (mapped too where the driver allows, as on lavapipe); kHostPinned and
+  // kHostVisible: host-visible coherent memory, always mapped.
+  Result<BufferPtr> alloc(size_t bytes, MemoryKind kind = MemoryKind::kDevice) override;
+  MemoryInfo memory() const override;
+  // Both wait for the queued work first (the host touches memory the queue may be using).
   Status upload(const Tensor& dst, const void* src, size_t bytes) override;
   Status download(const Tensor& src, void* dst, size_t bytes) override;
+  // One command buffer: vkCmdCopyBuffer per (src, dst) buffer pair with all their regions.
+  Result<Event> copy(std::span<const CopyRegion> regions) override;
   bool supports(OpKind op, DType act, DType weight) const override;
-  Status compute(Graph& graph) override;
+  // Records the graph into a command buffer of its own (params in memory of its own), replayed by
+  // every submit().
+  Result<ExecutablePtr> prepare(Graph& graph) override;
+  Result<Event> submit(Executable& exe) override;
+  // Waits on the queue's timeline semaphore: no fence per submission.
+  Status wait(Event event) override;
   Status synchronize() override;
   // The sum of last_timings() after compute(|graph|); Unimplemented without timestamp queries.
   Result<double> time_compute(Graph& graph) override;
 
-  // Per-dispatch times of the last compute() (empty when the queue has no timestamps).
+  // Command buffers recorded so far (one per executable the executor built); a steady decode
+  // records none.
+  int64_t recordings() const { return recordings_; }
+  // Per-dispatch times of the last executable waited for (empty when the queue has no timestamps).
   const std::vector<DispatchTiming>& last_timings() const { return timings_; }
   const Capabilities& capabilities() const { return caps_; }
   // Pipelines created so far (lazily, one per kernel and specialisation).
@@ -105,6 +126,7 @@ class VulkanDevice final : public Device {
 
  private:
   friend class Recorder;
+  friend class VulkanExecutable;
   VulkanDevice() = default;
   Status init(std::shared_ptr<Instance> instance, VkPhysicalDevice physical, int index, const Capabilities& caps,
               DeviceOptions options);
@@ -113,8 +135,17 @@ class VulkanDevice final : public Device {
   Result<size_t> choose_memory_types(const InstanceApi& ia, VkPhysicalDevice physical);
   Result<VkPipeline> pipeline(const std::string& kernel, const std::vector<uint32_t>& spec);
   Result<std::shared_ptr<VulkanBuffer>> make_buffer(size_t bytes, bool host_visible);
-  // Runs |record| in a one-shot command buffer and waits (staging copies).
-  Status run_once(const std::function<void(VkCommandBuffer)>& record);
+  size_t heap_bytes_ = 0;  // the device-local heap
+  // Records |record| into a transient command buffer and queues it; |keep| lives until it ran.
+  Result<Event> run_async(const std::function<void(VkCommandBuffer)>& record,
+                          std::vector<std::shared_ptr<VulkanBuffer>> keep = {});
+  // Queues |cmd| and signals the next timeline value, which it returns.
+  Result<uint64_t> queue_submit(VkCommandBuffer cmd);
+  // Recycles transient command buffers (and their kept buffers) whose work has completed.
+  void retire(uint64_t completed);
+  Result<VkCommandBuffer> transient_command_buffer();
+  // Reads the timestamps of |exe|'s last run into timings_.
+  Status read_timings(const VulkanExecutable& exe);
   Status copy_via_staging(const VulkanBuffer& buf, size_t offset, void* host, size_t bytes, bool to_device);
   Status check_validation() const;
 
@@ -125,17 +156,25 @@ class VulkanDevice final : public Device {
   uint32_t queue_family_ = 0;
   VkQueue queue_ = VK_NULL_HANDLE;
   VkCommandPool pool_ = VK_NULL_HANDLE;
-  VkCommandBuffer cmd_ = VK_NULL_HANDLE;
-  VkFence fence_ = VK_NULL_HANDLE;
   VkPipelineCache cache_ = VK_NULL_HANDLE;
   VkPipelineLayout layout_ = VK_NULL_HANDLE;
-  VkQueryPool queries_ = VK_NULL_HANDLE;
-  uint32_t query_capacity_ = 0;
   uint32_t host_visible_type_ = 0, device_type_ = 0;
   bool device_mappable_ = false;
   std::map<std::string, VkPipeline> pipelines_;
-  std::vector<std::shared_ptr<VulkanBuffer>> params_chunks_;  // the params ring
-  GraphArena arena_;
+  // The queue: a timeline semaphore whose value counts completed submissions.
+  VkSemaphore timeline_ = VK_NULL_HANDLE;
+  uint64_t submitted_ = 0;  // the value the latest submission signals
+  uint64_t completed_ = 0;  // the highest value seen reached
+  struct Transient {
+    VkCommandBuffer cmd;
+    uint64_t value;
+    std::vector<std::shared_ptr<VulkanBuffer>> keep;
+  };
+  std::vector<Transient> in_flight_;           // copies and staging transfers not yet retired
+  std::vector<VkCommandBuffer> free_commands_;  // transient command buffers ready for reuse
+  size_t allocated_bytes_ = 0;                  // kDevice memory allocated and not yet freed (approximate)
+  const VulkanExecutable* last_exe_ = nullptr;  // the latest submitted executable (for timings)
+  int64_t recordings_ = 0;
   std::vector<DispatchTiming> timings_;
 };
 

@@ -31,7 +31,9 @@ namespace tessera::vulkan {
   X(vkEndCommandBuffer) X(vkCmdBindPipeline) X(vkCmdPushConstants) X(vkCmdDispatch)                \
   X(vkCmdPipelineBarrier) X(vkCmdCopyBuffer) X(vkCmdWriteTimestamp) X(vkCmdResetQueryPool)         \
   X(vkCreateQueryPool) X(vkDestroyQueryPool) X(vkGetQueryPoolResults) X(vkCreateFence)             \
-  X(vkDestroyFence) X(vkResetFences) X(vkWaitForFences) X(vkQueueSubmit) X(vkDeviceWaitIdle)
+  X(vkDestroyFence) X(vkResetFences) X(vkWaitForFences) X(vkQueueSubmit) X(vkDeviceWaitIdle)       \
+  X(vkFreeCommandBuffers) X(vkCreateSemaphore) X(vkDestroySemaphore) X(vkWaitSemaphores)           \
+  X(vkGetSemaphoreCounterValue)
 
 #define TS_VK_DECLARE(name) PFN_##name name = nullptr;
 

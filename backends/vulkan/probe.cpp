@@ -39,6 +39,7 @@ Capabilities query_capabilities(const InstanceApi& api, VkPhysicalDevice pd) {
   c.int64 = f2.features.shaderInt64;
   c.fp64 = f2.features.shaderFloat64;
   c.buffer_device_address = f12.bufferDeviceAddress;
+  c.timeline_semaphore = f12.timelineSemaphore;
   c.robust_buffer_access = f2.features.robustBufferAccess;
   c.shared_memory = props.limits.maxComputeSharedMemorySize;
   c.max_storage_range = props.limits.maxStorageBufferRange;

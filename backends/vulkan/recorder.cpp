@@ -7,7 +7,7 @@
 namespace tessera::vulkan {
 
 namespace {
-constexpr size_t kParamsChunk = size_t(1) << 20;  // params ring chunk (bytes)
+constexpr size_t kParamsChunk = size_t(64) << 10;  // params chunk (bytes); a decode graph needs a few
 constexpr size_t kParamsAlign = 16;
 }  // namespace
 
@@ -75,22 +75,18 @@ const char* weight_kernel_suffix(DType w) {
   }
 }
 
-Recorder::Recorder(VulkanDevice& device, VkCommandBuffer cmd, uint32_t max_dispatches)
-    : device_(device), cmd_(cmd), max_dispatches_(max_dispatches) {}
+Recorder::Recorder(VulkanDevice& device, VulkanExecutable& exe, uint32_t max_dispatches)
+    : device_(device), exe_(exe), cmd_(exe.cmd_), max_dispatches_(max_dispatches) {}
 
 Result<uint64_t> Recorder::put(const void* data, size_t bytes) {
-  auto& chunks = device_.params_chunks_;
+  auto& chunks = exe_.params_;
   const size_t need = (bytes + kParamsAlign - 1) / kParamsAlign * kParamsAlign;
-  if (chunk_ < chunks.size() && chunk_used_ + need > chunks[chunk_]->size()) {
-    ++chunk_;
-    chunk_used_ = 0;
-  }
-  if (chunk_ >= chunks.size() || need > chunks[chunk_]->size()) {
+  if (chunks.empty() || chunk_used_ + need > chunks.back()->size()) {
     TS_ASSIGN_OR_RETURN(auto b, device_.make_buffer(std::max(kParamsChunk, need), true));
-    chunks.insert(chunks.begin() + std::ptrdiff_t(chunk_), std::move(b));
+    chunks.push_back(std::move(b));
     chunk_used_ = 0;
   }
-  VulkanBuffer& b = *chunks[chunk_];
+  VulkanBuffer& b = *chunks.back();
   std::memcpy(static_cast<char*>(b.host_ptr()) + chunk_used_, data, bytes);
   const uint64_t addr = b.address() + chunk_used_;
   chunk_used_ += need;
@@ -125,14 +121,14 @@ Status Recorder::dispatch_at(const std::string& kernel, const std::vector<uint32
   TS_ASSIGN_OR_RETURN(VkPipeline p, device_.pipeline(kernel, spec));
   const DeviceApi& api = device_.ctx_->api;
   barrier_if_needed(reads, writes);
-  const bool timed = device_.queries_ != VK_NULL_HANDLE;
-  if (timed) api.vkCmdWriteTimestamp(cmd_, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, device_.queries_, 2 * n_dispatch_);
+  const VkQueryPool queries = exe_.queries_;
+  if (queries) api.vkCmdWriteTimestamp(cmd_, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, queries, 2 * n_dispatch_);
   api.vkCmdBindPipeline(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, p);
   api.vkCmdPushConstants(cmd_, device_.layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(params_addr), &params_addr);
   api.vkCmdDispatch(cmd_, groups[0], groups[1], groups[2]);
-  if (timed) api.vkCmdWriteTimestamp(cmd_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, device_.queries_, 2 * n_dispatch_ + 1);
-  kernels_.push_back(kernel);
-  ops_.push_back(current_op);
+  if (queries) api.vkCmdWriteTimestamp(cmd_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries, 2 * n_dispatch_ + 1);
+  exe_.kernels_.push_back(kernel);
+  exe_.ops_.push_back(current_op);
   ++n_dispatch_;
   return OkStatus();
 }
@@ -148,9 +144,19 @@ bool VulkanDevice::supports(OpKind op, DType act, DType weight) const {
       return weight == DType::kF32 || weight == DType::kF16 || weight == DType::kBF16 || weight == DType::kFP8_E4M3 ||
              weight == DType::kINT8_PC;
     case OpKind::kCast: return weight == DType::kF32 || weight == DType::kF16 || weight == DType::kBF16;
+    case OpKind::kRmsNorm:
+    case OpKind::kRope:
+    case OpKind::kGlu:
+    case OpKind::kAdd:
+    case OpKind::kMul:
+    case OpKind::kScale:
+    case OpKind::kSoftmax:
+    case OpKind::kTopkRoute:
+    case OpKind::kCopy:
+    case OpKind::kView: return true;
     case OpKind::kCount: return false;
-    default: return true;
   }
+  return false;  // NOTE: no default above, so a new OpKind is a compiler warning (an error in CI)
 }
 
 namespace {
@@ -177,76 +183,86 @@ Status record_node(Recorder& rec, const Graph& g, const Node& n) {
   return Unimplemented(std::string("vulkan: op ") + op_name(n.op));
 }
 
-// Every tensor a node touches must live in this device's memory.
-Status check_buffers(const Device& device, const Graph& g) {
-  for (const Value& v : g.values()) {
-    const Buffer* b = v.tensor.buffer.get();
-    if (v.kind == Value::Kind::kExternal && (!b || b->device() != &device))
-      return InvalidArgument(device.info().id + ": input '" + v.tensor.name + "' " + v.tensor.shape_string() +
-                             " is not in this device's memory");
-  }
-  return OkStatus();
-}
 }  // namespace
 
-Status VulkanDevice::compute(Graph& graph) {
-  TS_RETURN_IF_ERROR(check_supported(*this, graph));
-  TS_RETURN_IF_ERROR(check_buffers(*this, graph));
-  TS_RETURN_IF_ERROR(arena_.prepare(*this, graph));
+VulkanExecutable::~VulkanExecutable() {
+  const DeviceApi& api = device_.ctx_->api;
+  (void)device_.wait(Event{last_});  // the command buffer and params must outlive its last run
+  if (device_.last_exe_ == this) device_.last_exe_ = nullptr;
+  api.vkFreeCommandBuffers(device_.ctx_->device, device_.pool_, 1, &cmd_);
+  if (queries_) api.vkDestroyQueryPool(device_.ctx_->device, queries_, nullptr);
+}
+
+Result<ExecutablePtr> VulkanDevice::prepare(Graph& graph) {
   const DeviceApi& api = ctx_->api;
+  VkCommandBufferAllocateInfo cai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+  cai.commandPool = pool_;
+  cai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  cai.commandBufferCount = 1;
+  VkCommandBuffer cmd = VK_NULL_HANDLE;
+  TS_VK_RETURN_IF_ERROR(api.vkAllocateCommandBuffers(ctx_->device, &cai, &cmd), "vkAllocateCommandBuffers");
+  auto exe = std::make_unique<VulkanExecutable>(*this, cmd);
+  for (const Value& v : graph.values())
+    if (v.tensor.buffer && std::find(exe->buffers_.begin(), exe->buffers_.end(), v.tensor.buffer) == exe->buffers_.end())
+      exe->buffers_.push_back(v.tensor.buffer);
   const uint32_t max_dispatches = uint32_t(graph.nodes().size()) * 2 + 2;
-  if (caps_.timestamp_bits > 0 && max_dispatches * 2 > query_capacity_) {
-    if (queries_) api.vkDestroyQueryPool(ctx_->device, queries_, nullptr);
-    queries_ = VK_NULL_HANDLE;
+  if (caps_.timestamp_bits > 0) {
     VkQueryPoolCreateInfo qci{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
     qci.queryType = VK_QUERY_TYPE_TIMESTAMP;
-    qci.queryCount = std::max<uint32_t>(64, max_dispatches * 2);
-    TS_VK_RETURN_IF_ERROR(api.vkCreateQueryPool(ctx_->device, &qci, nullptr, &queries_), "vkCreateQueryPool");
-    query_capacity_ = qci.queryCount;
+    qci.queryCount = max_dispatches * 2;
+    TS_VK_RETURN_IF_ERROR(api.vkCreateQueryPool(ctx_->device, &qci, nullptr, &exe->queries_), "vkCreateQueryPool");
   }
-  TS_VK_RETURN_IF_ERROR(api.vkResetCommandBuffer(cmd_, 0), "vkResetCommandBuffer");
   VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-  bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-  TS_VK_RETURN_IF_ERROR(api.vkBeginCommandBuffer(cmd_, &bi), "vkBeginCommandBuffer");
-  if (queries_) api.vkCmdResetQueryPool(cmd_, queries_, 0, query_capacity_);
-  // Staging copies and earlier graphs (other submissions) before this graph's first dispatch.
-  memory_barrier(api, cmd_, VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                 VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_SHADER_WRITE_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                 VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
-  Recorder rec(*this, cmd_, max_dispatches);
+  TS_VK_RETURN_IF_ERROR(api.vkBeginCommandBuffer(cmd, &bi), "vkBeginCommandBuffer");
+  if (exe->queries_) api.vkCmdResetQueryPool(cmd, exe->queries_, 0, max_dispatches * 2);
+  // Copies and earlier graphs (other submissions) before this graph's first dispatch.
+  memory_barrier(api, cmd, VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_HOST_BIT,
+                 VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_HOST_WRITE_BIT,
+                 VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+  Recorder rec(*this, *exe, max_dispatches);
   Status recorded = OkStatus();
   for (const Node& n : graph.nodes()) {
     recorded = record_node(rec, graph, n);
     if (!recorded.ok()) break;
   }
   // The results (outputs, the KV cache) before the host reads mapped memory or copies them out.
-  memory_barrier(api, cmd_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
+  memory_barrier(api, cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
                  VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                  VK_ACCESS_HOST_READ_BIT | VK_ACCESS_TRANSFER_READ_BIT);
-  TS_VK_RETURN_IF_ERROR(api.vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
+  TS_VK_RETURN_IF_ERROR(api.vkEndCommandBuffer(cmd), "vkEndCommandBuffer");
   TS_RETURN_IF_ERROR(recorded);  // nothing was submitted: external tensors are untouched
-  VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
-  si.commandBufferCount = 1;
-  si.pCommandBuffers = &cmd_;
-  TS_VK_RETURN_IF_ERROR(api.vkResetFences(ctx_->device, 1, &fence_), "vkResetFences");
-  TS_VK_RETURN_IF_ERROR(api.vkQueueSubmit(queue_, 1, &si, fence_), "vkQueueSubmit");
-  TS_VK_RETURN_IF_ERROR(api.vkWaitForFences(ctx_->device, 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
+  ++recordings_;
+  return ExecutablePtr(std::move(exe));
+}
+
+Result<Event> VulkanDevice::submit(Executable& executable) {
+  auto& exe = static_cast<VulkanExecutable&>(executable);
+  // A command buffer is not resubmitted while it is pending (it is recorded for reuse, not for
+  // simultaneous use): its previous run must have finished.
+  if (exe.last_ > completed_) TS_RETURN_IF_ERROR(wait(Event{exe.last_}));
+  TS_ASSIGN_OR_RETURN(exe.last_, queue_submit(exe.cmd_));
+  exe.timings_read_ = false;
+  last_exe_ = &exe;
+  return Event{exe.last_};
+}
+
+Status VulkanDevice::read_timings(const VulkanExecutable& exe) {
+  if (exe.timings_read_ || exe.last_ > completed_) return OkStatus();
+  exe.timings_read_ = true;
   timings_.clear();
-  if (queries_ && rec.dispatches() > 0) {
-    std::vector<uint64_t> ts(size_t(rec.dispatches()) * 2);
-    TS_VK_RETURN_IF_ERROR(api.vkGetQueryPoolResults(ctx_->device, queries_, 0, uint32_t(ts.size()), ts.size() * 8,
-                                                    ts.data(), 8, VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
-                          "vkGetQueryPoolResults");
-    for (uint32_t i = 0; i < rec.dispatches(); ++i)
-      timings_.push_back({rec.kernels()[i], rec.ops()[i],
-                          double(ts[2 * i + 1] - ts[2 * i]) * caps_.timestamp_period_ns * 1e-3});
-  }
-  return check_validation();
+  if (!exe.queries_ || exe.kernels_.empty()) return OkStatus();
+  std::vector<uint64_t> ts(exe.kernels_.size() * 2);
+  TS_VK_RETURN_IF_ERROR(ctx_->api.vkGetQueryPoolResults(ctx_->device, exe.queries_, 0, uint32_t(ts.size()), ts.size() * 8,
+                                                        ts.data(), 8, VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
+                        "vkGetQueryPoolResults");
+  for (size_t i = 0; i < exe.kernels_.size(); ++i)
+    timings_.push_back({exe.kernels_[i], exe.ops_[i], double(ts[2 * i + 1] - ts[2 * i]) * caps_.timestamp_period_ns * 1e-3});
+  return OkStatus();
 }
 
 Result<double> VulkanDevice::time_compute(Graph& graph) {
   if (caps_.timestamp_bits == 0) return Unimplemented(info_.id + ": the compute queue has no timestamp queries");
-  // compute() waits for its command buffer, so the timings of every dispatch are complete here.
+  // compute() waits for the executable, which fills timings_ with every dispatch's time.
   TS_RETURN_IF_ERROR(compute(graph));
   double us = 0.0;
   for (const DispatchTiming& t : timings_) us += t.microseconds;

@@ -1,4 +1,4 @@
-// Records one graph into one command buffer: params structs into the params ring, a pipeline
+// Records one graph into one command buffer: params structs into the executable's params memory, a pipeline
 // barrier only where a dispatch touches memory an earlier, unbarriered dispatch wrote (or writes
 // what one read), and timestamp queries around every dispatch.
 #pragma once
@@ -19,9 +19,30 @@ struct Span {
 // The bytes |t| can touch (from its strides).
 Span span_of(const Tensor& t);
 
+// A recorded graph: its command buffer (replayed by every submit), the params it reads, the
+// timestamp queries around its dispatches and the buffers it addresses (kept alive with it).
+class VulkanExecutable final : public Executable {
+ public:
+  VulkanExecutable(VulkanDevice& device, VkCommandBuffer cmd) : device_(device), cmd_(cmd) {}
+  ~VulkanExecutable() override;
+
+ private:
+  friend class VulkanDevice;
+  friend class Recorder;
+  VulkanDevice& device_;
+  VkCommandBuffer cmd_;
+  VkQueryPool queries_ = VK_NULL_HANDLE;
+  std::vector<std::shared_ptr<VulkanBuffer>> params_;  // params chunks, written once when recorded
+  std::vector<BufferPtr> buffers_;                     // every buffer the graph addresses
+  std::vector<std::string> kernels_;                   // per dispatch, for timings
+  std::vector<OpKind> ops_;
+  uint64_t last_ = 0;                                  // the event of its latest submission
+  mutable bool timings_read_ = false;  // timings_ already holds this run's times
+};
+
 class Recorder {
  public:
-  Recorder(VulkanDevice& device, VkCommandBuffer cmd, uint32_t max_dispatches);
+  Recorder(VulkanDevice& device, VulkanExecutable& exe, uint32_t max_dispatches);
 
   // Appends a dispatch of |kernel| (specialised by |spec|: constant_id 0, 1, ...) over |groups|
   // workgroups, with |params| in the params ring.
@@ -37,8 +58,6 @@ class Recorder {
   OpKind current_op = OpKind::kCount;  // for timings
   const Capabilities& caps() const { return device_.caps_; }
   uint32_t dispatches() const { return n_dispatch_; }
-  const std::vector<std::string>& kernels() const { return kernels_; }
-  const std::vector<OpKind>& ops() const { return ops_; }
 
  private:
   Status dispatch_at(const std::string& kernel, const std::vector<uint32_t>& spec, uint64_t params_addr,
@@ -46,13 +65,12 @@ class Recorder {
   void barrier_if_needed(const std::vector<Span>& reads, const std::vector<Span>& writes);
 
   VulkanDevice& device_;
+  VulkanExecutable& exe_;
   VkCommandBuffer cmd_;
   uint32_t max_dispatches_;
   uint32_t n_dispatch_ = 0;
-  size_t chunk_ = 0, chunk_used_ = 0;
+  size_t chunk_used_ = 0;  // bytes used of the last params chunk
   std::vector<Span> pending_writes_, pending_reads_;
-  std::vector<std::string> kernels_;
-  std::vector<OpKind> ops_;
 };
 
 // Device address and row description of a tensor bound to a VulkanBuffer.

@@ -47,13 +47,6 @@ int64_t KvCache::bytes() const {
 
 namespace tessera {
 
-Tensor KvCache::block_view(const Tensor& t, BlockId b) const {
-  Tensor v = Tensor::make(cfg_.dtype, {1, cfg_.block_size, cfg_.n_kv_heads, cfg_.head_dim});
-  v.buffer = t.buffer;
-  v.offset = t.offset + size_t(b) * size_t(v.nbytes());
-  return v;
-}
-
 int64_t KvCache::block_bytes() const {
   return Tensor::make(cfg_.dtype, {1, cfg_.block_size, cfg_.n_kv_heads, cfg_.head_dim}).nbytes();
 }
@@ -70,49 +63,68 @@ Status KvCache::check_slot(const char* what, int32_t slot) const {
                          std::to_string(swap_slots_) + ")");
 }
 
-Status KvCache::copy_block(BlockId src, BlockId dst) {
-  TS_RETURN_IF_ERROR(check_block("copy_block source", src));
-  TS_RETURN_IF_ERROR(check_block("copy_block destination", dst));
+Status KvCache::copy_blocks(std::span<const std::pair<BlockId, BlockId>> pairs) {
+  if (pairs.empty()) return OkStatus();
   const size_t bytes = size_t(block_bytes());
-  std::vector<char> host(bytes);
-  for (const auto* vec : {&k_, &v_}) {
-    for (const Tensor& t : *vec) {
-      TS_RETURN_IF_ERROR(device_.download(block_view(t, src), host.data(), bytes));
-      TS_RETURN_IF_ERROR(device_.upload(block_view(t, dst), host.data(), bytes));
+  std::vector<CopyRegion> regions;
+  regions.reserve(pairs.size() * 2 * k_.size());
+  for (const auto& [src, dst] : pairs) {
+    TS_RETURN_IF_ERROR(check_block("copy source", src));
+    TS_RETURN_IF_ERROR(check_block("copy destination", dst));
+    for (const auto* vec : {&k_, &v_})
+      for (const Tensor& t : *vec)
+        regions.push_back({t.buffer.get(), t.offset + size_t(src) * bytes, t.buffer.get(), t.offset + size_t(dst) * bytes, bytes});
+  }
+  return device_.copy(regions).status();
+}
+
+Status KvCache::reserve_swap(int32_t n_slots) {
+  swap_.reset();
+  swap_slots_ = 0;
+  if (n_slots <= 0) return OkStatus();
+  const size_t bytes = size_t(n_slots) * 2 * size_t(cfg_.n_layers) * size_t(block_bytes());
+  auto buf = device_.alloc(bytes, MemoryKind::kHostPinned);
+  if (!buf.ok())
+    return Status(buf.status().code(), "kv cache: swap space of " + std::to_string(n_slots) + " blocks (" +
+                                           std::to_string(bytes) + " bytes): " + buf.status().message());
+  swap_ = *buf;
+  swap_slots_ = n_slots;
+  return OkStatus();
+}
+
+void KvCache::add_swap_regions(BlockId b, int32_t slot, bool to_host, std::vector<CopyRegion>* out) const {
+  const size_t bytes = size_t(block_bytes());
+  size_t host = size_t(slot) * 2 * size_t(cfg_.n_layers) * bytes;
+  for (int l = 0; l < cfg_.n_layers; ++l) {
+    for (const Tensor* t : {&k_[size_t(l)], &v_[size_t(l)]}) {
+      const size_t dev = t->offset + size_t(b) * bytes;
+      if (to_host) out->push_back({t->buffer.get(), dev, swap_.get(), host, bytes});
+      else out->push_back({swap_.get(), host, t->buffer.get(), dev, bytes});
+      host += bytes;
     }
   }
-  return OkStatus();
 }
 
-void KvCache::reserve_swap(int32_t n_slots) {
-  swap_slots_ = std::max(n_slots, 0);
-  host_.assign(size_t(swap_slots_) * 2 * size_t(cfg_.n_layers) * size_t(block_bytes()), 0);
-}
-
-Status KvCache::swap_out(BlockId src, int32_t slot) {
-  TS_RETURN_IF_ERROR(check_block("swap_out", src));
-  TS_RETURN_IF_ERROR(check_slot("swap_out", slot));
-  const size_t bytes = size_t(block_bytes());
-  char* dst = host_.data() + size_t(slot) * 2 * size_t(cfg_.n_layers) * bytes;
-  for (int l = 0; l < cfg_.n_layers; ++l) {
-    TS_RETURN_IF_ERROR(device_.download(block_view(k_[size_t(l)], src), dst, bytes));
-    TS_RETURN_IF_ERROR(device_.download(block_view(v_[size_t(l)], src), dst + bytes, bytes));
-    dst += 2 * bytes;
+Status KvCache::swap_out(std::span<const std::pair<BlockId, int32_t>> pairs) {
+  if (pairs.empty()) return OkStatus();
+  std::vector<CopyRegion> regions;
+  for (const auto& [block, slot] : pairs) {
+    TS_RETURN_IF_ERROR(check_block("swap_out", block));
+    TS_RETURN_IF_ERROR(check_slot("swap_out", slot));
+    add_swap_regions(block, slot, true, &regions);
   }
-  return OkStatus();
+  return device_.copy(regions).status();
 }
 
-Status KvCache::swap_in(int32_t slot, BlockId dst) {
-  TS_RETURN_IF_ERROR(check_slot("swap_in", slot));
-  TS_RETURN_IF_ERROR(check_block("swap_in", dst));
-  const size_t bytes = size_t(block_bytes());
-  const char* src = host_.data() + size_t(slot) * 2 * size_t(cfg_.n_layers) * bytes;
-  for (int l = 0; l < cfg_.n_layers; ++l) {
-    TS_RETURN_IF_ERROR(device_.upload(block_view(k_[size_t(l)], dst), src, bytes));
-    TS_RETURN_IF_ERROR(device_.upload(block_view(v_[size_t(l)], dst), src + bytes, bytes));
-    src += 2 * bytes;
+Status KvCache::swap_in(std::span<const std::pair<int32_t, BlockId>> pairs) {
+  if (pairs.empty()) return OkStatus();
+  std::vector<CopyRegion> regions;
+  for (const auto& [slot, block] : pairs) {
+    TS_RETURN_IF_ERROR(check_slot("swap_in", slot));
+    TS_RETURN_IF_ERROR(check_block("swap_in", block));
+    add_swap_regions(block, slot, false, &regions);
   }
-  return OkStatus();
+  return device_.copy(regions).status();
 }
 
 }  // namespace tessera

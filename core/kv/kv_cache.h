@@ -1,6 +1,11 @@
 // KvCache: the device memory of the paged KV cache (per layer K and V tensors of shape
 // [n_blocks, block_size, n_kv_heads, head_dim]) and the BlockPool that hands out its blocks.
+// Block copies (copy-on-write of forks, swap-out to host slots, swap-in) are each one batched
+// Device::copy over every layer, queued on the device before the step that needs them: no host
+// round trip, no per-layer calls.
 #pragma once
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "core/device.h"
@@ -27,33 +32,35 @@ class KvCache {
   BlockPool& pool() { return pool_; }
   const BlockPool& pool() const { return pool_; }
   int64_t bytes() const;
-  // Copies the K/V of block |src| into block |dst| in every layer (copy-on-write of a shared
-  // partial block). Goes through host memory with the HAL's download/upload, so it works on
-  // every device; it is rare (once per fork) and one block small.
-  Status copy_block(BlockId src, BlockId dst);
+  // Copies the K/V of each (src, dst) block pair in every layer (copy-on-write of shared partial
+  // blocks). Destinations must be distinct and no source may be another pair's destination.
+  Status copy_blocks(std::span<const std::pair<BlockId, BlockId>> pairs);
 
   // Host memory for swapped-out blocks (swap preemption): |n_slots| slots, each holding one
-  // block of every layer's K and V. Replaces any earlier reservation (and its contents).
-  void reserve_swap(int32_t n_slots);
+  // block of every layer's K and V, in host-pinned memory of the device. Replaces any earlier
+  // reservation (and its contents).
+  Status reserve_swap(int32_t n_slots);
   int32_t swap_slots() const { return swap_slots_; }
-  int64_t swap_bytes() const { return int64_t(host_.size()); }
-  // Copies block |src| of every layer into host slot |slot| (device -> host), and back.
-  Status swap_out(BlockId src, int32_t slot);
-  Status swap_in(int32_t slot, BlockId dst);
+  int64_t swap_bytes() const { return swap_ ? int64_t(swap_->size()) : 0; }
+  // Copies each (block, host slot) pair's block of every layer into the slot, and back with
+  // (host slot, block) pairs.
+  Status swap_out(std::span<const std::pair<BlockId, int32_t>> pairs);
+  Status swap_in(std::span<const std::pair<int32_t, BlockId>> pairs);
 
  private:
   Status check_block(const char* what, BlockId b) const;
   Status check_slot(const char* what, int32_t slot) const;
-  // One block of |t| as a [1, block_size, kv_heads, head_dim] view.
-  Tensor block_view(const Tensor& t, BlockId b) const;
   int64_t block_bytes() const;
+  // Appends the regions copying block |b| of every layer's K and V to (or from, when
+  // |to_host| is false) host slot |slot|.
+  void add_swap_regions(BlockId b, int32_t slot, bool to_host, std::vector<CopyRegion>* out) const;
   KvCache(Device& device, const KvCacheConfig& cfg) : device_(device), cfg_(cfg), pool_(cfg.n_blocks) {}
   Device& device_;
   KvCacheConfig cfg_;
   std::vector<Tensor> k_, v_;
   BlockPool pool_;
   int32_t swap_slots_ = 0;
-  std::vector<char> host_;  // [swap_slots][layer][k, v][block bytes]
+  BufferPtr swap_;  // [swap_slots][layer][k, v][block bytes], MemoryKind::kHostPinned
 };
 
 }  // namespace tessera

@@ -44,17 +44,21 @@ void rope_cos_sin(const RopeParams& p, int64_t pos, int i0, float freq_factor, d
 class ReferenceDevice final : public Device {
  public:
   ReferenceDevice();
+  ~ReferenceDevice() override;
   const DeviceInfo& info() const override { return info_; }
-  Result<BufferPtr> alloc(size_t bytes) override;
+  Result<BufferPtr> alloc(size_t bytes, MemoryKind kind = MemoryKind::kDevice) override;
+  MemoryInfo memory() const override { return {}; }
   Status upload(const Tensor& dst, const void* src, size_t bytes) override;
   Status download(const Tensor& src, void* dst, size_t bytes) override;
+  Result<Event> copy(std::span<const CopyRegion> regions) override;
   bool supports(OpKind op, DType act, DType weight) const override;
-  Status compute(Graph& graph) override;
+  Result<ExecutablePtr> prepare(Graph& graph) override;
+  Result<Event> submit(Executable& exe) override;
+  Status wait(Event) override { return OkStatus(); }
   Status synchronize() override { return OkStatus(); }
 
  private:
   DeviceInfo info_;
-  GraphArena arena_;
 };
 
 }  // namespace tessera::ref

@@ -34,7 +34,9 @@ ReferenceDevice::ReferenceDevice() {
   info_.threads = 1;
 }
 
-Result<BufferPtr> ReferenceDevice::alloc(size_t bytes) {
+ReferenceDevice::~ReferenceDevice() { release_executor(); }
+
+Result<BufferPtr> ReferenceDevice::alloc(size_t bytes, MemoryKind) {
   auto b = HostBuffer::create(this, bytes);
   if (!b) return ResourceExhausted("reference: cannot allocate " + std::to_string(bytes) + " bytes");
   return BufferPtr(b);
@@ -54,10 +56,25 @@ Status ReferenceDevice::download(const Tensor& src, void* dst, size_t bytes) {
 
 bool ReferenceDevice::supports(OpKind, DType, DType) const { return true; }
 
-Status ReferenceDevice::compute(Graph& graph) {
-  TS_RETURN_IF_ERROR(arena_.prepare(*this, graph));
+Result<Event> ReferenceDevice::copy(std::span<const CopyRegion> regions) {
+  TS_RETURN_IF_ERROR(check_copy_regions(*this, regions));
+  copy_host_regions(regions);
+  return Event{};
+}
+
+namespace {
+struct ReferenceExecutable final : Executable {
+  explicit ReferenceExecutable(const Graph& g) : graph(g) {}
+  Graph graph;
+};
+}  // namespace
+
+Result<ExecutablePtr> ReferenceDevice::prepare(Graph& graph) { return ExecutablePtr(new ReferenceExecutable(graph)); }
+
+Result<Event> ReferenceDevice::submit(Executable& exe) {
+  const Graph& graph = static_cast<ReferenceExecutable&>(exe).graph;
   for (const Node& n : graph.nodes()) TS_RETURN_IF_ERROR(run_node(graph, n));
-  return OkStatus();
+  return Event{};
 }
 
 }  // namespace tessera::ref

@@ -45,13 +45,16 @@ Engine::Engine(ModelRunner& model, KvCache& kv, TextCodec codec, EngineConfig cf
         if (s.cost_prior.c0_ms <= 0) s.cost_prior = model.cost_prior();
         return s;
       }(), kv.pool()) {
-  // Swap preemption needs host slots: reserve them in the cache (host memory, not device).
-  if (cfg.scheduler.swap && kv_.swap_slots() < cfg.scheduler.swap_blocks) kv_.reserve_swap(cfg.scheduler.swap_blocks);
+  // Swap preemption needs host slots: reserve them in the cache (host-pinned memory, not device).
+  // Without them every request is refused, naming why (validate()).
+  if (cfg.scheduler.swap && kv_.swap_slots() < cfg.scheduler.swap_blocks)
+    swap_status_ = kv_.reserve_swap(cfg.scheduler.swap_blocks);
 }
 
 Engine::~Engine() = default;
 
 Status Engine::validate(const GenerationRequest& req) const {
+  TS_RETURN_IF_ERROR(swap_status_);
   if (req.prompt.empty()) return InvalidArgument("the prompt is empty (at least one token is needed)");
   const int32_t ctx = model_.context_length();
   if (int32_t(req.prompt.size()) >= ctx)
@@ -99,11 +102,9 @@ Status Engine::submit_as(RequestId id, GenerationRequest req) {
 Status Engine::step() {
   const auto scheduled = scheduler_.plan(&plan_);
   // Swaps first, even in a step that schedules nothing: a swapped-out block may be reused at once.
-  Status swapped = OkStatus();
-  for (const auto& [block, slot] : plan_.swap_out)
-    if (swapped.ok()) swapped = kv_.swap_out(block, slot);
-  for (const auto& [slot, block] : plan_.swap_in)
-    if (swapped.ok()) swapped = kv_.swap_in(slot, block);
+  // Each list is one batched device copy, queued before the step's compute (stream order).
+  Status swapped = kv_.swap_out(plan_.swap_out);
+  if (swapped.ok()) swapped = kv_.swap_in(plan_.swap_in);
   if (scheduled.empty()) {
     // Work left but nothing could be scheduled: a lone sequence outgrew the whole KV pool. It
     // ends as if it reached its length limit (its text so far is kept).
@@ -116,13 +117,12 @@ Status Engine::step() {
   }
   std::vector<RequestId> ids;
   for (const auto& sc : scheduled) ids.push_back(sc.seq->id);
-  // NOTE: a failed swap (host copies; not expected) fails the step's requests like any error.
+  // NOTE: a failed swap (device copies; not expected) fails the step's requests like any error.
   // The step is timed from its copies to its last sample: what the decodes wait for.
   const auto t0 = Clock::now();
   const double cpu0 = cfg_.cost_cpu_threads > 0 ? process_cpu_ms() : 0.0;
   Status s = swapped;
-  for (const auto& [src, dst] : plan_.block_copies)
-    if (s.ok()) s = kv_.copy_block(src, dst);
+  if (s.ok()) s = kv_.copy_blocks(plan_.block_copies);
   if (s.ok()) s = model_.forward(plan_, kv_, &logits_);
   if (!s.ok()) {
     // A failed step fails the requests in it (the error names why), never silently.

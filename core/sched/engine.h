@@ -166,6 +166,7 @@ class Engine {
   uint64_t arrivals_ = 0;
   StepPlan plan_;
   std::vector<float> logits_;
+  Status swap_status_;  // reserving the swap space
 };
 
 }  // namespace tessera

@@ -17,10 +17,15 @@ class ScriptedClockDevice final : public Device {
  public:
   ScriptedClockDevice(std::vector<double> seconds, Status status) : seconds_(std::move(seconds)), status_(std::move(status)) {}
   const DeviceInfo& info() const override { return inner_.info(); }
-  Result<BufferPtr> alloc(size_t bytes) override { return inner_.alloc(bytes); }
+  Result<BufferPtr> alloc(size_t bytes, MemoryKind kind = MemoryKind::kDevice) override { return inner_.alloc(bytes, kind); }
+  MemoryInfo memory() const override { return inner_.memory(); }
   Status upload(const Tensor& dst, const void* src, size_t bytes) override { return inner_.upload(dst, src, bytes); }
   Status download(const Tensor& src, void* dst, size_t bytes) override { return inner_.download(src, dst, bytes); }
+  Result<Event> copy(std::span<const CopyRegion> regions) override { return inner_.copy(regions); }
   bool supports(OpKind op, DType act, DType weight) const override { return inner_.supports(op, act, weight); }
+  Result<ExecutablePtr> prepare(Graph& graph) override { return inner_.prepare(graph); }
+  Result<Event> submit(Executable& exe) override { return inner_.submit(exe); }
+  Status wait(Event event) override { return inner_.wait(event); }
   Status compute(Graph& graph) override {
     ++computes;
     return inner_.compute(graph);

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "backends/cpu/cpu_device.h"
+#include "core/exec/executor.h"
 #include "core/planner.h"
 #include "core/reference/reference.h"
 
@@ -50,14 +51,14 @@ TEST(Planner, ArenaAllocatesOncePerLargestShape) {
     ASSERT_TRUE(dev.compute(g).ok());
   };
   run(8);
-  EXPECT_EQ(dev.arena().allocations(), 1);
+  EXPECT_EQ(dev.executor().stats().arena_allocations, 1);
   for (int i = 0; i < 5; ++i) run(8);
   run(4);
-  EXPECT_EQ(dev.arena().allocations(), 1);
+  EXPECT_EQ(dev.executor().stats().arena_allocations, 1);
   run(64);
-  EXPECT_EQ(dev.arena().allocations(), 2);
+  EXPECT_EQ(dev.executor().stats().arena_allocations, 2);
   run(8);
-  EXPECT_EQ(dev.arena().allocations(), 2);
+  EXPECT_EQ(dev.executor().stats().arena_allocations, 2);
 }
 
 }  // namespace

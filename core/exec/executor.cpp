@@ -1,0 +1,218 @@
+#include "core/exec/executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <variant>
+
+namespace tessera {
+
+namespace {
+
+class KeyHasher {
+ public:
+  void mix(uint64_t x) { h_ = (h_ ^ x) * 1099511628211ull; }
+  void mix_float(float f) {
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    mix(bits);
+  }
+  void mix_tensor(const Tensor& t) {
+    mix(uint64_t(t.dtype));
+    mix(uint64_t(t.rank));
+    for (int i = 0; i < t.rank; ++i) {
+      mix(uint64_t(t.shape[size_t(i)]));
+      mix(uint64_t(t.stride[size_t(i)]));
+    }
+  }
+  // Field by field: hashing a params struct's bytes would hash its padding too.
+  void mix_params(const OpParams& p) {
+    mix(p.index());
+    std::visit(
+        [this](const auto& v) {
+          using P = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<P, RmsNormParams>) mix_float(v.eps);
+          if constexpr (std::is_same_v<P, ScaleParams> || std::is_same_v<P, SoftmaxParams>) mix_float(v.scale);
+          if constexpr (std::is_same_v<P, GluParams>) mix(uint64_t(v.kind));
+          if constexpr (std::is_same_v<P, CastParams>) mix(uint64_t(v.to));
+          if constexpr (std::is_same_v<P, RopeParams>) {
+            mix(uint64_t(v.n_dims));
+            mix(uint64_t(v.mode));
+            for (float f : {v.freq_base, v.freq_scale, v.ext_factor, v.attn_factor, v.beta_fast, v.beta_slow}) mix_float(f);
+            mix(uint64_t(v.n_ctx_orig));
+          }
+          if constexpr (std::is_same_v<P, AttentionParams>) {
+            mix_float(v.scale);
+            mix(uint64_t(v.sliding_window));
+            mix_float(v.softcap);
+          }
+          if constexpr (std::is_same_v<P, TopkRouteParams>) {
+            mix(uint64_t(v.k));
+            mix(uint64_t(v.scoring));
+            mix(uint64_t(v.renormalize));
+            mix(uint64_t(v.n_groups));
+            mix(uint64_t(v.topk_groups));
+            mix_float(v.weight_scale);
+          }
+          if constexpr (std::is_same_v<P, ViewParams>) mix(uint64_t(v.byte_offset));
+        },
+        p);
+  }
+  uint64_t value() const { return h_; }
+
+ private:
+  uint64_t h_ = 1469598103934665603ull;
+};
+
+// Whether |device| computes on host memory, so any host-addressable buffer is its to read.
+bool computes_on_host(const Device& device) {
+  return device.info().kind == DeviceKind::kCpu || device.info().kind == DeviceKind::kReference;
+}
+
+}  // namespace
+
+// Params that grow a field must grow the hash too: this fails to compile when one is added.
+static_assert(std::variant_size_v<OpParams> == 10, "graph_key: hash the new op params");
+
+uint64_t graph_key(const Graph& graph) {
+  KeyHasher h;
+  h.mix(graph.values().size());
+  for (const Value& v : graph.values()) {
+    h.mix(uint64_t(v.kind));
+    h.mix_tensor(v.tensor);
+    h.mix(uint64_t(v.is_output));
+    if (v.kind == Value::Kind::kExternal) {
+      h.mix(reinterpret_cast<uintptr_t>(v.tensor.buffer.get()));
+      h.mix(uint64_t(v.tensor.offset));
+    } else if (v.kind == Value::Kind::kView) {
+      h.mix(uint64_t(int64_t(v.view_base)));
+      h.mix(uint64_t(v.view_offset));
+    }
+  }
+  for (const Node& n : graph.nodes()) {
+    h.mix(uint64_t(n.op));
+    h.mix(n.inputs.size());
+    for (ValueId v : n.inputs) h.mix(uint64_t(int64_t(v)));
+    for (ValueId v : n.outputs) h.mix(uint64_t(int64_t(v)));
+    h.mix_params(n.params);
+  }
+  return h.value();
+}
+
+Status check_supported(const Device& device, const Graph& graph) {
+  TS_RETURN_IF_ERROR(graph.status());
+  for (const Node& n : graph.nodes()) {
+    if (n.op == OpKind::kView) continue;
+    const OpDTypes d = op_dtypes(graph, n);
+    if (!device.supports(n.op, d.act, d.weight))
+      return Unimplemented(device.info().id + ": " + op_name(n.op) + " with " + dtype_name(d.act) + " activations and " +
+                           dtype_name(d.weight) + " weights is not implemented");
+  }
+  return OkStatus();
+}
+
+Status check_copy_regions(const Device& device, std::span<const CopyRegion> regions) {
+  auto owned = [&](const Buffer* b) { return b && (b->device() == &device || (computes_on_host(device) && b->host_ptr())); };
+  for (size_t i = 0; i < regions.size(); ++i) {
+    const CopyRegion& r = regions[i];
+    const std::string where = device.info().id + ": copy region " + std::to_string(i) + " (src offset " +
+                              std::to_string(r.src_offset) + ", dst offset " + std::to_string(r.dst_offset) + ", " +
+                              std::to_string(r.bytes) + " bytes)";
+    if (!owned(r.src) || !owned(r.dst)) return InvalidArgument(where + ": a buffer is missing or not this device's");
+    if (r.src_offset > r.src->size() || r.bytes > r.src->size() - r.src_offset)
+      return InvalidArgument(where + ": past the end of the source buffer (" + std::to_string(r.src->size()) + " bytes)");
+    if (r.dst_offset > r.dst->size() || r.bytes > r.dst->size() - r.dst_offset)
+      return InvalidArgument(where + ": past the end of the destination buffer (" + std::to_string(r.dst->size()) +
+                             " bytes)");
+  }
+  return OkStatus();
+}
+
+Executor::Executor(Device& device, size_t capacity) : device_(device), capacity_(std::max<size_t>(capacity, 1)) {}
+
+// NOTE: no synchronize() here: the executor dies inside its device's destructor, where virtual
+// calls no longer reach the backend. Each executable waits for its own work when destroyed.
+Executor::~Executor() { cache_.clear(); }
+
+void Executor::clear() {
+  stats_.evicted += int64_t(cache_.size());
+  cache_.clear();
+  stats_.cached = 0;
+}
+
+Status Executor::validate(const Graph& graph) const {
+  TS_RETURN_IF_ERROR(check_supported(device_, graph));
+  for (const Value& v : graph.values()) {
+    if (v.kind != Value::Kind::kExternal) continue;
+    const Buffer* b = v.tensor.buffer.get();
+    if (!b || !(b->device() == &device_ || (computes_on_host(device_) && b->host_ptr())))
+      return InvalidArgument(device_.info().id + ": input '" + v.tensor.name + "' " + v.tensor.shape_string() +
+                             " is not in this device's memory");
+  }
+  return OkStatus();
+}
+
+Result<Event> Executor::submit(Graph& graph) {
+  TS_RETURN_IF_ERROR(graph.status());
+  const uint64_t key = graph_key(graph);
+  auto hit = std::find_if(cache_.begin(), cache_.end(), [key](const Entry& e) { return e.key == key; });
+  if (hit != cache_.end()) {
+    cache_.splice(cache_.begin(), cache_, hit);  // most recently used first
+    Entry& e = cache_.front();
+    bind_arena(graph, e.plan, arena_);
+    ++stats_.reused;
+    return submit_timed(*e.exe);
+  }
+  TS_RETURN_IF_ERROR(validate(graph));
+  MemoryPlan plan = plan_memory(graph);
+  if (!arena_ || int64_t(arena_->size()) < plan.arena_bytes) {
+    // Every cached executable addresses the old arena: drop them, then release the old arena
+    // before allocating its successor.
+    clear();
+    arena_.reset();
+    TS_ASSIGN_OR_RETURN(arena_, device_.alloc(size_t(std::max<int64_t>(plan.arena_bytes, 256))));
+    ++stats_.arena_allocations;
+    stats_.arena_bytes = int64_t(arena_->size());
+  }
+  bind_arena(graph, plan, arena_);
+  TS_ASSIGN_OR_RETURN(ExecutablePtr exe, device_.prepare(graph));
+  ++stats_.built;
+  if (cache_.size() >= capacity_) {
+    cache_.pop_back();
+    ++stats_.evicted;
+  }
+  cache_.push_front(Entry{key, std::move(plan), std::move(exe)});
+  stats_.cached = int64_t(cache_.size());
+  return submit_timed(*cache_.front().exe);
+}
+
+Result<Event> Executor::submit_timed(Executable& exe) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto e = device_.submit(exe);
+  stats_.device_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return e;
+}
+
+Status Executor::run(Graph& graph) {
+  TS_ASSIGN_OR_RETURN(const Event e, submit(graph));
+  const auto t0 = std::chrono::steady_clock::now();
+  const Status s = device_.wait(e);
+  stats_.device_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return s;
+}
+
+Device::Device() = default;
+Device::~Device() = default;
+
+void Device::release_executor() { executor_.reset(); }
+
+Executor& Device::executor() {
+  if (!executor_) executor_ = std::make_unique<Executor>(*this);
+  return *executor_;
+}
+
+Status Device::compute(Graph& graph) { return executor().run(graph); }
+
+}  // namespace tessera
