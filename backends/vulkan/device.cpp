@@ -190,6 +190,7 @@ VulkanDevice::~VulkanDevice() {
   const DeviceApi& api = ctx_->api;
   VkDevice dev = ctx_->device;
   if (api.vkDeviceWaitIdle) api.vkDeviceWaitIdle(dev);
+  closing_ = true;
   release_executor();  // its executables free command buffers from pool_
   in_flight_.clear();
   for (auto& [key, p] : pipelines_) api.vkDestroyPipeline(dev, p, nullptr);

@@ -175,6 +175,7 @@ class VulkanDevice final : public Device {
   size_t allocated_bytes_ = 0;                  // kDevice memory allocated and not yet freed (approximate)
   const VulkanExecutable* last_exe_ = nullptr;  // the latest submitted executable (for timings)
   int64_t recordings_ = 0;
+  bool closing_ = false;  // in the destructor: executables leave their command buffers to the pool
   std::vector<DispatchTiming> timings_;
 };
 

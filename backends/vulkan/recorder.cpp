@@ -189,7 +189,9 @@ VulkanExecutable::~VulkanExecutable() {
   const DeviceApi& api = device_.ctx_->api;
   (void)device_.wait(Event{last_});  // the command buffer and params must outlive its last run
   if (device_.last_exe_ == this) device_.last_exe_ = nullptr;
-  api.vkFreeCommandBuffers(device_.ctx_->device, device_.pool_, 1, &cmd_);
+  // NOTE: while the device closes, destroying its command pool frees every command buffer; a
+  // vkFreeCommandBuffers then (at process exit) crashed inside the validation layer.
+  if (!device_.closing_) api.vkFreeCommandBuffers(device_.ctx_->device, device_.pool_, 1, &cmd_);
   if (queries_) api.vkDestroyQueryPool(device_.ctx_->device, queries_, nullptr);
 }
 

@@ -11,6 +11,7 @@
 #include "core/sched/engine.h"
 #include "models/model.h"
 #include "models/scoring.h"
+#include "tests/model/steady_decode.h"
 
 namespace tessera {
 namespace {
@@ -60,6 +61,21 @@ TEST_F(SmolLM2, CompletesAFactGreedily) {
   ASSERT_TRUE(engine.submit(std::move(r)).ok());
   ASSERT_TRUE(engine.run_until_idle().ok());
   EXPECT_NE(text.find("Paris"), std::string::npos) << "completion: '" << text << "'";
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// HAL v2: a steady decode re-submits one cached executable per block-table bucket (contexts 20
+// to 60 cross the 32-token bucket edge once), at batch 1 and batch 8.
+TEST_F(SmolLM2, SteadyDecodeReusesOneExecutablePerBucket) {
+  for (int batch : {1, 8}) {
+    const auto steps = testing::check_steady_decode(*model_, batch, 20, 41);
+    ASSERT_FALSE(steps.empty());
+  }
 }
 
 }  // namespace

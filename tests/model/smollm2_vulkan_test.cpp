@@ -20,6 +20,7 @@
 
 #include "core/registry.h"
 #include "models/model.h"
+#include "tests/model/steady_decode.h"
 #include "tests/support/test_support.h"
 
 namespace tessera {
@@ -180,6 +181,24 @@ TEST(SmolLM2Vulkan, EightBitKvCachesMatchTheCpuBackend) {
     expect_vulkan_matches_cpu(model_path(),
                               {"The capital of France is", "Once upon a time, in a small village by the sea,"}, 12, kv);
   }
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// HAL v2 on Vulkan: a steady decode replays the command buffer recorded for its bucket; a new
+// one is recorded (Device::prepare, counted as built) only at the bucket edge (context 33).
+TEST(SmolLM2Vulkan, SteadyDecodeReplaysOneCommandBufferPerBucket) {
+  auto vk = Registry::global().find("vulkan");
+  if (!vk.ok()) TESSERA_SKIP_HARDWARE() << "no Vulkan device: " << vk.status().to_string();
+  if (!std::filesystem::exists(model_path())) TESSERA_SKIP_MISSING() << "SmolLM2 not found at " << model_path();
+  auto m = Model::load(model_path(), *vk);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const auto steps = testing::check_steady_decode(**m, 1, 20, 16);
+  ASSERT_FALSE(steps.empty());
 }
 
 }  // namespace
