@@ -14,32 +14,32 @@ std::string prometheus(ServerContext& ctx) {
   metric("tessera_requests_running", "gauge", "Sequences holding KV blocks.", s.running);
   metric("tessera_requests_waiting", "gauge", "Sequences queued for admission (queue depth).", s.waiting);
   metric("tessera_http_requests_in_flight", "gauge", "Generation requests admitted and not finished.", ctx.in_flight.load());
-  metric("tessera_kv_blocks_used", "gauge", "KV blocks owned by sequences.", s.kv.blocks_used);
-  metric("tessera_kv_blocks_cached", "gauge", "Free KV blocks still holding reusable prefixes.", s.kv.blocks_cached);
-  metric("tessera_kv_blocks_total", "gauge", "KV blocks in the pool.", s.kv_blocks_total);
-  metric("tessera_kv_slots_waste", "gauge", "Allocated KV slots holding no token.", double(s.kv.slots_waste));
-  metric("tessera_kv_slots_allocated", "gauge", "Allocated KV slots.", double(s.kv.slots_allocated));
-  metric("tessera_preemptions_total", "counter", "Sequences preempted for KV space.", double(s.preemptions));
-  metric("tessera_swap_out_total", "counter", "Preemptions that swapped KV blocks to host memory.", double(s.swap_outs));
-  metric("tessera_swap_in_total", "counter", "Swapped sequences brought back.", double(s.swap_ins));
-  metric("tessera_kv_blocks_swapped_out_total", "counter", "KV blocks copied to host memory.", double(s.blocks_swapped_out));
-  metric("tessera_kv_blocks_swapped_in_total", "counter", "KV blocks copied back from host memory.", double(s.blocks_swapped_in));
-  metric("tessera_steps_total", "counter", "Engine steps run.", double(s.steps));
-  metric("tessera_prompt_tokens_total", "counter", "Prompt tokens admitted.", double(s.prompt_tokens));
-  metric("tessera_prompt_tokens_cached_total", "counter", "Prompt tokens served from the prefix cache.", double(s.cached_tokens));
+  metric("tessera_kv_blocks_used", "gauge", "KV blocks owned by sequences.", s.kv_usage.blocks_used);
+  metric("tessera_kv_blocks_cached", "gauge", "Free KV blocks still holding reusable prefixes.", s.kv_usage.blocks_cached);
+  metric("tessera_kv_blocks_total", "gauge", "KV blocks in the pool.", s.kv_usage.blocks_total);
+  metric("tessera_kv_slots_waste", "gauge", "Allocated KV slots holding no token.", double(s.kv_usage.slots_waste));
+  metric("tessera_kv_slots_allocated", "gauge", "Allocated KV slots.", double(s.kv_usage.slots_allocated));
+  metric("tessera_preemptions_total", "counter", "Sequences preempted for KV space.", double(s.sched.preemptions));
+  metric("tessera_swap_out_total", "counter", "Preemptions that swapped KV blocks to host memory.", double(s.kv.swap_outs));
+  metric("tessera_swap_in_total", "counter", "Swapped sequences brought back.", double(s.kv.swap_ins));
+  metric("tessera_kv_blocks_swapped_out_total", "counter", "KV blocks copied to host memory.", double(s.kv.blocks_swapped_out));
+  metric("tessera_kv_blocks_swapped_in_total", "counter", "KV blocks copied back from host memory.", double(s.kv.blocks_swapped_in));
+  metric("tessera_steps_total", "counter", "Engine steps run.", double(s.sched.steps));
+  metric("tessera_prompt_tokens_total", "counter", "Prompt tokens admitted.", double(s.sched.admitted_tokens));
+  metric("tessera_prompt_tokens_cached_total", "counter", "Prompt tokens served from the prefix cache.", double(s.sched.cached_tokens));
   metric("tessera_prefix_cache_hit_rate", "gauge", "Cached over admitted prompt tokens.", s.prefix_hit_rate());
   metric("tessera_generation_tokens_total", "counter", "Tokens generated.", double(s.generated_tokens));
-  metric("tessera_step_tokens", "gauge", "Tokens in the latest engine step.", s.last_step_tokens);
-  metric("tessera_step_prefill_tokens", "gauge", "Prefill chunk tokens in the latest engine step.", s.last_prefill_tokens);
-  metric("tessera_step_seconds", "gauge", "Measured time of the latest engine step.", s.last_step_ms / 1e3);
-  metric("tessera_step_predicted_seconds", "gauge", "Step cost model's prediction for the latest step.", s.last_step_predicted_ms / 1e3);
-  metric("tessera_step_limit_seconds", "gauge", "Step time limit of the latest step's prefill chunks (0: none).", s.last_step_limit_ms / 1e3);
+  metric("tessera_step_tokens", "gauge", "Tokens in the latest engine step.", s.sched.step.last_step_tokens);
+  metric("tessera_step_prefill_tokens", "gauge", "Prefill chunk tokens in the latest engine step.", s.sched.step.last_prefill_tokens);
+  metric("tessera_step_seconds", "gauge", "Measured time of the latest engine step.", s.sched.step.last_step_ms / 1e3);
+  metric("tessera_step_predicted_seconds", "gauge", "Step cost model's prediction for the latest step.", s.sched.step.last_predicted_ms / 1e3);
+  metric("tessera_step_limit_seconds", "gauge", "Step time limit of the latest step's prefill chunks (0: none).", s.sched.step.last_limit_ms / 1e3);
   metric("tessera_prefill_chunks_cost_limited_total", "counter", "Prefill chunks the step cost limit cut below the token budget.",
-         double(s.cost_limited_chunks));
+         double(s.sched.step.cost_limited_chunks));
   o << "# HELP tessera_step_cost_seconds Fitted step cost coefficients (seconds per step, token, sampled row, query-key pair).\n"
        "# TYPE tessera_step_cost_seconds gauge\n";
-  const std::pair<const char*, double> terms[] = {{"step", s.step_cost.c0_ms}, {"token", s.step_cost.token_ms},
-                                                  {"logit", s.step_cost.logit_ms}, {"pair", s.step_cost.pair_ms}};
+  const std::pair<const char*, double> terms[] = {{"step", s.sched.step.cost.c0_ms}, {"token", s.sched.step.cost.token_ms},
+                                                  {"logit", s.sched.step.cost.logit_ms}, {"pair", s.sched.step.cost.pair_ms}};
   for (const auto& [term, ms] : terms) o << "tessera_step_cost_seconds{term=\"" << term << "\"} " << ms / 1e3 << "\n";
   std::lock_guard<std::mutex> lock(ctx.mu);
   o << "# HELP tessera_request_finished_total Finished choices by reason.\n# TYPE tessera_request_finished_total counter\n";

@@ -138,9 +138,10 @@ Status Engine::step() {
   const double wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   scheduler_.observe(cfg_.cost_cpu_threads > 0 ? (process_cpu_ms() - cpu0) / cfg_.cost_cpu_threads : wall_ms);
   if (cfg_.on_step) {
-    const SchedulerStats& ss = scheduler_.stats();
-    cfg_.on_step({ss.steps, int32_t(scheduled.size()), ss.last_step_tokens, ss.last_prefill_tokens, ss.last_limit_ms,
-                  ss.last_predicted_ms, ss.last_step_ms, wall_ms, ss.cost});
+    const SchedulerStats ss = scheduler_.stats();
+    const StepCostStats& c = ss.step;
+    cfg_.on_step({ss.steps, int32_t(scheduled.size()), c.last_step_tokens, c.last_prefill_tokens, c.last_limit_ms,
+                  c.last_predicted_ms, c.last_step_ms, wall_ms, c.cost});
   }
   return OkStatus();
 }
@@ -285,30 +286,13 @@ void Engine::cancel_all() {
 
 EngineStats Engine::stats() const {
   EngineStats st;
-  const SchedulerStats& ss = scheduler_.stats();
-  st.steps = ss.steps;
-  st.preemptions = ss.preemptions;
-  st.prompt_tokens = ss.admitted_tokens;
-  st.cached_tokens = ss.cached_tokens;
-  st.prefix_lookups = kv_.pool().stats().lookups;
-  st.prefix_hits = kv_.pool().stats().hits;
+  st.sched = scheduler_.stats();
+  st.kv = scheduler_.kv().stats();
+  st.kv_usage = scheduler_.kv().usage();
   st.generated_tokens = generated_tokens_;
   st.requests_finished = requests_finished_;
   st.running = int32_t(scheduler_.n_running());
   st.waiting = int32_t(scheduler_.n_waiting());
-  st.kv = scheduler_.kv_usage();
-  st.kv_blocks_total = kv_.config().n_blocks;
-  st.swap_outs = ss.swap_outs;
-  st.swap_ins = ss.swap_ins;
-  st.blocks_swapped_out = ss.blocks_swapped_out;
-  st.blocks_swapped_in = ss.blocks_swapped_in;
-  st.cost_limited_chunks = ss.cost_limited_chunks;
-  st.last_prefill_tokens = ss.last_prefill_tokens;
-  st.last_step_tokens = ss.last_step_tokens;
-  st.last_step_limit_ms = ss.last_limit_ms;
-  st.last_step_predicted_ms = ss.last_predicted_ms;
-  st.last_step_ms = ss.last_step_ms;
-  st.step_cost = ss.cost;
   return st;
 }
 

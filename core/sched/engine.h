@@ -58,33 +58,20 @@ struct GenerationRequest {
   TokenCallback on_token;
 };
 
-// Engine-wide counters and gauges (a snapshot).
+// Engine-wide counters and gauges (a snapshot): the scheduler's and the KV manager's own stats,
+// the KV occupancy, and the engine's counters.
 struct EngineStats {
-  int64_t steps = 0;
-  int64_t preemptions = 0;
-  int64_t prompt_tokens = 0;      // admitted (including re-admissions after preemption)
-  int64_t cached_tokens = 0;      // of which came from the prefix cache
-  int64_t prefix_lookups = 0;     // block lookups
-  int64_t prefix_hits = 0;
+  SchedulerStats sched;  // steps, preemptions, admitted and cached prompt tokens, step cost policy
+  KvManagerStats kv;     // prefix lookups and hits, copy-on-write, swaps
+  KvUsage kv_usage;
   int64_t generated_tokens = 0;
   int64_t requests_finished = 0;  // choices finished (each of a request's n counts)
   int32_t running = 0;            // sequences holding blocks
   int32_t waiting = 0;            // sequences queued for admission
-  KvUsage kv;
-  int32_t kv_blocks_total = 0;
-  int64_t swap_outs = 0;           // preemptions that swapped to host memory (of preemptions)
-  int64_t swap_ins = 0;
-  int64_t blocks_swapped_out = 0;
-  int64_t blocks_swapped_in = 0;
-  // Step cost policy (SchedulerConfig::itl_factor): the latest step and the fitted model.
-  int64_t cost_limited_chunks = 0;   // prefill chunks cut below the budget by the cost limit
-  int32_t last_prefill_tokens = 0;
-  int32_t last_step_tokens = 0;
-  double last_step_limit_ms = 0;     // 0: no limit (no decode was running)
-  double last_step_predicted_ms = 0;
-  double last_step_ms = 0;           // measured
-  StepCostCoefficients step_cost;
-  double prefix_hit_rate() const { return prompt_tokens ? double(cached_tokens) / double(prompt_tokens) : 0.0; }
+  // Cached over admitted prompt tokens (admissions include re-admissions after preemption).
+  double prefix_hit_rate() const {
+    return sched.admitted_tokens ? double(sched.cached_tokens) / double(sched.admitted_tokens) : 0.0;
+  }
 };
 
 // The tokenizer functions the engine needs, kept abstract (core never includes models/).

@@ -258,10 +258,10 @@ TEST(PrefixCache, ASecondRequestSharingAPrefixComputesOnlyItsSuffix) {
   EXPECT_EQ(h.out[a], expected(pa, 6));
   EXPECT_EQ(h.out[b], expected(pb, 6)) << "cached blocks must give the same output as computing them";
   const EngineStats st = h.engine->stats();
-  EXPECT_GT(st.prefix_hits, 0);
+  EXPECT_GT(st.kv.prefix_hits, 0);
   EXPECT_NEAR(st.prefix_hit_rate(), 100.0 / double(pa.size() + pb.size()), 1e-9);
-  EXPECT_EQ(st.kv.blocks_used, 0) << "finished requests own no blocks";
-  EXPECT_GT(st.kv.blocks_cached, 0) << "their full blocks stay cached";
+  EXPECT_EQ(st.kv_usage.blocks_used, 0) << "finished requests own no blocks";
+  EXPECT_GT(st.kv_usage.blocks_cached, 0) << "their full blocks stay cached";
 }
 
 TEST(PrefixCache, AnIdenticalPromptStillComputesItsLastToken) {
@@ -315,7 +315,7 @@ TEST(Fork, ParallelChoicesShareThePromptAndCopyOnWrite) {
     distinct.insert(out);
   }
   EXPECT_GT(distinct.size(), 1u) << "seeded choices sample differently";
-  EXPECT_GE(h.engine->scheduler().stats().cow_copies, 3);
+  EXPECT_GE(h.engine->scheduler().kv().stats().cow_copies, 3);
   EXPECT_EQ(h.kv->pool().n_free(), 128);
 }
 
@@ -334,7 +334,7 @@ TEST(Kv, SixtyFourConcurrentSequencesWasteUnderFourPercent) {
     ASSERT_TRUE(h.engine->step().ok());
     const EngineStats st = h.engine->stats();
     if (st.running == 64) {
-      worst = std::max(worst, double(st.kv.slots_waste) / double(st.kv.slots_allocated));
+      worst = std::max(worst, double(st.kv_usage.slots_waste) / double(st.kv_usage.slots_allocated));
       ++steps;
     }
   }
@@ -359,7 +359,7 @@ TEST(Engine, TinyPoolPreemptionCompletesEveryRequestExactlyAsAlone) {
       EXPECT_EQ(h.out[id], w) << "request " << id << " caching " << caching;
       EXPECT_EQ(h.finish[id], FinishReason::kLength);
     }
-    EXPECT_GT(h.engine->stats().preemptions, 0);
+    EXPECT_GT(h.engine->stats().sched.preemptions, 0);
     EXPECT_EQ(h.kv->pool().n_free(), 10);
   }
 }
@@ -385,12 +385,12 @@ TEST(Engine, SwapPreemptionCompletesEveryRequestExactlyAsAloneAndCountsTheSwaps)
         EXPECT_EQ(h.finish[id], FinishReason::kLength) << where;
       }
       const EngineStats st = h.engine->stats();
-      EXPECT_GT(st.swap_outs, 0) << where;
-      EXPECT_EQ(st.swap_ins, st.swap_outs) << "every swapped sequence came back " << where;
-      EXPECT_EQ(st.blocks_swapped_in, st.blocks_swapped_out) << where;
-      EXPECT_LE(st.swap_outs, st.preemptions) << where;
+      EXPECT_GT(st.kv.swap_outs, 0) << where;
+      EXPECT_EQ(st.kv.swap_ins, st.kv.swap_outs) << "every swapped sequence came back " << where;
+      EXPECT_EQ(st.kv.blocks_swapped_in, st.kv.blocks_swapped_out) << where;
+      EXPECT_LE(st.kv.swap_outs, st.sched.preemptions) << where;
       if (swap_blocks == 64) {
-        EXPECT_EQ(st.swap_outs, st.preemptions) << "with room, every preemption swaps " << where;
+        EXPECT_EQ(st.kv.swap_outs, st.sched.preemptions) << "with room, every preemption swaps " << where;
       }
       EXPECT_EQ(h.kv->pool().n_free(), 10) << where;
       EXPECT_EQ(h.kv->swap_slots(), swap_blocks);
@@ -473,7 +473,7 @@ TEST(EngineThread, ManyThreadsSubmitAndCancelConcurrently) {
   }
   for (RequestId id : to_cancel) EXPECT_EQ(fin[id], FinishReason::kCancelled);
   et.shutdown(/*drain=*/true);
-  EXPECT_EQ(et.stats().kv.blocks_used, 0);
+  EXPECT_EQ(et.stats().kv_usage.blocks_used, 0);
   EXPECT_EQ(et.submit(GenerationRequest{}).status().code(), StatusCode::kInvalidArgument);
   GenerationRequest late;
   late.prompt = {1, 2};
@@ -523,7 +523,7 @@ TEST(EngineThread, StatsShowAFinishedRequestOnceTheVersionAfterItsFinishIsPublis
     et.wait_stats_version(version, std::chrono::seconds(10));
     ASSERT_GE(et.stats_version(), version);
     const EngineStats st = et.stats();
-    EXPECT_EQ(st.kv.blocks_used, 0) << "request " << i;
+    EXPECT_EQ(st.kv_usage.blocks_used, 0) << "request " << i;
     EXPECT_EQ(st.running, 0) << "request " << i;
     EXPECT_EQ(st.generated_tokens, 5 * (i + 1)) << "request " << i;
   }

@@ -188,8 +188,8 @@ PolicyRun run_policy(const SchedulerConfig& cfg, int n_decodes, int32_t prompt_l
       if (x.seq == longp) {
         r.chunk.push_back(x.n_new);
         r.context.push_back(before);
-        r.predicted.push_back(sched.stats().last_predicted_ms);
-        r.limit.push_back(sched.stats().last_limit_ms);
+        r.predicted.push_back(sched.stats().step.last_predicted_ms);
+        r.limit.push_back(sched.stats().step.last_limit_ms);
       }
   }
   return r;

@@ -1,0 +1,205 @@
+#include "core/kv/kv_manager.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace tessera {
+
+KvManager::KvManager(const KvManagerConfig& cfg, BlockPool& pool) : cfg_(cfg), pool_(pool) {
+  // Slot 0 is handed out first.
+  for (int32_t h = cfg_.host_slots - 1; h >= 0; --h) host_free_.push_back(h);
+}
+
+std::span<const BlockId> KvManager::blocks(SeqId id) const {
+  auto it = tables_.find(id);
+  if (it == tables_.end()) return {};
+  return it->second.blocks;
+}
+
+bool KvManager::swapped(SeqId id) const {
+  auto it = tables_.find(id);
+  return it != tables_.end() && !it->second.host_slots.empty();
+}
+
+int32_t KvManager::match_prefix(SeqId id, std::span<const int32_t> tokens) {
+  Table& t = tables_[id];
+  assert(t.blocks.empty() && t.host_slots.empty());
+  t.n_computed = 0;
+  if (!cfg_.prefix_caching) return 0;
+  // The last token is always computed, so the step has logits to sample from.
+  const int32_t bs = cfg_.block_size;
+  const int32_t max_blocks = (int32_t(tokens.size()) - 1) / bs;
+  BlockHash parent = 0;
+  for (int32_t i = 0; i < max_blocks; ++i) {
+    const auto toks = tokens.subspan(size_t(i) * size_t(bs), size_t(bs));
+    const BlockHash h = hash_block(parent, toks);
+    auto b = pool_.lookup(h, parent, toks);
+    if (!b) break;
+    t.blocks.push_back(*b);
+    t.hashes.push_back(h);
+    parent = h;
+  }
+  t.n_computed = int32_t(t.blocks.size()) * bs;
+  return t.n_computed;
+}
+
+bool KvManager::copy_on_write(Table& t) {
+  // Only the block holding position n_computed can be shared and still written: full blocks are
+  // never written again, and blocks past it are this sequence's own fresh ones.
+  const size_t i = size_t(t.n_computed / cfg_.block_size);
+  if (t.n_computed % cfg_.block_size == 0 || i >= t.blocks.size() || pool_.refcount(t.blocks[i]) <= 1) return true;
+  auto fresh = pool_.allocate();
+  if (!fresh) return false;
+  pending_.copies.push_back({t.blocks[i], *fresh});
+  pool_.release(t.blocks[i]);
+  t.blocks[i] = *fresh;
+  ++stats_.cow_copies;
+  return true;
+}
+
+bool KvManager::grow(Table& t, int32_t n_tokens) {
+  if (!copy_on_write(t)) return false;
+  const size_t need = size_t((n_tokens + cfg_.block_size - 1) / cfg_.block_size);
+  while (t.blocks.size() < need) {
+    auto b = pool_.allocate();
+    if (!b) return false;
+    t.blocks.push_back(*b);
+  }
+  return true;
+}
+
+bool KvManager::allocate(SeqId id, int32_t n_computed, int32_t n_tokens) {
+  Table& t = tables_[id];
+  t.n_computed = n_computed;
+  return grow(t, n_tokens);
+}
+
+void KvManager::commit(SeqId id, std::span<const int32_t> tokens, int32_t n_computed) {
+  Table& t = tables_[id];
+  t.n_computed = n_computed;
+  if (!cfg_.prefix_caching) return;
+  const int32_t bs = cfg_.block_size;
+  for (size_t k = t.hashes.size(); int32_t(k + 1) * bs <= n_computed && k < t.blocks.size(); ++k) {
+    const BlockHash parent = k == 0 ? 0 : t.hashes[k - 1];
+    const auto toks = tokens.subspan(k * size_t(bs), size_t(bs));
+    const BlockHash h = hash_block(parent, toks);
+    pool_.register_full(t.blocks[k], h, parent, toks);
+    t.hashes.push_back(h);
+  }
+}
+
+void KvManager::fork(SeqId parent, SeqId child) {
+  assert(parent != child && !tables_.count(child));
+  const Table& p = tables_[parent];
+  Table c;
+  c.blocks = p.blocks;
+  c.hashes = p.hashes;
+  c.n_computed = p.n_computed;
+  for (BlockId b : c.blocks) pool_.retain(b);
+  tables_[child] = std::move(c);
+}
+
+void KvManager::release_blocks(Table& t) {
+  for (BlockId b : t.blocks) pool_.release(b);
+  t.blocks.clear();
+  t.hashes.clear();
+}
+
+void KvManager::free(SeqId id) {
+  auto it = tables_.find(id);
+  if (it == tables_.end()) return;
+  release_blocks(it->second);
+  for (int32_t h : it->second.host_slots) host_free_.push_back(h);
+  tables_.erase(it);
+}
+
+bool KvManager::swap_out(SeqId id, int32_t n_computed) {
+  auto it = tables_.find(id);
+  if (it == tables_.end()) return false;
+  Table& t = it->second;
+  // Only blocks holding computed tokens have content worth keeping.
+  const size_t n = size_t((n_computed + cfg_.block_size - 1) / cfg_.block_size);
+  if (n == 0 || host_free_.size() < n || t.blocks.size() < n) return false;
+  for (size_t i = 0; i < n; ++i) {
+    t.host_slots.push_back(host_free_.back());
+    host_free_.pop_back();
+    // A copy-on-write recorded this step into this block has not run yet (copies run after
+    // swaps): take the content from the copy's source, which the other sharer still holds.
+    BlockId from = t.blocks[i];
+    auto& copies = pending_.copies;
+    auto cow = std::find_if(copies.begin(), copies.end(), [&](const auto& c) { return c.second == from; });
+    if (cow != copies.end()) {
+      from = cow->first;
+      copies.erase(cow);
+    }
+    pending_.swap_out.push_back({from, t.host_slots.back()});
+  }
+  // The fresh blocks it gets back re-register their hashes at commit.
+  release_blocks(t);
+  t.n_computed = n_computed;
+  ++stats_.swap_outs;
+  stats_.blocks_swapped_out += int64_t(n);
+  return true;
+}
+
+bool KvManager::swap_in(SeqId id, int32_t n_computed, int32_t n_tokens) {
+  auto it = tables_.find(id);
+  if (it == tables_.end()) return false;
+  Table& t = it->second;
+  assert(t.blocks.empty());
+  t.n_computed = n_computed;
+  const size_t n = t.host_slots.size();
+  for (size_t i = 0; i < n; ++i) {
+    auto b = pool_.allocate();
+    if (!b) break;
+    t.blocks.push_back(*b);
+  }
+  if (t.blocks.size() < n || !grow(t, n_tokens)) {
+    release_blocks(t);  // all or nothing: wait for blocks
+    return false;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    pending_.swap_in.push_back({t.host_slots[i], t.blocks[i]});
+    host_free_.push_back(t.host_slots[i]);
+  }
+  t.host_slots.clear();
+  ++stats_.swap_ins;
+  stats_.blocks_swapped_in += int64_t(n);
+  return true;
+}
+
+KvTransfers KvManager::take_transfers() {
+  KvTransfers out = std::move(pending_);
+  pending_ = KvTransfers{};
+  return out;
+}
+
+KvUsage KvManager::usage() const {
+  KvUsage u;
+  u.blocks_total = pool_.n_blocks();
+  u.blocks_used = pool_.n_used();
+  u.blocks_cached = pool_.n_cached_free();
+  u.slots_allocated = int64_t(u.blocks_used) * cfg_.block_size;
+  // Slots holding a token: each sequence's computed tokens, counting a shared block once. Shared
+  // blocks (forks, prefix hits) are full except a fork's partial last block, so the sharers of a
+  // block beyond the first add nothing.
+  std::vector<int32_t> filled(size_t(pool_.n_blocks()), 0);
+  for (const auto& [id, t] : tables_)
+    for (size_t i = 0; i < t.blocks.size(); ++i) {
+      const int32_t in_block = std::clamp(t.n_computed - int32_t(i) * cfg_.block_size, 0, cfg_.block_size);
+      filled[size_t(t.blocks[i])] = std::max(filled[size_t(t.blocks[i])], in_block);
+    }
+  int64_t used = 0;
+  for (int32_t f : filled) used += f;
+  u.slots_waste = u.slots_allocated - used;
+  return u;
+}
+
+KvManagerStats KvManager::stats() const {
+  KvManagerStats s = stats_;
+  s.prefix_lookups = pool_.stats().lookups;
+  s.prefix_hits = pool_.stats().hits;
+  return s;
+}
+
+}  // namespace tessera
