@@ -69,6 +69,7 @@ class Model final : public ModelRunner {
   Status forward(const StepPlan& plan, KvCache& kv, std::vector<float>* logits) override;
   // From the weights' FLOPs and bytes and a nominal device speed (the engine refits it online).
   StepCostCoefficients cost_prior() const override;
+  ExecutorStats executor_stats() const override { return device_->executor().stats(); }
 
   // Expert statistics (MoE models; a no-op for dense ones). Off by default: when on, each step
   // keeps the router's expert ids ([T, k] i32 per layer) alive and downloads them after compute.

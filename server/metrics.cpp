@@ -24,6 +24,10 @@ std::string prometheus(ServerContext& ctx) {
   metric("tessera_swap_in_total", "counter", "Swapped sequences brought back.", double(s.kv.swap_ins));
   metric("tessera_kv_blocks_swapped_out_total", "counter", "KV blocks copied to host memory.", double(s.kv.blocks_swapped_out));
   metric("tessera_kv_blocks_swapped_in_total", "counter", "KV blocks copied back from host memory.", double(s.kv.blocks_swapped_in));
+  metric("tessera_executables_built_total", "counter",
+         "Step graphs prepared (validated, planned, recorded): a new shape bucket, or one evicted from the cache.",
+         double(s.exec.built));
+  metric("tessera_executables_reused_total", "counter", "Steps that re-submitted a cached executable.", double(s.exec.reused));
   metric("tessera_steps_total", "counter", "Engine steps run.", double(s.sched.steps));
   metric("tessera_prompt_tokens_total", "counter", "Prompt tokens admitted.", double(s.sched.admitted_tokens));
   metric("tessera_prompt_tokens_cached_total", "counter", "Prompt tokens served from the prefix cache.", double(s.sched.cached_tokens));

@@ -289,6 +289,7 @@ EngineStats Engine::stats() const {
   st.sched = scheduler_.stats();
   st.kv = scheduler_.kv().stats();
   st.kv_usage = scheduler_.kv().usage();
+  st.exec = model_.executor_stats();
   st.generated_tokens = generated_tokens_;
   st.requests_finished = requests_finished_;
   st.running = int32_t(scheduler_.n_running());

@@ -64,6 +64,7 @@ struct EngineStats {
   SchedulerStats sched;  // steps, preemptions, admitted and cached prompt tokens, step cost policy
   KvManagerStats kv;     // prefix lookups and hits, copy-on-write, swaps
   KvUsage kv_usage;
+  ExecutorStats exec;    // the model's executor: executables built (recorded) and reused
   int64_t generated_tokens = 0;
   int64_t requests_finished = 0;  // choices finished (each of a request's n counts)
   int32_t running = 0;            // sequences holding blocks

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/exec/executor.h"
 #include "core/sched/step_cost.h"
 #include "core/status.h"
 
@@ -45,6 +46,9 @@ class ModelRunner {
   // A guess at the cost of a step (from the model's dimensions and the device), the starting
   // point of the scheduler's fitted step cost model. All zero: unknown (generic defaults).
   virtual StepCostCoefficients cost_prior() const { return {}; }
+  // The counters of the executor that runs its steps (executables built and reused), or zeros.
+  // Called on the engine thread.
+  virtual ExecutorStats executor_stats() const { return {}; }
 };
 
 }  // namespace tessera

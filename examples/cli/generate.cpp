@@ -50,6 +50,9 @@ Result<std::string> generate(Model& model, KvCache& kv, const std::string& text,
     const double decode_tps = metrics.tpot_ms > 0 ? 1000.0 / metrics.tpot_ms : 0;
     std::fprintf(stderr, "stats: prompt %d tokens, TTFT %.1f ms (%.1f tok/s prefill); %d tokens generated, %.1f ms/token (%.1f tok/s decode)\n",
                  metrics.prompt_tokens, metrics.ttft_ms, prefill_tps, metrics.generated_tokens, metrics.tpot_ms, decode_tps);
+    const ExecutorStats es = engine.stats().exec;
+    std::fprintf(stderr, "stats: executables built %lld, reused %lld (one per step shape bucket; a steady decode reuses)\n",
+                 static_cast<long long>(es.built), static_cast<long long>(es.reused));
     if (model.config().is_moe()) std::fputs(expert_stats_table(model.expert_stats()).c_str(), stderr);
   }
   return out;

@@ -183,6 +183,13 @@ class Api(unittest.TestCase):
                      "tessera_preemptions_total", "tessera_time_to_first_token_seconds_count"):
             self.assertRegex(text, r"(?m)^" + name + r" [0-9.eE+-]+$")
         self.assertGreaterEqual(self.server.metric("tessera_generation_tokens_total"), 3)
+        # A request of 3 tokens decodes 2 steps of one shape: the second re-submits the
+        # executable the first built (HAL v2's executable cache).
+        built = self.server.metric("tessera_executables_built_total")
+        reused = self.server.metric("tessera_executables_reused_total")
+        self.assertGreaterEqual(built, 1)
+        self.assertGreaterEqual(reused, 1)
+        self.assertLessEqual(built + reused, self.server.metric("tessera_steps_total"))
 
 
 class Load(unittest.TestCase):
