@@ -7,6 +7,7 @@ find_package(nlohmann_json QUIET)   # nlohmann-json3-dev
 find_package(PkgConfig QUIET)
 if(PkgConfig_FOUND)
   pkg_check_modules(HTTPLIB QUIET IMPORTED_TARGET cpp-httplib)
+  pkg_check_modules(ZMQ QUIET IMPORTED_TARGET libzmq)  # libzmq3-dev: the server's KV events (optional)
 endif()
 
 # --- Vulkan ---------------------------------------------------------------

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <deque>
 #include <memory>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "server/errors.h"
@@ -29,6 +30,8 @@ struct ChoiceState {
   bool started = false;
   FinishReason finish = FinishReason::kNone;
   std::string error;
+  std::chrono::steady_clock::time_point last_token;  // for the inter-token gaps
+  std::vector<double> itl_s;  // gaps between its tokens, moved into the histogram when it finishes
 };
 
 struct RequestState {
@@ -117,11 +120,17 @@ void record_metrics(ServerContext& ctx, const TokenEvent& ev) {
   ++ctx.finished[ev.finish == FinishReason::kCancelled ? "cancelled" : ev.finish == FinishReason::kError ? "error" : finish_text(ev.finish)];
   if (!ev.metrics || ev.index != 0) return;
   const RequestMetrics& m = *ev.metrics;
-  if (m.generated_tokens > 0) { ctx.ttft_sum_s += m.ttft_ms / 1e3; ++ctx.ttft_count; }
+  if (m.generated_tokens > 0) {
+    ctx.ttft_sum_s += m.ttft_ms / 1e3;
+    ++ctx.ttft_count;
+    ctx.ttft_hist.observe(m.ttft_ms / 1e3);
+  }
   if (m.generated_tokens > 1) { ctx.tpot_sum_s += m.tpot_ms / 1e3; ++ctx.tpot_count; }
   ctx.e2e_sum_s += m.e2e_ms / 1e3;
   ++ctx.e2e_count;
+  ctx.e2e_hist.observe(m.e2e_ms / 1e3);
   ctx.cached_prompt_tokens += m.cached_tokens;
+  ctx.prompt_tokens += m.prompt_tokens;
 }
 
 // The token callback (engine thread): appends text and queues SSE events; never blocks on I/O.
@@ -133,10 +142,13 @@ void on_event(const std::shared_ptr<RequestState>& sp, const TokenEvent& ev) {
   ChoiceState& c = st.choices[size_t(ev.index)];
   json lp = nullptr;
   if (ev.token >= 0) {
+    const auto now = std::chrono::steady_clock::now();
+    if (c.n_tokens > 0) c.itl_s.push_back(std::chrono::duration<double>(now - c.last_token).count());
+    c.last_token = now;
     ++c.n_tokens;
     if (st.req.want_logprobs) {
       const size_t before = st.req.chat ? c.logprobs.size() : c.tokens.size();
-      add_logprobs(st.ctx->model, st, c, ev);
+      add_logprobs(*st.ctx->model, st, c, ev);
       if (st.req.stream) {
         if (st.req.chat) lp = {{"content", json::array({c.logprobs[before]})}};
         else lp = {{"tokens", {c.tokens[before]}}, {"token_logprobs", {c.token_logprobs[before]}},
@@ -153,6 +165,8 @@ void on_event(const std::shared_ptr<RequestState>& sp, const TokenEvent& ev) {
   if (ev.finish == FinishReason::kNone) return st.cv.notify_all();
   c.finish = ev.finish;
   c.error = ev.error;
+  std::vector<double> itl;
+  itl.swap(c.itl_s);
   if (st.req.stream) {
     if (ev.finish == FinishReason::kError) {
       json err = {{"error", {{"message", ev.error}, {"type", "server_error"}, {"param", nullptr}, {"code", nullptr}}}};
@@ -168,16 +182,15 @@ void on_event(const std::shared_ptr<RequestState>& sp, const TokenEvent& ev) {
       st.events.push_back("data: " + dump(chunk) + "\n\n");
     }
     st.done = true;
-    st.stats_version = st.ctx->engine.stats_version() + 1;  // the snapshot after this step
+    st.stats_version = st.ctx->engine->stats_version() + 1;  // the snapshot after this step
     st.ctx->in_flight.fetch_sub(1);
   }
   st.cv.notify_all();
   const bool done = st.done;
   lock.unlock();  // ctx.mu is taken before a request's own lock, never after
-  if (done) {
-    std::lock_guard<std::mutex> ctx_lock(st.ctx->mu);
-    st.ctx->running.erase(ev.id);
-  }
+  std::lock_guard<std::mutex> ctx_lock(st.ctx->mu);
+  for (double gap : itl) st.ctx->itl_hist.observe(gap);
+  if (done) st.ctx->running.erase(ev.id);
 }
 
 json full_response(const RequestState& st) {
@@ -213,12 +226,12 @@ void stream_response(ServerContext& ctx, std::shared_ptr<RequestState> st, Reque
         if (batch.empty() && !done) batch.push_back(": keep-alive\n\n");
         for (const auto& e : batch)
           if (!sink.write(e.data(), e.size())) {
-            ctx.engine.cancel(id);
+            ctx.engine->cancel(id);
             return false;
           }
         if (done) {
           // /metrics shows the request finished by the time the client reads the end.
-          ctx.engine.wait_stats_version(st->stats_version, std::chrono::seconds(1));
+          ctx.engine->wait_stats_version(st->stats_version, std::chrono::seconds(1));
           static const std::string kDone = "data: [DONE]\n\n";
           sink.write(kDone.data(), kDone.size());
           sink.done();
@@ -226,7 +239,7 @@ void stream_response(ServerContext& ctx, std::shared_ptr<RequestState> st, Reque
         return true;
       },
       [&ctx, st, id](bool success) {
-        if (!success) ctx.engine.cancel(id);  // the client disconnected: free its blocks
+        if (!success) ctx.engine->cancel(id);  // the client disconnected: free its blocks
       });
 }
 
@@ -234,6 +247,8 @@ void stream_response(ServerContext& ctx, std::shared_ptr<RequestState> st, Reque
 }  // namespace
 
 void handle_generate(ServerContext& ctx, bool chat, const httplib::Request& hreq, httplib::Response& res) {
+  if (!ctx.ready.load())
+    return send_error(ctx, res, {503, "the model is still loading", "", "loading", "server_error"});
   if (ctx.shutting_down.load())
     return send_error(ctx, res, {503, "the server is shutting down", "", "shutting_down", "server_error"});
   auto st = std::make_shared<RequestState>();
@@ -257,7 +272,7 @@ void handle_generate(ServerContext& ctx, bool chat, const httplib::Request& hreq
   st->created = int64_t(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count());
   GenerationRequest gen = st->req.gen;
   gen.on_token = [st](const TokenEvent& ev) { on_event(st, ev); };
-  auto id = ctx.engine.submit(std::move(gen));
+  auto id = ctx.engine->submit(std::move(gen));
   if (!id.ok()) {
     ctx.in_flight.fetch_sub(1);
     const int status = id.status().code() == StatusCode::kUnavailable ? 503 : 400;
@@ -275,13 +290,13 @@ void handle_generate(ServerContext& ctx, bool chat, const httplib::Request& hreq
   std::unique_lock<std::mutex> lock(st->mu);
   while (!st->cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return st->done; })) {
     if (!client_gone()) continue;
-    ctx.engine.cancel(*id);
+    ctx.engine->cancel(*id);
     st->cv.wait(lock, [&] { return st->done; });  // the cancelled finish event follows
     return;
   }
   const uint64_t version = st->stats_version;
   lock.unlock();
-  ctx.engine.wait_stats_version(version, std::chrono::seconds(1));  // /metrics already shows it finished
+  ctx.engine->wait_stats_version(version, std::chrono::seconds(1));  // /metrics already shows it finished
   lock.lock();
   for (const auto& c : st->choices)
     if (c.finish == FinishReason::kError)

@@ -7,6 +7,8 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/sched/engine_thread.h"
 #include "models/model.h"
@@ -14,23 +16,44 @@
 
 namespace tessera::server {
 
+// A Prometheus histogram: fixed upper bounds, per-bucket counts (made cumulative when written).
+struct Histogram {
+  std::vector<double> bounds;   // ascending upper bounds; +Inf is implied
+  std::vector<int64_t> counts;  // [bounds.size() + 1]: the last is the +Inf bucket
+  double sum = 0;
+  int64_t count = 0;
+  explicit Histogram(std::vector<double> b) : bounds(std::move(b)), counts(bounds.size() + 1, 0) {}
+  void observe(double v);
+};
+
 struct ServerContext {
-  Model& model;
-  EngineThread& engine;
+  // Null until the model is loaded; |ready| is set after them (handlers check it first).
+  Model* model = nullptr;
+  EngineThread* engine = nullptr;
   ServeOptions opts;
   int32_t max_model_len = 0;  // the longest sequence a request may reach: min(model context, KV capacity)
+  int32_t kv_blocks = 0, kv_block_size = 0;
+  std::atomic<bool> ready{false};          // loaded: until then every route answers 503
   std::atomic<int> in_flight{0};
   std::atomic<bool> shutting_down{false};  // SIGTERM: new requests get 503
   std::atomic<bool> aborting{false};       // the grace period is over: requests left are cancelled
   std::atomic<int64_t> created_base{0};
 
-  // Completed-request metrics (Prometheus summaries as sum + count).
+  // Completed-request metrics.
   std::mutex mu;
   std::map<std::string, int64_t> finished;  // by finish reason
   std::map<int, int64_t> http_errors;       // by status code
   double ttft_sum_s = 0, tpot_sum_s = 0, e2e_sum_s = 0;
   int64_t ttft_count = 0, tpot_count = 0, e2e_count = 0;
   int64_t cached_prompt_tokens = 0;
+  int64_t prompt_tokens = 0;  // of finished requests (each request once, whatever its n)
+  // vLLM's buckets (vllm/v1/metrics/loggers.py), so dashboards built for it read these as is.
+  Histogram ttft_hist{{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                       40.0, 80.0, 160.0, 640.0, 2560.0}};
+  Histogram itl_hist{{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+                      80.0}};
+  Histogram e2e_hist{{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
+                      960.0, 1920.0, 7680.0}};
   std::set<RequestId> running;  // submitted and not finished (for the abort at the end of the grace)
 };
 

@@ -5,9 +5,76 @@
 
 namespace tessera::server {
 
+void Histogram::observe(double v) {
+  size_t i = 0;
+  while (i < bounds.size() && v > bounds[i]) ++i;
+  ++counts[i];
+  sum += v;
+  ++count;
+}
+
+namespace {
+
+// A label value in Prometheus text: backslash, quote and newline escaped.
+std::string label_value(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+void write_histogram(std::ostringstream& o, const char* name, const char* help, const std::string& labels, const Histogram& h) {
+  o << "# HELP " << name << ' ' << help << "\n# TYPE " << name << " histogram\n";
+  int64_t cumulative = 0;
+  for (size_t i = 0; i <= h.bounds.size(); ++i) {
+    cumulative += h.counts[i];
+    o << name << "_bucket{" << labels << ",le=\"";
+    if (i < h.bounds.size()) o << h.bounds[i];
+    else o << "+Inf";
+    o << "\"} " << cumulative << "\n";
+  }
+  o << name << "_sum{" << labels << "} " << h.sum << "\n" << name << "_count{" << labels << "} " << h.count << "\n";
+}
+
+// vLLM's names (vllm/v1/metrics/loggers.py), which llm-d's endpoint picker and vllm-router's
+// dashboards read; docs/scale-out.md maps each to Tessera's own name.
+void write_vllm_metrics(std::ostringstream& o, ServerContext& ctx, const EngineStats& s) {
+  const std::string labels = "model_name=\"" + label_value(ctx.opts.model_name) + "\"";
+  auto metric = [&](const char* name, const char* type, const char* help, double v) {
+    o << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << "\n" << name << '{' << labels << "} " << v
+      << "\n";
+  };
+  metric("vllm:num_requests_running", "gauge", "Sequences holding KV blocks (each of a request's n choices counts).", s.running);
+  metric("vllm:num_requests_waiting", "gauge", "Sequences queued for admission.", s.waiting);
+  const double total = s.kv_blocks_total > 0 ? double(s.kv_blocks_total) : 1.0;
+  metric("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage: blocks owned by sequences over all blocks (0..1; cached free blocks count as free).",
+         double(s.kv.blocks_used) / total);
+  o << "# HELP vllm:cache_config_info Information of the KV cache configuration.\n# TYPE vllm:cache_config_info gauge\n"
+    << "vllm:cache_config_info{" << labels << ",block_size=\"" << ctx.kv_block_size << "\",num_gpu_blocks=\"" << ctx.kv_blocks
+    << "\",num_cpu_blocks=\"0\"} 1\n";
+  metric("vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in prompt tokens admitted.", double(s.prompt_tokens));
+  metric("vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in prompt tokens taken from the cache.", double(s.cached_tokens));
+  metric("vllm:num_preemptions_total", "counter", "Sequences preempted for KV space.", double(s.preemptions));
+  metric("vllm:generation_tokens_total", "counter", "Tokens generated.", double(s.generated_tokens));
+  std::lock_guard<std::mutex> lock(ctx.mu);
+  metric("vllm:prompt_tokens_total", "counter", "Prompt tokens of finished requests.", double(ctx.prompt_tokens));
+  write_histogram(o, "vllm:time_to_first_token_seconds", "Time to first token: submit to first token.", labels, ctx.ttft_hist);
+  write_histogram(o, "vllm:inter_token_latency_seconds", "Time between consecutive tokens of a choice.", labels, ctx.itl_hist);
+  write_histogram(o, "vllm:e2e_request_latency_seconds", "End-to-end request latency: submit to finish.", labels, ctx.e2e_hist);
+}
+
+}  // namespace
+
 std::string prometheus(ServerContext& ctx) {
-  const EngineStats s = ctx.engine.stats();
+  const EngineStats s = ctx.engine->stats();
   std::ostringstream o;
+  o.precision(15);  // counters stay exact far past the default 6 digits
   auto metric = [&](const char* name, const char* type, const char* help, double v) {
     o << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << "\n" << name << ' ' << v << "\n";
   };
@@ -45,18 +112,21 @@ std::string prometheus(ServerContext& ctx) {
   const std::pair<const char*, double> terms[] = {{"step", s.sched.step.cost.c0_ms}, {"token", s.sched.step.cost.token_ms},
                                                   {"logit", s.sched.step.cost.logit_ms}, {"pair", s.sched.step.cost.pair_ms}};
   for (const auto& [term, ms] : terms) o << "tessera_step_cost_seconds{term=\"" << term << "\"} " << ms / 1e3 << "\n";
-  std::lock_guard<std::mutex> lock(ctx.mu);
-  o << "# HELP tessera_request_finished_total Finished choices by reason.\n# TYPE tessera_request_finished_total counter\n";
-  for (const auto& [reason, n] : ctx.finished) o << "tessera_request_finished_total{reason=\"" << reason << "\"} " << n << "\n";
-  o << "# HELP tessera_http_errors_total Error responses by status.\n# TYPE tessera_http_errors_total counter\n";
-  for (const auto& [code, n] : ctx.http_errors) o << "tessera_http_errors_total{code=\"" << code << "\"} " << n << "\n";
-  auto summary = [&](const char* name, const char* help, double sum, int64_t count) {
-    o << "# HELP " << name << ' ' << help << "\n# TYPE " << name << " summary\n"
-      << name << "_sum " << sum << "\n" << name << "_count " << count << "\n";
-  };
-  summary("tessera_time_to_first_token_seconds", "Submit to first token.", ctx.ttft_sum_s, ctx.ttft_count);
-  summary("tessera_time_per_output_token_seconds", "Mean time per output token after the first.", ctx.tpot_sum_s, ctx.tpot_count);
-  summary("tessera_e2e_request_latency_seconds", "Submit to finish.", ctx.e2e_sum_s, ctx.e2e_count);
+  {
+    std::lock_guard<std::mutex> lock(ctx.mu);
+    o << "# HELP tessera_request_finished_total Finished choices by reason.\n# TYPE tessera_request_finished_total counter\n";
+    for (const auto& [reason, n] : ctx.finished) o << "tessera_request_finished_total{reason=\"" << reason << "\"} " << n << "\n";
+    o << "# HELP tessera_http_errors_total Error responses by status.\n# TYPE tessera_http_errors_total counter\n";
+    for (const auto& [code, n] : ctx.http_errors) o << "tessera_http_errors_total{code=\"" << code << "\"} " << n << "\n";
+    auto summary = [&](const char* name, const char* help, double sum, int64_t count) {
+      o << "# HELP " << name << ' ' << help << "\n# TYPE " << name << " summary\n"
+        << name << "_sum " << sum << "\n" << name << "_count " << count << "\n";
+    };
+    summary("tessera_time_to_first_token_seconds", "Submit to first token.", ctx.ttft_sum_s, ctx.ttft_count);
+    summary("tessera_time_per_output_token_seconds", "Mean time per output token after the first.", ctx.tpot_sum_s, ctx.tpot_count);
+    summary("tessera_e2e_request_latency_seconds", "Submit to finish.", ctx.e2e_sum_s, ctx.e2e_count);
+  }
+  write_vllm_metrics(o, ctx, s);
   return o.str();
 }
 

@@ -11,7 +11,6 @@ struct ServeOptions {
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string model_name;        // the id in /v1/models (default: the file's stem)
-  int kv_tokens = 0;             // the KV cache's capacity in tokens (a request's bound with the model's context; 0: unknown)
   int max_in_flight = 64;        // requests admitted at once; more are answered 429
   // Connections served at once (each holds a worker thread); more are answered 503 and closed.
   int max_connections = 512;

@@ -77,7 +77,7 @@ std::optional<ApiError> tokenize_prompt(const Tokenizer& tok, const std::string&
 std::optional<ApiError> parse_prompt(const ServerContext& ctx, const json& body, std::vector<int32_t>* tokens) {
   auto it = body.find("prompt");
   if (it == body.end()) return ApiError{400, "'prompt' is required", "prompt"};
-  const Tokenizer& tok = ctx.model.tokenizer();
+  const Tokenizer& tok = ctx.model->tokenizer();
   EncodeOptions o;
   o.parse_special = true;  // the whole prompt is the client's: no template markers to protect
   if (it->is_string()) return tokenize_prompt(tok, it->get<std::string>(), o, ctx.max_model_len, "prompt", tokens);
@@ -174,18 +174,18 @@ std::optional<ApiError> parse_request(ServerContext& ctx, const std::string& raw
   if (out->chat) {
     if (!body.contains("messages")) return ApiError{400, "'messages' is required", "messages"};
     RenderedChat chat;
-    if (auto e = render_chat(ctx.model, body["messages"], &chat)) return e;
+    if (auto e = render_chat(*ctx.model, body["messages"], &chat)) return e;
     EncodeOptions o;
     o.parse_special = true;
     if (!ctx.opts.parse_special_in_messages) o.literal = std::move(chat.literal);
-    if (auto e = tokenize_prompt(ctx.model.tokenizer(), chat.text, o, ctx.max_model_len, "messages", &out->gen.prompt)) return e;
+    if (auto e = tokenize_prompt(ctx.model->tokenizer(), chat.text, o, ctx.max_model_len, "messages", &out->gen.prompt)) return e;
   } else if (auto e = parse_prompt(ctx, body, &out->gen.prompt)) {
     return e;
   }
   // Generation ends where the sequence reaches max_model_len (finish_reason "length").
   const int64_t room = int64_t(ctx.max_model_len) - int64_t(out->gen.prompt.size());
   if (room > 0) out->gen.max_tokens = int32_t(std::min<int64_t>(out->gen.max_tokens, room));
-  const Status s = ctx.engine.validate(out->gen);
+  const Status s = ctx.engine->validate(out->gen);
   if (!s.ok()) {
     const bool too_long = s.message().find("context") != std::string::npos || s.code() == StatusCode::kResourceExhausted;
     return ApiError{400, s.message(), out->chat ? "messages" : "prompt", too_long ? "context_length_exceeded" : ""};

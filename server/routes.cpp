@@ -3,6 +3,8 @@
 #include <httplib.h>
 
 #include <exception>
+#include <string>
+#include <string_view>
 #include <nlohmann/json.hpp>
 
 #include "server/access.h"
@@ -50,15 +52,19 @@ void register_routes(httplib::Server& svr, ServerContext& ctx) {
   });
   // The response is written: the connection waits for the next keep-alive request.
   svr.set_logger([](const httplib::Request&, const httplib::Response&) { set_connection_phase(Phase::kAwaitingRequest); });
+  // Readiness: 503 while the model loads and once SIGTERM began the drain, so a router or a
+  // Kubernetes probe sends nothing new here.
   svr.Get("/health", handling([&ctx](const httplib::Request&, httplib::Response& res) {
-    const bool ok = !ctx.shutting_down.load();
-    res.status = ok ? 200 : 503;
-    res.set_content(ok ? R"({"status":"ok"})" : R"({"status":"shutting_down"})", "application/json");
+    const char* state = !ctx.ready.load() ? "loading" : ctx.shutting_down.load() ? "shutting_down" : "ok";
+    res.status = std::string_view(state) == "ok" ? 200 : 503;
+    res.set_content(std::string(R"({"status":")") + state + "\"}", "application/json");
   }));
   svr.Get("/metrics", handling([&ctx](const httplib::Request&, httplib::Response& res) {
+    if (!ctx.ready.load()) return send_error(ctx, res, {503, "the model is still loading", "", "loading", "server_error"});
     res.set_content(prometheus(ctx), "text/plain; version=0.0.4");
   }));
   svr.Get("/v1/models", handling([&ctx](const httplib::Request&, httplib::Response& res) {
+    if (!ctx.ready.load()) return send_error(ctx, res, {503, "the model is still loading", "", "loading", "server_error"});
     json m = {{"id", ctx.opts.model_name}, {"object", "model"}, {"created", ctx.created_base.load()}, {"owned_by", "tessera"},
               {"max_model_len", ctx.max_model_len}};
     res.set_content(dump(json{{"object", "list"}, {"data", json::array({m})}}), "application/json");

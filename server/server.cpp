@@ -1,10 +1,12 @@
 #include "server/server.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -18,16 +20,18 @@ namespace tessera::server {
 namespace {
 
 // After SIGTERM: waits up to the grace period for the requests in flight, then cancels the rest
-// (their streams end with finish_reason "abort" and [DONE]). Ends early when |stop| is set.
+// (their streams end with finish_reason "abort" and [DONE]), then calls |done| (which stops
+// accepting). Ends early when |stop| is set.
 class GraceTimer {
  public:
-  void start(ServerContext& ctx) {
-    thread_ = std::thread([this, &ctx] {
+  void start(ServerContext& ctx, std::function<void()> done) {
+    thread_ = std::thread([this, &ctx, done = std::move(done)] {
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(ctx.opts.shutdown_grace_s);
       std::unique_lock<std::mutex> lock(mu_);
       while (!stop_ && ctx.in_flight.load() > 0 && std::chrono::steady_clock::now() < deadline)
         cv_.wait_for(lock, std::chrono::milliseconds(20));
-      if (stop_ || ctx.in_flight.load() == 0) return;
+      if (stop_) return;
+      if (ctx.in_flight.load() == 0) return done();
       std::vector<RequestId> left;
       {
         std::lock_guard<std::mutex> ctx_lock(ctx.mu);
@@ -35,10 +39,12 @@ class GraceTimer {
       }
       std::fprintf(stderr, "serve: grace period over: cancelling %zu request(s)\n", left.size());
       ctx.aborting = true;
-      for (RequestId id : left) ctx.engine.cancel(id);
+      for (RequestId id : left) ctx.engine->cancel(id);
+      done();
     });
   }
-  ~GraceTimer() {
+  // Ends the timer (it cancels nothing more). Idempotent.
+  void stop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
@@ -46,6 +52,7 @@ class GraceTimer {
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
   }
+  ~GraceTimer() { stop(); }
 
  private:
   std::mutex mu_;
@@ -56,33 +63,74 @@ class GraceTimer {
 
 }  // namespace
 
-Status serve(Model& model, EngineThread& engine, const ServeOptions& opts, SignalWatcher& signals) {
-  ServerContext ctx{model, engine, opts};
-  ctx.max_model_len = opts.kv_tokens > 0 ? std::min(model.context_length(), opts.kv_tokens) : model.context_length();
-  ctx.created_base = int64_t(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count());
-  HttpServer svr(opts);
-  int port = -1;
-  TS_RETURN_IF_ERROR(svr.bind(&port));
-  register_routes(svr, ctx);
+struct Server::Impl {
+  Impl(const ServeOptions& opts, SignalWatcher& signals) : ctx{nullptr, nullptr, opts}, svr(opts), signals(signals) {}
+  ServerContext ctx;
+  HttpServer svr;
+  SignalWatcher& signals;
   GraceTimer grace;
-  signals.start([&](int sig, int count) {
-    if (count > 1) {  // the second signal: the user does not want to wait
-      std::fprintf(stderr, "serve: signal %d again: exiting now\n", sig);
+  int port = -1;
+  std::thread listener;
+  std::atomic<bool> listen_ok{false};
+  bool waited = false;
+};
+
+Server::Server(const ServeOptions& opts, SignalWatcher& signals) : impl_(std::make_unique<Impl>(opts, signals)) {}
+
+Server::~Server() {
+  if (impl_->listener.joinable()) {  // wait() was not reached (a failed load): stop at once
+    impl_->ctx.shutting_down = true;
+    impl_->svr.stop_accepting();
+    impl_->listener.join();
+  }
+  impl_->signals.stop();
+}
+
+Status Server::start() {
+  Impl& m = *impl_;
+  m.ctx.created_base = int64_t(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  TS_RETURN_IF_ERROR(m.svr.bind(&m.port));
+  register_routes(m.svr, m.ctx);
+  m.signals.start([&m](int sig, int count) {
+    if (count > 1 || !m.ctx.ready.load()) {  // the second signal, or nothing loaded to finish
+      std::fprintf(stderr, "serve: signal %d%s: exiting now\n", sig, count > 1 ? " again" : " while loading");
       std::_Exit(128 + sig);
     }
     std::fprintf(stderr, "serve: signal %d: no new requests; finishing those in flight (up to %g s), then exiting\n", sig,
-                 opts.shutdown_grace_s);
-    ctx.shutting_down = true;
-    svr.stop_accepting();
-    grace.start(ctx);
+                 m.ctx.opts.shutdown_grace_s);
+    // Until the drain ends, new connections are still answered: /health and new requests get 503,
+    // so a router or readiness probe moves traffic away before the port closes.
+    m.ctx.shutting_down = true;
+    m.grace.start(m.ctx, [&m] { m.svr.stop_accepting(); });
   });
-  std::fprintf(stderr, "serve: %s (max_model_len %d) on http://%s:%d\n", opts.model_name.c_str(), ctx.max_model_len,
-               opts.host.c_str(), port);
-  std::printf("listening on %s:%d\n", opts.host.c_str(), port);  // scripts wait for this line
+  m.listener = std::thread([&m] { m.listen_ok = m.svr.listen_after_bind(); });
+  std::fprintf(stderr, "serve: loading; http://%s:%d answers 503 until ready\n", m.ctx.opts.host.c_str(), m.port);
+  return OkStatus();
+}
+
+void Server::set_ready(Model& model, EngineThread& engine, int32_t kv_blocks, int32_t block_size) {
+  Impl& m = *impl_;
+  m.ctx.model = &model;
+  m.ctx.engine = &engine;
+  m.ctx.kv_blocks = kv_blocks;
+  m.ctx.kv_block_size = block_size;
+  const int32_t kv_tokens = kv_blocks * block_size;
+  m.ctx.max_model_len = kv_tokens > 0 ? std::min(model.context_length(), kv_tokens) : model.context_length();
+  m.ctx.ready = true;  // after the fields above: handlers read them once they see it
+  std::fprintf(stderr, "serve: %s (max_model_len %d) on http://%s:%d\n", m.ctx.opts.model_name.c_str(), m.ctx.max_model_len,
+               m.ctx.opts.host.c_str(), m.port);
+  std::printf("listening on %s:%d\n", m.ctx.opts.host.c_str(), m.port);  // scripts wait for this line
   std::fflush(stdout);
-  const bool clean = svr.listen_after_bind() || ctx.shutting_down;
-  signals.stop();
-  if (!clean) return Unavailable("the HTTP server stopped unexpectedly");
+}
+
+bool Server::stopping() const { return impl_->ctx.shutting_down.load(); }
+
+Status Server::wait() {
+  Impl& m = *impl_;
+  if (m.listener.joinable()) m.listener.join();
+  m.signals.stop();
+  m.grace.stop();  // before the caller takes the engine down
+  if (!m.listen_ok.load() && !m.ctx.shutting_down.load()) return Unavailable("the HTTP server stopped unexpectedly");
   return OkStatus();
 }
 

@@ -31,6 +31,7 @@ void BlockPool::forget_hash(BlockId b) {
   if (!m.hashed) return;
   auto it = by_hash_.find(m.hash);
   if (it != by_hash_.end() && it->second == b) by_hash_.erase(it);
+  if (sink_) sink_->on_block_removed(m.hash);
   m.hashed = false;
   m.tokens.clear();
 }
@@ -92,6 +93,7 @@ void BlockPool::register_full(BlockId b, BlockHash hash, BlockHash parent, std::
   m.parent = parent;
   m.tokens.assign(tokens.begin(), tokens.end());
   by_hash_[hash] = b;
+  if (sink_) sink_->on_block_stored(hash, parent, tokens);
 }
 
 }  // namespace tessera

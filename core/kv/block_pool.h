@@ -21,6 +21,19 @@ using BlockHash = uint64_t;
 // The hash of a full block of |tokens| following the block hashed |parent| (0 for the first).
 BlockHash hash_block(BlockHash parent, std::span<const int32_t> tokens);
 
+// Told about the prefix cache's content as it changes (KV events for a router: server/kv_events.h).
+// Called on the thread that owns the pool, inside its calls: an implementation must not block
+// and must not call back into the pool. Only hashed (full, registered) blocks are reported.
+class BlockEventSink {
+ public:
+  virtual ~BlockEventSink() = default;
+  // The cache now holds |tokens| (one full block) after the block hashed |parent| (0: none),
+  // under |hash| = hash_block(parent, tokens).
+  virtual void on_block_stored(BlockHash hash, BlockHash parent, std::span<const int32_t> tokens) = 0;
+  // The content hashed |hash| left the cache (its block was taken for other content).
+  virtual void on_block_removed(BlockHash hash) = 0;
+};
+
 struct BlockPoolStats {
   int64_t lookups = 0;    // prefix-cache block lookups
   int64_t hits = 0;       // of which found a cached block
@@ -54,6 +67,9 @@ class BlockPool {
   bool is_cached(BlockId b) const { return meta_[size_t(b)].hashed; }
 
   const BlockPoolStats& stats() const { return stats_; }
+  // Reports cache changes to |sink| from now on (nullptr: none). |sink| must outlive the pool
+  // or be unset first; set it before another thread starts driving the pool.
+  void set_event_sink(BlockEventSink* sink) { sink_ = sink; }
 
  private:
   struct Meta {
@@ -70,6 +86,7 @@ class BlockPool {
   std::list<BlockId> lru_;     // cached blocks with refcount 0, least recently used first
   std::unordered_map<BlockHash, BlockId> by_hash_;
   BlockPoolStats stats_;
+  BlockEventSink* sink_ = nullptr;
 };
 
 }  // namespace tessera

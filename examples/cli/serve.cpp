@@ -1,13 +1,16 @@
 // `tessera serve`: loads the model, builds the engine from the command line's KV cache and
 // scheduler options, and runs the OpenAI-compatible server of server/ over it.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <thread>
 
 #include "core/registry.h"
 #include "core/sched/scheduler.h"
 #include "examples/cli/commands.h"
+#include "server/kv_events.h"
 #include "server/server.h"
 
 namespace tessera::cli {
@@ -27,6 +30,8 @@ struct ServeCommandOptions {
   SchedulerConfig scheduler;
   std::string step_log;  // CSV trace of every engine step ("" none)
   server::ServeOptions serve;
+  server::KvEventsOptions kv_events;  // endpoint "" : off
+  int load_delay_ms = 0;  // a test hook: stay in the loading state this long after binding
 };
 
 void serve_fail(const std::string& message, int code = 1) {
@@ -38,15 +43,37 @@ void serve_command(const ServeCommandOptions& o) {
   server::SignalWatcher signals;  // before any thread starts, so they all inherit the mask
   auto dev = Registry::global().find(o.device);
   if (!dev.ok()) return serve_fail(dev.status().to_string());
+  const auto kvt = dtype_from_name(o.kv_dtype);
+  if (!kvt) return serve_fail("unknown --kv-dtype '" + o.kv_dtype + "' (f16, bf16, f32, fp8_e4m3 or int8_pc)", 2);
+  server::ServeOptions so = o.serve;
+  if (so.model_name.empty()) {
+    std::filesystem::path p = std::filesystem::path(o.model).lexically_normal();
+    if (p.filename().empty()) p = p.parent_path();  // "dir/"
+    so.model_name = p.stem().string();
+  }
+  // Listen first: while the model loads, /health answers 503 (a router or probe waits for 200).
+  server::Server srv(so, signals);
+  if (Status s = srv.start(); !s.ok()) return serve_fail(s.message());
+  if (o.load_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.load_delay_ms));
+
   LoadOptions lo;
   lo.max_batch_tokens = o.scheduler.max_batch_tokens;
   lo.max_seqs = o.scheduler.max_seqs;
   auto model = Model::load(o.model, *dev, lo);
   if (!model.ok()) return serve_fail(model.status().to_string());
-  const auto kvt = dtype_from_name(o.kv_dtype);
-  if (!kvt) return serve_fail("unknown --kv-dtype '" + o.kv_dtype + "' (f16, bf16, f32, fp8_e4m3 or int8_pc)", 2);
   auto kv = (*model)->create_kv_cache(o.ctx, *kvt);
   if (!kv.ok()) return serve_fail(kv.status().to_string());
+  std::unique_ptr<server::KvEventPublisher> kv_events;
+  if (!o.kv_events.endpoint.empty()) {
+    server::KvEventsOptions ko = o.kv_events;
+    ko.block_size = (*kv)->config().block_size;
+    auto pub = server::KvEventPublisher::start(ko);
+    if (!pub.ok()) return serve_fail(pub.status().message());
+    kv_events = std::move(pub).value();
+    (*kv)->pool().set_event_sink(kv_events.get());
+    std::fprintf(stderr, "serve: KV events on %s%s%s\n", ko.endpoint.c_str(), ko.replay_endpoint.empty() ? "" : ", replay on ",
+                 ko.replay_endpoint.c_str());
+  }
 
   EngineConfig ec;
   ec.scheduler = o.scheduler;
@@ -71,17 +98,12 @@ void serve_command(const ServeCommandOptions& o) {
   Engine engine(**model, **kv, (*model)->codec(), ec);
   EngineThread engine_thread(engine);
 
-  server::ServeOptions so = o.serve;
-  if (so.model_name.empty()) {
-    std::filesystem::path p = std::filesystem::path(o.model).lexically_normal();
-    if (p.filename().empty()) p = p.parent_path();  // "dir/"
-    so.model_name = p.stem().string();
-  }
-  so.kv_tokens = (*kv)->config().n_blocks * (*kv)->config().block_size;
   std::fprintf(stderr, "serve: %d-token KV cache, %d blocks\n", o.ctx, (*kv)->config().n_blocks);
-  const Status served = server::serve(**model, engine_thread, so, signals);
+  srv.set_ready(**model, engine_thread, (*kv)->config().n_blocks, (*kv)->config().block_size);
+  const Status served = srv.wait();
   if (!served.ok()) serve_fail(served.message());
   engine_thread.shutdown(/*drain=*/true);
+  (*kv)->pool().set_event_sink(nullptr);  // the publisher goes first
   std::fprintf(stderr, "serve: stopped\n");
 }
 
@@ -153,6 +175,17 @@ void add_serve_command(CLI::App& app) {
   cmd->add_flag("--parse-special-in-messages", o->serve.parse_special_in_messages,
                 "tokenise special-token text typed in chat messages (e.g. <|im_end|>) as control tokens, as before; by "
                 "default only the chat template's own markers are control tokens");
+  cmd->add_option("--kv-events", o->kv_events.endpoint,
+                  "publish the prefix cache's changes (vLLM's KV events: BlockStored, BlockRemoved, AllBlocksCleared) on a "
+                  "ZeroMQ PUB socket bound to this address, e.g. tcp://127.0.0.1:5557 (docs/scale-out.md); off by default");
+  cmd->add_flag("--kv-events-connect", o->kv_events.connect,
+                "connect the --kv-events PUB socket to the address (a central subscriber binds it) instead of binding it");
+  cmd->add_option("--kv-events-replay", o->kv_events.replay_endpoint,
+                  "bind a ZeroMQ ROUTER socket here that resends buffered KV-event batches from a requested sequence number "
+                  "(for subscribers that joined late or missed some)");
+  cmd->add_option("--kv-events-topic", o->kv_events.topic, "the topic frame of every KV-event message (default: empty)");
+  cmd->add_option("--debug-load-delay-ms", o->load_delay_ms, "tests: stay in the loading state this long after binding")
+      ->group("")->check(CLI::Range(0, 600000));
   cmd->callback([o] { serve_command(*o); });
 }
 

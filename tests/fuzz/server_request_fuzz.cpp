@@ -39,7 +39,7 @@ Server& the_server() {
     out->thread = std::make_unique<EngineThread>(*out->engine);
     server::ServeOptions opts;
     opts.model_name = "smollm2";
-    out->ctx.reset(new server::ServerContext{*out->model, *out->thread, opts});
+    out->ctx.reset(new server::ServerContext{out->model.get(), out->thread.get(), opts});
     return out;
   }();
   return *s;
