@@ -52,15 +52,15 @@ void write_vllm_metrics(std::ostringstream& o, ServerContext& ctx, const EngineS
   };
   metric("vllm:num_requests_running", "gauge", "Sequences holding KV blocks (each of a request's n choices counts).", s.running);
   metric("vllm:num_requests_waiting", "gauge", "Sequences queued for admission.", s.waiting);
-  const double total = s.kv_blocks_total > 0 ? double(s.kv_blocks_total) : 1.0;
+  const double total = s.kv_usage.blocks_total > 0 ? double(s.kv_usage.blocks_total) : 1.0;
   metric("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage: blocks owned by sequences over all blocks (0..1; cached free blocks count as free).",
-         double(s.kv.blocks_used) / total);
+         double(s.kv_usage.blocks_used) / total);
   o << "# HELP vllm:cache_config_info Information of the KV cache configuration.\n# TYPE vllm:cache_config_info gauge\n"
     << "vllm:cache_config_info{" << labels << ",block_size=\"" << ctx.kv_block_size << "\",num_gpu_blocks=\"" << ctx.kv_blocks
     << "\",num_cpu_blocks=\"0\"} 1\n";
-  metric("vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in prompt tokens admitted.", double(s.prompt_tokens));
-  metric("vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in prompt tokens taken from the cache.", double(s.cached_tokens));
-  metric("vllm:num_preemptions_total", "counter", "Sequences preempted for KV space.", double(s.preemptions));
+  metric("vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in prompt tokens admitted.", double(s.sched.admitted_tokens));
+  metric("vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in prompt tokens taken from the cache.", double(s.sched.cached_tokens));
+  metric("vllm:num_preemptions_total", "counter", "Sequences preempted for KV space.", double(s.sched.preemptions));
   metric("vllm:generation_tokens_total", "counter", "Tokens generated.", double(s.generated_tokens));
   std::lock_guard<std::mutex> lock(ctx.mu);
   metric("vllm:prompt_tokens_total", "counter", "Prompt tokens of finished requests.", double(ctx.prompt_tokens));
