@@ -62,8 +62,10 @@ Result<PerplexityResult> perplexity(Model& model, const std::vector<int32_t>& to
   double nll = 0.0;
   const size_t V = size_t(model.vocab_size());
   std::vector<float> logits;
+  const int32_t bos = model.tokenizer().add_bos() ? model.tokenizer().bos() : -1;
   for (int w = 0; w < windows; ++w) {
-    const std::vector<int32_t> window(tokens.begin() + long(w) * n_ctx, tokens.begin() + long(w + 1) * n_ctx);
+    std::vector<int32_t> window(tokens.begin() + long(w) * n_ctx, tokens.begin() + long(w + 1) * n_ctx);
+    if (bos >= 0) window[0] = bos;  // not scored: position 0 only conditions the others
     TS_RETURN_IF_ERROR(eval_logits(model, window, 512, &logits));
     // Score the second half: position i predicts token i + 1.
     for (int i = n_ctx / 2; i < n_ctx - 1; ++i) {

@@ -19,7 +19,9 @@ struct PerplexityResult {
   int64_t scored_tokens = 0;
   int windows = 0;
 };
-// llama.cpp's method: non-overlapping windows of |n_ctx| tokens, each scored on its second half.
+// llama.cpp's method: non-overlapping windows of |n_ctx| tokens, each scored on its second half;
+// when the tokenizer adds BOS, each window's first token is replaced by BOS (as llama-perplexity
+// does: models such as Gemma drift far without it).
 // |progress| (may be null) is called after each window. |on_row| (may be null) sees each scored
 // position's logits (vocab floats) in order, with the token that follows it; an error stops the
 // run (KL divergence against a baseline uses it).
