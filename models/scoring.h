@@ -8,10 +8,10 @@
 
 namespace tessera {
 
-// Logits [tokens.size(), vocab] of every position, computed in chunks of |chunk| tokens through
-// a private KV cache.
+// Logits [tokens.size() - first_row, vocab] of the positions from |first_row| on (earlier ones
+// skip the output head), computed in chunks of |chunk| tokens through a private KV cache.
 Status eval_logits(Model& model, const std::vector<int32_t>& tokens, int chunk, std::vector<float>* logits,
-                   DType kv_dtype = DType::kF16);
+                   DType kv_dtype = DType::kF16, int64_t first_row = 0);
 
 struct PerplexityResult {
   double perplexity = 0;

@@ -1,4 +1,5 @@
 // `tessera tokenize`, `tessera eval` (token ids -> logits .npy) and `tessera perplexity`.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -92,13 +93,9 @@ void eval_command(const TokenOptions& o) {
   std::vector<float> logits;
   const auto kvt = dtype_from_name(o.model.kv_dtype);
   if (!kvt) return fail(InvalidArgument("unknown --kv-dtype '" + o.model.kv_dtype + "'"));
-  const Status s = eval_logits(*model, *ids, 512, &logits, *kvt);
+  const int64_t rows = o.last > 0 ? std::min<int64_t>(o.last, int64_t(ids->size())) : int64_t(ids->size());
+  const Status s = eval_logits(*model, *ids, 512, &logits, *kvt, int64_t(ids->size()) - rows);
   if (!s.ok()) return fail(s);
-  int64_t rows = int64_t(ids->size());
-  if (o.last > 0 && o.last < rows) {
-    logits.erase(logits.begin(), logits.begin() + long(size_t(rows - o.last) * size_t(model->vocab_size())));
-    rows = o.last;
-  }
   const Status w = write_npy(o.out, logits, rows, model->vocab_size());
   if (!w.ok()) return fail(w);
   if (!o.model.quiet) std::fprintf(stderr, "eval: wrote %lld x %d logits to %s\n", (long long)rows, model->vocab_size(), o.out.c_str());

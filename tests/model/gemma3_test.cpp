@@ -80,7 +80,7 @@ TEST_F(Gemma3, TokenizesAsLlamaCpp) {
     const char* text;
     std::vector<int32_t> ids;  // llama-tokenize --ids (BOS added, special tokens parsed)
   };
-  const Case cases[] = {
+  const std::vector<Case> cases = {
       // GEMMA3_TOKENIZE_CASES
   };
   for (const Case& c : cases) EXPECT_EQ(model_->tokenizer().encode(c.text, true, true), c.ids) << "text: " << c.text;
@@ -91,7 +91,7 @@ TEST_F(Gemma3, GreedyTokensMatchLlamaCpp) {
     const char* prompt;
     std::vector<int32_t> ids;  // llama-simple -n 24 (greedy), the generated ids
   };
-  const Case cases[] = {
+  const std::vector<Case> cases = {
       // GEMMA3_GREEDY_CASES
   };
   for (const Case& c : cases) {
