@@ -2,7 +2,8 @@
 # Gemma 3 270M in Tessera against llama.cpp (the peer), on this machine, CPU only:
 #   1. greedy text of 3 prompts: `tessera run --raw --temp 0 -n N` vs `llama-simple -n N`
 #      (both add BOS and parse special tokens; llama-simple echoes the prompt first);
-#   2. token ids of a few texts: `tessera tokenize` vs `llama-tokenize --ids`;
+#   2. token ids of llama.cpp's SentencePiece vocab-test inputs and a few more texts:
+#      `tessera tokenize` vs `llama-tokenize --ids` (tokenize_vs_llama_cpp.py);
 #   3. perplexity of tests/data/text/alice_ch{1,2}.txt (Lewis Carroll, public domain) at the same
 #      windows: `tessera perplexity --window W` vs `llama-perplexity -c W` (both score the second
 #      half of non-overlapping windows that start with BOS).
@@ -37,13 +38,7 @@ for p in "${prompts[@]}"; do
 done
 
 echo "== tokenizer"
-texts=("Hello world" " leading space" "The café costs 3.50€ — naïve?" $'line one\n\nline  two\t tab' "<start_of_turn>user"
-       "日本語のテキスト" "   ")
-for t in "${texts[@]}"; do
-  want="$("$peer/llama-tokenize" -m "$model" -p "$t" --ids --log-disable 2>/dev/null | tail -1 | tr -d '[] ')"
-  got="$("$bin/tessera" tokenize -q -m "$model" -p "$t" --format csv)"
-  if [ "$want" = "$got" ]; then echo "same: $(printf '%q' "$t") -> [$got]"; else echo "DIFFERENT: $(printf '%q' "$t"): llama.cpp [$want], tessera [$got]"; status=1; fi
-done
+python3 "$root/bench/peer/tokenize_vs_llama_cpp.py" "$1" "$bin" "$model" || status=1
 
 echo "== perplexity"
 cat "$root/tests/data/text/alice_ch1.txt" "$root/tests/data/text/alice_ch2.txt" >"$tmp/alice.txt"
