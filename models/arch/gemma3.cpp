@@ -39,6 +39,11 @@ Result<ModelConfig> gemma3_config_from_gguf(const gguf::File& f) {
   int pattern = 6;
   TS_ASSIGN_OR_RETURN(pattern, gguf_int32_key(f, a + "attention.sliding_window_pattern", 6));
   if (pattern < 0) return InvalidArgument(f.path() + ": " + a + "attention.sliding_window_pattern must not be negative");
+  // Each layer has tensors of its own: checked before a per-layer table is sized by a count that
+  // could be any 32-bit value.
+  if (size_t(c.n_layers) > f.tensors().size())
+    return InvalidArgument(f.path() + ": block_count " + std::to_string(c.n_layers) + " but the file holds only " +
+                           std::to_string(f.tensors().size()) + " tensors");
   c.layer_sliding.assign(size_t(c.n_layers), 0);
   // As llama.cpp's set_swa_pattern: a pattern of n makes every n-th layer global (0: none).
   for (int l = 0; l < c.n_layers; ++l) c.layer_sliding[size_t(l)] = c.sliding_window > 0 && (pattern == 0 || l % pattern < pattern - 1);
