@@ -9,6 +9,7 @@
 
 #include "core/exec/bucket.h"
 #include "core/exec/executor.h"
+#include "models/arch/arch.h"
 #include "models/gguf/gguf.h"
 #include "models/safetensors/hf_model.h"
 
@@ -121,7 +122,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, DevicePtr de
   std::shared_ptr<gguf::File> file;
   TS_ASSIGN_OR_RETURN(file, gguf::File::open(path));
   const gguf::File& f = *file;
-  TS_ASSIGN_OR_RETURN(m->cfg_, llama_config_from_gguf(f));
+  TS_ASSIGN_OR_RETURN(m->cfg_, arch_config_from_gguf(f));
   TS_ASSIGN_OR_RETURN(m->tokenizer_, tokenizer_from_gguf(f, path));
   if (f.find("tokenizer.chat_template")) {
     TS_ASSIGN_OR_RETURN(m->chat_template_, f.get_string("tokenizer.chat_template"));
@@ -266,7 +267,7 @@ Result<std::unique_ptr<Model>> Model::load_checkpoint(const std::string& dir, De
 }
 
 Status Model::load_weights(const std::string& path, const TensorGetter& get, const LoadOptions& opts) {
-  auto specs = llama_tensor_specs(cfg_, &weights_);
+  auto specs = arch_tensor_specs(cfg_, &weights_);
   {
     // The spec table and LlamaWeights::for_each_tensor must name the same fields: a slot the walk
     // missed would load but be left out of weight_tensors() (byte counts, benches).
@@ -274,7 +275,7 @@ Status Model::load_weights(const std::string& path, const TensorGetter& get, con
     weights_.for_each_tensor([&](const Tensor& t) { listed.insert(&t); });
     for (const TensorSpec& s : specs)
       if (!listed.count(s.slot))
-        return Internal("llama_tensor_specs: '" + s.name + "' binds a tensor LlamaWeights::for_each_tensor does not list");
+        return Internal("arch_tensor_specs: '" + s.name + "' binds a tensor LlamaWeights::for_each_tensor does not list");
   }
   // Check every tensor's presence, dtype and shape before uploading any.
   size_t total = 0;
@@ -415,7 +416,7 @@ Status Model::forward(const StepPlan& plan, KvCache& kv, std::vector<float>* log
   Graph g;
   std::vector<ValueId> route_ids;
   const bool stats = collect_expert_stats_ && cfg_.is_moe();
-  const ValueId out = build_llama_graph(g, cfg_, weights_, in, kv, stats ? &route_ids : nullptr);
+  const ValueId out = arch_build_graph(g, cfg_, weights_, in, kv, stats ? &route_ids : nullptr);
   TS_RETURN_IF_ERROR(g.status());
   TS_RETURN_IF_ERROR(device_->compute(g));
   if (stats) {

@@ -1,7 +1,9 @@
 // ModelConfig: the hyperparameters of a transformer, read from GGUF metadata and checked
 // against the tensors.
 #pragma once
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/op.h"
 
@@ -14,7 +16,7 @@ enum class QkNorm : uint8_t {
 };
 
 struct ModelConfig {
-  std::string arch;          // "llama", "mistral", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe"
+  std::string arch;          // "llama", "mistral", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe", "gemma3"
   std::string name;          // general.name
   int n_layers = 0;
   int n_embd = 0;
@@ -35,8 +37,18 @@ struct ModelConfig {
   int n_ff_exp = 0;              // width of each expert's FFN
   int n_ff_shexp = 0;            // width of the shared expert (qwen2moe); 0: none
   bool expert_weights_norm = true;  // renormalise the chosen experts' weights to sum to 1
+  // Gemma 3 (the defaults leave every other family as it is).
+  float embd_scale = 1.0f;       // multiplies the token embeddings (gemma3: sqrt(n_embd))
+  float attn_scale = 0.0f;       // attention softmax scale; 0: 1/sqrt(head_dim)
+  float attn_softcap = 0.0f;     // attention logit softcap (AttentionParams::softcap); 0: none
+  int sliding_window = 0;        // keys a sliding-window layer sees, its own included; 0: none
+  std::vector<uint8_t> layer_sliding;  // [n_layers]: 1 where the layer uses sliding_window
+  RopeParams rope_sliding;       // RoPE of the sliding-window layers (gemma3: a base of its own)
 
   bool is_moe() const { return n_experts > 0; }
+  bool is_sliding(int layer) const {
+    return sliding_window > 0 && size_t(layer) < layer_sliding.size() && layer_sliding[size_t(layer)] != 0;
+  }
 };
 
 }  // namespace tessera

@@ -1,4 +1,5 @@
 // `tessera tokenize`, `tessera eval` (token ids -> logits .npy) and `tessera perplexity`.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -19,6 +20,7 @@ struct TokenOptions {
   std::string save_logits, kl_base;  // perplexity: write / compare against a baseline logit file
   bool no_special = false;
   int ctx = 512;
+  int64_t last = 0;  // eval: write only the last this many rows (0: all)
 };
 
 Result<std::vector<int32_t>> parse_ids(const std::string& s) {
@@ -91,11 +93,12 @@ void eval_command(const TokenOptions& o) {
   std::vector<float> logits;
   const auto kvt = dtype_from_name(o.model.kv_dtype);
   if (!kvt) return fail(InvalidArgument("unknown --kv-dtype '" + o.model.kv_dtype + "'"));
-  const Status s = eval_logits(*model, *ids, 512, &logits, *kvt);
+  const int64_t rows = o.last > 0 ? std::min<int64_t>(o.last, int64_t(ids->size())) : int64_t(ids->size());
+  const Status s = eval_logits(*model, *ids, 512, &logits, *kvt, int64_t(ids->size()) - rows);
   if (!s.ok()) return fail(s);
-  const Status w = write_npy(o.out, logits, int64_t(ids->size()), model->vocab_size());
+  const Status w = write_npy(o.out, logits, rows, model->vocab_size());
   if (!w.ok()) return fail(w);
-  if (!o.model.quiet) std::fprintf(stderr, "eval: wrote %zu x %d logits to %s\n", ids->size(), model->vocab_size(), o.out.c_str());
+  if (!o.model.quiet) std::fprintf(stderr, "eval: wrote %lld x %d logits to %s\n", (long long)rows, model->vocab_size(), o.out.c_str());
 }
 
 // Streams each scored row into the baseline file being written and/or the KL comparison.
@@ -189,6 +192,8 @@ void add_token_commands(CLI::App& app) {
   ev->add_option("-t,--tokens", e->tokens, "token ids, comma or space separated");
   ev->add_option("-f,--file", e->file, "read the token ids from a file");
   ev->add_option("-o,--out", e->out, "output .npy file (float32 [tokens, vocab])")->capture_default_str();
+  ev->add_option("--last", e->last, "write only the logits of the last N positions (long prompts, large vocabularies)")
+      ->check(CLI::PositiveNumber);
   ev->callback([e] { eval_command(*e); });
 
   auto p = std::make_shared<TokenOptions>();

@@ -22,11 +22,13 @@ struct WeightTensor : Tensor {
   float out_scale = 1.0f;
 };
 
+// One decoder layer's weights; the gemma3 family (models/arch/gemma3.h) uses the same struct.
 struct LlamaLayer {
   WeightTensor attn_norm, wq, wk, wv, wo;
   WeightTensor bq, bk, bv;          // optional (qwen2): no buffer when absent
   WeightTensor q_norm, k_norm;      // optional (qwen3)
   WeightTensor ffn_norm, w_gate, w_up, w_down;   // dense FFN
+  WeightTensor post_attn_norm, post_ffn_norm;     // optional (gemma3): norms of the block outputs
   // Mixture of experts: router [E, D], experts [E, F, D] / [E, D, F].
   WeightTensor router, gate_exps, up_exps, down_exps;
   // Shared expert (qwen2moe): sigmoid(x . shexp_gate) * FFN_shared(x).
@@ -42,7 +44,7 @@ struct LlamaLayer {
  private:
   template <class Self, class F> static void each(Self& L, F& f) {
     for (auto* t : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.q_norm, &L.k_norm, &L.ffn_norm,
-                    &L.w_gate, &L.w_up, &L.w_down, &L.router, &L.gate_exps, &L.up_exps, &L.down_exps, &L.shexp_gate,
+                    &L.post_attn_norm, &L.post_ffn_norm, &L.w_gate, &L.w_up, &L.w_down, &L.router, &L.gate_exps, &L.up_exps, &L.down_exps, &L.shexp_gate,
                     &L.gate_shexp, &L.up_shexp, &L.down_shexp})
       f(*t);
   }

@@ -133,6 +133,33 @@ TEST_F(BadModel, OutOfRangeHyperparametersAreErrors) {
   EXPECT_NE(s.message().find("block_count 1000000000 but the file holds only"), std::string::npos) << s.message();
 }
 
+// The tiny llama's metadata under the gemma3 architecture (its tensors do not fit gemma3, but
+// these errors come from the config, before any tensor is looked at).
+void as_gemma3(std::vector<std::pair<std::string, gguf::Value>>& meta) {
+  for (auto& [k, v] : meta) {
+    if (k == "general.architecture") v = gguf::Value::of_string("gemma3");
+    if (k.rfind("llama.", 0) == 0) k = "gemma3." + k.substr(6);
+  }
+}
+
+TEST_F(BadModel, Gemma3HugeBlockCountIsAnError) {
+  const Status s = load(rewrite("gemma3_layers.gguf", [](auto& meta, auto&) {
+    as_gemma3(meta);
+    set_int(meta, "gemma3.block_count", 1000000000);
+  }));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("block_count 1000000000 but the file holds only"), std::string::npos) << s.message();
+}
+
+TEST_F(BadModel, Gemma3FinalLogitSoftcapIsRefusedByName) {
+  const Status s = load(rewrite("gemma3_softcap.gguf", [](auto& meta, auto&) {
+    as_gemma3(meta);
+    meta.emplace_back("gemma3.final_logit_softcapping", gguf::Value::of_float(gguf::ValueType::kF32, 30.0));
+  }));
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("gemma3.final_logit_softcapping"), std::string::npos) << s.message();
+}
+
 TEST_F(BadModel, LargestContextLengthLoads) {
   const std::string path = rewrite("max_ctx.gguf", [](auto& meta, auto&) { set_int(meta, "llama.context_length", 2147483647); });
   LoadOptions opts;
