@@ -1,10 +1,11 @@
 // Gemma 3 270M (Q4_K_M GGUF, fetched by .ci/fetch-model) end to end: the config read from the
-// gemma3.* keys, the tokenizer and greedy tokens against llama.cpp (ids recorded from the peer
-// build's llama-tokenize and llama-simple, bench/peer/gemma3_vs_llama_cpp.sh), and the Vulkan
-// device against the CPU. Logits against the numpy oracle: tests/model/compare_gemma3.py.
+// gemma3.* keys, greedy tokens against the numpy oracle, and the Vulkan device against the CPU.
+// Logits against the numpy oracle: tests/model/compare_gemma3.py; against llama.cpp:
+// bench/peer/gemma3_vs_llama_cpp.sh.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 
@@ -34,7 +35,7 @@ class Gemma3 : public ::testing::Test {
   void SetUp() override {
     if (!model_) TESSERA_SKIP_MISSING() << "Gemma 3 270M not found at " << model_path() << " (run .ci/fetch-model)";
   }
-  // |n| greedy tokens after |text| (BOS added and special tokens parsed, as llama-simple does).
+  // |n| greedy tokens after |text| (BOS added and special tokens parsed, as `tessera run` does).
   static std::vector<int32_t> greedy(const std::string& text, int n) {
     auto kv = model_->create_kv_cache(512);
     EXPECT_TRUE(kv.ok());
@@ -75,28 +76,32 @@ TEST_F(Gemma3, ConfigMatchesTheFile) {
   for (int l = 0; l < c.n_layers; ++l) EXPECT_EQ(c.is_sliding(l), l % 6 != 5) << "layer " << l;
 }
 
-TEST_F(Gemma3, TokenizesAsLlamaCpp) {
-  struct Case {
-    const char* text;
-    std::vector<int32_t> ids;  // llama-tokenize --ids (BOS added, special tokens parsed)
-  };
-  const std::vector<Case> cases = {
-      // GEMMA3_TOKENIZE_CASES
-  };
-  for (const Case& c : cases) EXPECT_EQ(model_->tokenizer().encode(c.text, true, true), c.ids) << "text: " << c.text;
-}
-
-TEST_F(Gemma3, GreedyTokensMatchLlamaCpp) {
+// Greedy tokens on the CPU against the float64 numpy oracle's (tests/python/numpy_gemma3.py, run
+// token by token on the same prompt ids; recorded with each step's margin between its top two
+// logits). The CPU's 8-bit activations move logits by about 2e-2 of their RMS, so the first
+// difference is allowed only where the oracle's margin is under 0.1, and the comparison stops
+// there (the contexts differ from then on).
+TEST_F(Gemma3, GreedyTokensMatchTheNumpyReference) {
   struct Case {
     const char* prompt;
-    std::vector<int32_t> ids;  // llama-simple -n 24 (greedy), the generated ids
+    std::vector<int32_t> ids;
+    std::vector<float> margins;
   };
   const std::vector<Case> cases = {
-      // GEMMA3_GREEDY_CASES
+      {"The capital of France is",
+       {506, 5279, 529, 506, 2891, 529, 7001, 236761, 1030, 563, 506, 7488, 3207, 528, 7001, 532},
+       {0.544f, 1.94f, 2.502f, 0.666f, 0.256f, 0.278f, 0.445f, 0.799f, 0.599f, 2.431f, 0.352f, 0.014f, 2.083f, 2.507f, 0.34f, 0.012f}},
   };
   for (const Case& c : cases) {
     const auto got = greedy(c.prompt, int(c.ids.size()));
-    EXPECT_EQ(got, c.ids) << "prompt: " << c.prompt;
+    ASSERT_EQ(got.size(), c.ids.size()) << "prompt: " << c.prompt;
+    size_t same = 0;
+    while (same < got.size() && got[same] == c.ids[same]) ++same;
+    std::printf("[ info ] '%s': %zu of %zu greedy tokens equal the oracle's\n", c.prompt, same, c.ids.size());
+    if (same < got.size()) {
+      EXPECT_LT(c.margins[same], 0.1f) << "prompt '" << c.prompt << "': token " << same << " is " << got[same]
+                                       << ", the oracle's " << c.ids[same] << " won by " << c.margins[same];
+    }
   }
 }
 
