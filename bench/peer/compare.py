@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+"""Tessera against llama.cpp on this machine: the table of issue #15, in one run.
+
+Both engines read the same GGUF files: a 1B-shaped Llama made by Tessera's make_tiny_model (F16,
+random weights) and quantised by the peer's llama-quantize into Q4_0, Q8_0 and Q4_K_M, plus
+SmolLM2-135M-Instruct Q4_1. For each model and round it runs `tessera-bench model` and
+`llama-bench`, alternating which engine goes first from round to round (so a slow spell of the
+shared machine falls on both), and prints the medians over rounds of pp128, pp512 and tg64 in
+tokens/s with the ratios Tessera / llama.cpp (> 1: Tessera is faster). See docs/bench.md.
+
+Only the standard library is used. compare.sh beside this file is the entry point.
+"""
+import argparse
+import csv
+import datetime
+import io
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SMOLLM_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# The 1B shape of the issue (Llama 3.2 1B's layout, a 32000-token vocabulary): ~1.1 G parameters.
+SHAPE_1B = {"--layers": 16, "--dim": 2048, "--heads": 32, "--kv-heads": 8, "--ff": 8192, "--vocab": 32000,
+            "--ctx": 4096}
+# (row label, file name, llama-quantize type); llama-quantize needs lower-case output names.
+QUANTS_1B = [("1B-shaped Llama Q4_0", "1b-q4_0.gguf", "Q4_0"),
+             ("1B-shaped Llama Q8_0", "1b-q8_0.gguf", "Q8_0"),
+             ("1B-shaped Llama Q4_K_M", "1b-q4_k_m.gguf", "Q4_K_M")]
+TESTS = ("pp128", "pp512", "tg64")
+THREADS = 2
+
+
+class CompareError(Exception):
+    pass
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run(cmd, what):
+    """Runs |cmd|, returns its stdout; a failure raises with the command and its output's tail."""
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if p.returncode != 0:
+        tail = "\n".join((p.stdout + p.stderr).strip().splitlines()[-15:])
+        raise CompareError(f"{what} failed (exit {p.returncode}): {' '.join(cmd)}\n{tail}")
+    return p.stdout
+
+
+def find_tool(dirs, name, hint):
+    for d in dirs:
+        path = os.path.join(d, name)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    raise CompareError(f"{name} not found in {', '.join(dirs)} ({hint})")
+
+
+def peer_tools(peer, quick):
+    """llama-bench and llama-quantize (None with --quick, which makes no models)."""
+    if not os.path.isdir(peer):
+        raise CompareError(f"peer folder {peer} does not exist (build it: bash /work/shared/peer/llama-cpp.sh; "
+                           "it prints the folder to pass)")
+    # The folder llama-cpp.sh prints holds build/bin; its bin folder itself is accepted too.
+    dirs = [os.path.join(peer, "build", "bin"), os.path.join(peer, "bin"), peer]
+    hint = "is the peer build finished? bash /work/shared/peer/llama-cpp.sh"
+    return find_tool(dirs, "llama-bench", hint), None if quick else find_tool(dirs, "llama-quantize", hint)
+
+
+def tessera_tools(build):
+    if not os.path.isdir(build):
+        raise CompareError(f"Tessera build folder {build} does not exist")
+    dirs = [os.path.join(build, "bin")]
+    hint = f"ninja -C {build} tessera tessera-bench make_tiny_model"
+    return (find_tool(dirs, "tessera-bench", hint), find_tool(dirs, "make_tiny_model", hint),
+            find_tool(dirs, "tessera", hint))
+
+
+def cpu_isa(tessera):
+    """The CPU line of `tessera info` (what Tessera's dispatch sees), else /proc/cpuinfo's flags."""
+    try:
+        out = run([tessera, "info"], "tessera info").splitlines()
+        for i, line in enumerate(out):
+            if line.strip().startswith("cpu ") and i + 1 < len(out) and "features:" in out[i + 1]:
+                return out[i + 1].split("features:", 1)[1].strip()
+    except CompareError:
+        pass
+    flags = set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    return " ".join(f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni") if f in flags)
+
+
+def cpu_name():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return "unknown CPU"
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def make_models(cache, make_tiny_model, quantize, smollm, quick):
+    """Returns [(label, path)]; files already in |cache| are reused (delete them to remake)."""
+    models = []
+    if not quick:
+        f16 = os.path.join(cache, "1b-f16.gguf")
+        if not os.path.isfile(f16):
+            log(f"making {f16} (make_tiny_model, 1B shape, F16: ~2.2 GB)")
+            part = os.path.join(cache, "1b-f16.part.gguf")
+            args = [make_tiny_model, "--arch", "llama", "--dtype", "f16", "--seed", "1", "--out", part]
+            for k, v in SHAPE_1B.items():
+                args += [k, str(v)]
+            run(args, "make_tiny_model")
+            os.replace(part, f16)
+        for label, name, qtype in QUANTS_1B:
+            out = os.path.join(cache, name)
+            if not os.path.isfile(out):
+                log(f"quantising {out} (llama-quantize {qtype})")
+                part = os.path.join(cache, name.replace(".gguf", ".part.gguf"))
+                run([quantize, f16, part, qtype, str(THREADS)], "llama-quantize")
+                os.replace(part, out)
+            models.append((label, out))
+    models.append(("SmolLM2-135M Q4_1", smollm))
+    return models
+
+
+def tessera_once(bench, model, prompt, decode, reps):
+    """(prefill t/s, decode t/s) of one request (2 threads, concurrency 1), tessera-bench's median
+    of |reps| runs."""
+    out = run([bench, "model", model, "--threads", str(THREADS), "--concurrency", "1", "--prompt", str(prompt),
+               "--decode", str(decode), "--repeats", str(reps)], "tessera-bench model")
+    lines = out.splitlines()
+    for i, line in enumerate(lines):
+        if "prefill t/s" in line and i + 1 < len(lines):
+            f = lines[i + 1].split()
+            if len(f) >= 4 and f[0] == str(THREADS) and f[1] == "1":
+                return float(f[2]), float(f[3])
+    raise CompareError(f"tessera-bench model printed no row for {THREADS} threads:\n{out}")
+
+
+def tessera_round(bench, model, reps):
+    pp128, tg64 = tessera_once(bench, model, 128, 64, reps)
+    pp512, _ = tessera_once(bench, model, 512, 1, reps)  # one token: prefill only
+    return {"pp128": pp128, "pp512": pp512, "tg64": tg64}
+
+
+def llama_round(llama_bench, model, reps):
+    out = run([llama_bench, "-m", model, "-t", str(THREADS), "-p", "128,512", "-n", "64", "-r", str(reps),
+               "-o", "csv"], "llama-bench")
+    rows = list(csv.reader(io.StringIO(out)))
+    rows = [r for r in rows if r]
+    if len(rows) < 2:
+        raise CompareError(f"llama-bench printed no CSV rows:\n{out}")
+    head = rows[0]
+    # avg_ts by name; else the second-to-last column, which is avg t/s in the CSV of this era.
+    i_ts = head.index("avg_ts") if "avg_ts" in head else len(head) - 2
+    i_p, i_n = head.index("n_prompt"), head.index("n_gen")
+    res = {}
+    for r in rows[1:]:
+        n_p, n_g = int(r[i_p]), int(r[i_n])
+        key = f"pp{n_p}" if n_g == 0 else f"tg{n_g}"
+        res[key] = float(r[i_ts])
+    missing = [t for t in TESTS if t not in res]
+    if missing:
+        raise CompareError(f"llama-bench gave no {', '.join(missing)}:\n{out}")
+    return res
+
+
+def fmt(x):
+    return f"{x:.1f}" if x < 100 else f"{x:.0f}"
+
+
+def main():
+    ap = argparse.ArgumentParser(prog="compare.sh", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("peer", help="the folder bash /work/shared/peer/llama-cpp.sh prints (holds build/bin)")
+    ap.add_argument("build", nargs="?", default=os.path.join(ROOT, "build"),
+                    help="Tessera's build folder (default: build/ of this checkout)")
+    ap.add_argument("--quick", action="store_true", help="smoke test: 1 round, the SmolLM2 row only")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds; the table shows medians (default 3)")
+    ap.add_argument("--reps", type=int, default=2,
+                    help="runs inside each engine's call per round: tessera-bench --repeats, llama-bench -r "
+                         "(default 2)")
+    ap.add_argument("--cache", default=os.environ.get("TESSERA_COMPARE_CACHE",
+                                                      os.path.expanduser("~/.cache/tessera-compare")),
+                    help="folder for the generated models and raw results (default ~/.cache/tessera-compare)")
+    ap.add_argument("--smollm", default=os.path.join(ROOT, "models-cache", SMOLLM_NAME),
+                    help="SmolLM2-135M-Instruct Q4_1 GGUF (default: models-cache/, fetched by .ci/fetch-model)")
+    a = ap.parse_args()
+    rounds = 1 if a.quick else a.rounds
+    if rounds < 1 or a.reps < 1:
+        raise CompareError("--rounds and --reps must be at least 1")
+
+    llama_bench, quantize = peer_tools(os.path.abspath(a.peer), a.quick)
+    bench, make_tiny_model, tessera = tessera_tools(os.path.abspath(a.build))
+    if not os.path.isfile(a.smollm):
+        if a.smollm != os.path.join(ROOT, "models-cache", SMOLLM_NAME):
+            raise CompareError(f"{a.smollm} does not exist")
+        log("fetching SmolLM2 with .ci/fetch-model")
+        run(["bash", os.path.join(ROOT, ".ci", "fetch-model")], ".ci/fetch-model")
+    os.makedirs(a.cache, exist_ok=True)
+    models = make_models(a.cache, make_tiny_model, quantize, a.smollm, a.quick)
+
+    isa = cpu_isa(tessera)
+    start = datetime.datetime.now(datetime.timezone.utc)
+    load_start = loadavg()
+    raw_path = os.path.join(a.cache, "compare-" + start.strftime("%Y%m%dT%H%M%SZ") + ".csv")
+    raw = []  # (round, model, engine, test, t/s)
+    t0 = time.time()
+    for rnd in range(rounds):
+        # Round 0: Tessera first; round 1: llama.cpp first; ...
+        engines = ["tessera", "llama.cpp"] if rnd % 2 == 0 else ["llama.cpp", "tessera"]
+        for label, path in models:
+            for eng in engines:
+                r = tessera_round(bench, path, a.reps) if eng == "tessera" else llama_round(llama_bench, path, a.reps)
+                log(f"round {rnd + 1}/{rounds} {label:24s} {eng:9s} " +
+                    "  ".join(f"{t} {r[t]:7.1f}" for t in TESTS) + f"   (load {loadavg()})")
+                raw += [(rnd + 1, label, eng, t, r[t]) for t in TESTS]
+    minutes = (time.time() - t0) / 60
+    with open(raw_path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["round", "model", "engine", "test", "tokens_per_s"])
+        w.writerows(raw)
+
+    def med(label, eng, t):
+        return statistics.median(v for (_, m, e, tt, v) in raw if m == label and e == eng and tt == t)
+
+    print(f"Tessera vs llama.cpp, {THREADS} threads, median of {rounds} alternating round(s) "
+          f"({a.reps} run(s) per call), tokens/s")
+    print(f"date {start.strftime('%Y-%m-%d %H:%M UTC')}; {cpu_name()}, {os.cpu_count()} CPUs; ISA: {isa}")
+    print(f"load average (1/5/15 min) at start {load_start}, at end {loadavg()}; {minutes:.1f} min")
+    print()
+    print("| model | Tessera pp128 / pp512 / tg64 | llama.cpp pp128 / pp512 / tg64 | pp128 ratio | pp512 ratio "
+          "| tg64 ratio |")
+    print("|---|---|---|---|---|---|")
+    for label, _ in models:
+        ts = [med(label, "tessera", t) for t in TESTS]
+        ls = [med(label, "llama.cpp", t) for t in TESTS]
+        ratios = [f"{x / y:.2f}" if y > 0 else "-" for x, y in zip(ts, ls)]
+        print(f"| {label} | {' / '.join(fmt(x) for x in ts)} | {' / '.join(fmt(x) for x in ls)} | "
+              + " | ".join(ratios) + " |")
+    print()
+    print(f"ratio = Tessera / llama.cpp (> 1: Tessera faster). Every round's figures: {raw_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except CompareError as e:
+        print(f"compare.sh: {e}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)
