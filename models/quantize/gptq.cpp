@@ -46,7 +46,10 @@ void parallel_for(int64_t n, int threads, Fn fn) {
 
 // The inner loops, y -= a * x, vectorised for AVX2 where the CPU has it (the build targets plain
 // x86-64; GPTQ on a 1536-wide tensor is ~K^2 N multiply-adds).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// NOTE: not under ThreadSanitizer: GCC instruments the ifunc resolver that target_clones emits,
+// and the dynamic loader runs that resolver while relocating the executable, before libtsan is
+// initialised, so every binary linking this file dies with SIGSEGV before main.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define TS_GPTQ_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define TS_GPTQ_CLONES
