@@ -1,6 +1,7 @@
 // The regex engine, the pre-tokenizer table, and the hand-written matchers against the regex
 // lists they stand for.
 #include <gtest/gtest.h>
+#include <pthread.h>
 
 #include <random>
 
@@ -50,6 +51,35 @@ TEST(Regex, LongInputsNeitherOverflowNorLosePieces) {
   size_t total = 0;
   for (auto s : pieces) total += s.size();
   EXPECT_EQ(total, word.size() + 2);
+}
+
+// The same on a thread with a 2 MB stack (macOS gives secondary threads 512 KB, musl 128 KB):
+// group repetitions recurse, and their cap must leave the stack a caller's thread has.
+TEST(Regex, LongInputsFitASmallThreadStack) {
+  struct Job {
+    std::string text = std::string(100000, 'a') + " b";
+    size_t total = 0;
+    bool ok = false;
+  } job;
+  pthread_attr_t attr;
+  ASSERT_EQ(pthread_attr_init(&attr), 0);
+  ASSERT_EQ(pthread_attr_setstacksize(&attr, size_t(2) << 20), 0);
+  pthread_t thread;
+  const auto run = [](void* arg) -> void* {
+    auto* j = static_cast<Job*>(arg);
+    auto p = PreTokenizer::from_name("exaone-moe");
+    if (!p.ok()) return nullptr;
+    std::vector<std::string_view> pieces;
+    p->split(j->text, pieces);
+    for (auto s : pieces) j->total += s.size();
+    j->ok = true;
+    return nullptr;
+  };
+  ASSERT_EQ(pthread_create(&thread, &attr, run, &job), 0);
+  pthread_join(thread, nullptr);
+  pthread_attr_destroy(&attr);
+  ASSERT_TRUE(job.ok);
+  EXPECT_EQ(job.total, job.text.size());
 }
 
 TEST(Regex, ErrorsNameThePattern) {
