@@ -138,6 +138,13 @@ class Device {
     return Unimplemented(info().id + ": cannot map host memory");
   }
 
+  // (optional) The weight |w| (kRows layout, this device's memory or mapped host memory) as the
+  // device wants it for |use| (kMatmul or kMatmulId, as the weight input): either |w| itself, or
+  // a copy in memory of its own, repacked into the backend's tiled layout (Tensor::layout names
+  // it; its buffer's size is the memory it costs). Called once per weight at load time; the
+  // caller keeps |w| only if another op still reads it (a tied embedding). The default keeps |w|.
+  virtual Result<Tensor> prepare_weight(const Tensor& w, [[maybe_unused]] OpKind use) { return w; }
+
   // (optional) Runs |graph| as compute() does, waits for it, and returns the seconds the device's
   // own clock (GPU timestamp queries) measured for its work: the sum over the graph's dispatches,
   // leaving out submission, fences and host wake-ups. For benchmarks (tessera-bench); no serving

@@ -38,6 +38,13 @@ class Buffer {
 };
 using BufferPtr = std::shared_ptr<Buffer>;
 
+// How a weight's bytes are arranged. kRows is the dtype's own row layout (GGUF order), which
+// every op and every backend reads. Any other value was produced by one device's
+// prepare_weight() (core/device.h) and is that backend's own tag (the CPU's interleaved row
+// tiles, later CUDA's MMQ/Marlin tiles): only that device's matmul kernels read such a tensor,
+// its strides are not meaningful, and the Executor refuses it anywhere else.
+enum class WeightLayout : uint16_t { kRows = 0 };
+
 // Shapes are outermost-first, like numpy: a weight matrix is [out_features, in_features] and
 // row r starts at offset + r * stride[0]. Strides are in bytes. For block formats (q4_0 ...) the
 // last dimension is always contiguous, a multiple of the block size, and stride[rank-1] is 0.
@@ -49,6 +56,7 @@ struct Tensor {
   BufferPtr buffer;   // null for a description not yet placed in memory
   size_t offset = 0;  // bytes from the start of |buffer|
   std::string name;
+  WeightLayout layout = WeightLayout::kRows;
 
   // A contiguous tensor description (no buffer).
   static Tensor make(DType dtype, std::initializer_list<int64_t> shape, std::string name = {});

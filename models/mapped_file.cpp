@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 namespace tessera {
@@ -67,6 +68,16 @@ Result<std::string> read_file(const std::string& path) {
   ::close(fd);
   out.resize(got);
   return out;
+}
+
+}  // namespace tessera
+
+namespace tessera {
+
+void release_file_pages(const void* p, size_t n) {
+  const auto page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (uintptr_t(p) + page - 1) / page * page, end = (uintptr_t(p) + n) / page * page;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 }  // namespace tessera

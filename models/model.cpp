@@ -11,6 +11,7 @@
 #include "core/exec/executor.h"
 #include "models/arch/arch.h"
 #include "models/gguf/gguf.h"
+#include "models/mapped_file.h"
 #include "models/safetensors/hf_model.h"
 
 namespace tessera {
@@ -194,6 +195,7 @@ HostTensor in_file(const gguf::File& f, const gguf::TensorInfo& ti, const std::v
   h.nbytes = ti.nbytes;
   h.region = static_cast<const uint8_t*>(h.data) - ti.offset;
   h.region_bytes = f.file_size();
+  h.region_is_file = true;
   h.keepalive = f.mapping();
   return h;
 }
@@ -305,11 +307,37 @@ Status Model::load_weights(const std::string& path, const TensorGetter& get, con
       if (it->second) weights_buffers_.push_back(it->second);
     }
     TS_ASSIGN_OR_RETURN(Tensor t, bind_weight(h, s->name, it->second));
+    TS_ASSIGN_OR_RETURN(t, prepare_weight(std::move(t), *s, h));
     *s->slot = WeightTensor{std::move(t), h.out_scale};
     done += h.nbytes;
     if (opts.progress && !opts.progress(done, total)) return Cancelled(path + ": loading cancelled");
   }
   return OkStatus();
+}
+
+// |t| (the weight of |s|, bound from |h|) in the layout the device prefers for its matmul: a
+// repacked copy where the device makes one (Device::prepare_weight), whose cost is counted in
+// prepared_bytes_. The mapped file pages of a replaced tensor are released (MADV_DONTNEED; read
+// again from the file should anything touch them), so a repacked model does not hold both copies
+// resident. The token embedding stays in rows for the embed op; a tied model gets its output head
+// prepared from it as a separate tensor.
+Result<Tensor> Model::prepare_weight(Tensor t, const TensorSpec& s, const HostTensor& h) {
+  const bool embedding = s.slot == &weights_.tok_embd;
+  if (embedding && cfg_.tied_output) {
+    TS_ASSIGN_OR_RETURN(Tensor head, device_->prepare_weight(t, OpKind::kMatmul));
+    if (head.buffer != t.buffer) {
+      prepared_bytes_ += head.buffer->size();
+      weights_.output_tied = WeightTensor{std::move(head), h.out_scale};
+    }
+    return t;
+  }
+  if (embedding || t.rank < 2) return t;
+  const OpKind use = s.experts ? OpKind::kMatmulId : OpKind::kMatmul;
+  TS_ASSIGN_OR_RETURN(Tensor p, device_->prepare_weight(t, use));
+  if (p.buffer == t.buffer) return t;
+  prepared_bytes_ += p.buffer->size();
+  if (h.region_is_file) release_file_pages(h.data, h.nbytes);
+  return p;
 }
 
 // The device tensor of |h|: in place when the device mapped its region, else a copy in device

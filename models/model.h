@@ -61,6 +61,9 @@ class Model final : public ModelRunner {
   Device& device() { return *device_; }
   // Every loaded weight (named as in GGUF), for size and parameter counts.
   std::vector<const Tensor*> weight_tensors() const;
+  // Bytes of the weight copies the device repacked into its own layout at load time
+  // (Device::prepare_weight); 0 when it reads the file's layout in place.
+  size_t prepared_weight_bytes() const { return prepared_bytes_; }
   // The tokenizer functions the engine needs.
   TextCodec codec() const;
 
@@ -90,6 +93,7 @@ class Model final : public ModelRunner {
   Status load_weights(const std::string& path, const TensorGetter& get, const LoadOptions& opts);
   static Result<std::optional<HostTensor>> gguf_tensor(const gguf::File& f, const TensorSpec& s);
   Result<Tensor> bind_weight(const HostTensor& h, const std::string& name, const BufferPtr& mapped);
+  Result<Tensor> prepare_weight(Tensor t, const TensorSpec& s, const HostTensor& h);
   Status count_experts(const Graph& g, const std::vector<ValueId>& route_ids);
   Status upload_step(const StepPlan& plan, const std::vector<int32_t>& rows, StepTensors* t);
 
@@ -102,6 +106,7 @@ class Model final : public ModelRunner {
   BufferPtr step_buffer_;      // per-step inputs (token ids, positions, block tables ...)
   size_t step_capacity_ = 0;
   std::vector<int32_t> padded_tables_;  // block tables padded to their bucket width (upload_step)
+  size_t prepared_bytes_ = 0;
   bool collect_expert_stats_ = false;
   ExpertStats expert_stats_;
 };

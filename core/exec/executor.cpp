@@ -22,6 +22,7 @@ class KeyHasher {
   void mix_tensor(const Tensor& t) {
     mix(uint64_t(t.dtype));
     mix(uint64_t(t.rank));
+    mix(uint64_t(t.layout));
     for (int i = 0; i < t.rank; ++i) {
       mix(uint64_t(t.shape[size_t(i)]));
       mix(uint64_t(t.stride[size_t(i)]));
@@ -150,6 +151,25 @@ Status Executor::validate(const Graph& graph) const {
     if (!b || !(b->device() == &device_ || (computes_on_host(device_) && b->host_ptr())))
       return InvalidArgument(device_.info().id + ": input '" + v.tensor.name + "' " + v.tensor.shape_string() +
                              " is not in this device's memory");
+    // A repacked weight (Device::prepare_weight) is readable only by the device that made it.
+    if (v.tensor.layout != WeightLayout::kRows && b->device() != &device_)
+      return InvalidArgument(device_.info().id + ": weight '" + v.tensor.name + "' was repacked by " +
+                             (b->device() ? b->device()->info().id : std::string("another device")) +
+                             " and only that device reads its layout");
+  }
+  // ... and only as the weight of a matmul: no other op reads the backend's tiles.
+  for (const Node& n : graph.nodes()) {
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      if (n.inputs[i] < 0) continue;
+      const Tensor& t = graph.tensor(n.inputs[i]);
+      if (t.layout == WeightLayout::kRows) continue;
+      const bool weight_slot = (n.op == OpKind::kMatmul && i == size_t(in::kMatmulW)) ||
+                               (n.op == OpKind::kMatmulId && i == size_t(in::kMatmulIdW));
+      if (!weight_slot)
+        return InvalidArgument(device_.info().id + ": " + op_name(n.op) + " input " + std::to_string(i) + " '" + t.name +
+                               "' is a repacked weight (layout " + std::to_string(int(t.layout)) +
+                               "); only a matmul's weight may be");
+    }
   }
   return OkStatus();
 }

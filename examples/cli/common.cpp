@@ -89,6 +89,9 @@ std::unique_ptr<Model> load_model(const ModelOptions& o, const LoadOptions& extr
     std::fprintf(stderr, "model: %s (%s, %d layers, %d tokens context) on %s\n",
                  (*m)->config().name.empty() ? o.model.c_str() : (*m)->config().name.c_str(), (*m)->config().arch.c_str(),
                  (*m)->config().n_layers, (*m)->config().n_ctx_train, (*dev)->info().name.c_str());
+  if (!o.quiet && (*m)->prepared_weight_bytes() > 0)
+    std::fprintf(stderr, "model: %.1f MB of weights repacked into %s's own layout (file pages of replaced weights released)\n",
+                 double((*m)->prepared_weight_bytes()) / 1e6, (*dev)->info().id.c_str());
   return std::move(m).value();
 }
 

@@ -113,7 +113,7 @@ ValueId build_gemma3_graph(Graph& g, const ModelConfig& c, const LlamaWeights& w
   // Only the rows that sample need the (large) output head.
   x = g.embed(x, g.input(in.logit_rows), DType::kF32);
   x = g.rms_norm(x, g.input(w.output_norm), c.rms_eps);
-  const ValueId logits = linear(g, x, c.tied_output ? w.tok_embd : w.output);
+  const ValueId logits = linear(g, x, w.head(c));
   g.mark_output(logits);
   return logits;
 }

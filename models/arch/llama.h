@@ -54,6 +54,15 @@ struct LlamaWeights {
   WeightTensor tok_embd, output_norm, output;
   WeightTensor rope_freqs;          // optional (llama3 scaling)
   std::vector<LlamaLayer> layers;
+  // Tied models (no output.weight) on a device whose prepare_weight repacks: the token embedding
+  // prepared for the output matmul, while tok_embd keeps the rows the embed op reads. Not a weight
+  // of its own (for_each_tensor leaves it out: its parameters are tok_embd's).
+  WeightTensor output_tied;
+
+  // The output head's weight.
+  const WeightTensor& head(const ModelConfig& c) const {
+    return !c.tied_output ? output : output_tied.buffer ? output_tied : tok_embd;
+  }
 
   // Every tensor, the model's own then each layer's (see LlamaLayer::for_each_tensor).
   template <class F> void for_each_tensor(F&& f) { each(*this, f); }
@@ -99,6 +108,8 @@ struct HostTensor {
   const void* region = nullptr;  // start of the mapped file (or owned block) holding |data|
   size_t region_bytes = 0;
   std::shared_ptr<const void> keepalive;  // owns the region
+  bool region_is_file = false;   // |region| is a read-only file mapping (its pages can be dropped
+                                 // and re-read), not an owned block
   float out_scale = 1.0f;        // see WeightTensor::out_scale
   int64_t stride0 = 0;           // bytes between dim-0 slices when not contiguous (per-expert
                                  // GGUF tensors placed at equal distances); 0: contiguous

@@ -106,6 +106,7 @@ Result<std::optional<HostTensor>> Weights::load_linear(const std::string& prefix
       h.region = w.file->base();
       h.region_bytes = w.file->size();
       h.keepalive = w.file->mapping();
+      h.region_is_file = true;
       return Opt(std::move(h));
     }
     if (dt == StDType::kF8_E4M3 || dt == StDType::kF8_E5M2) return done(load_fp8(prefix, w, spec));

@@ -169,6 +169,48 @@ TEST(Executor, UnsupportedOpFailsBeforePrepareNamingIt) {
   EXPECT_EQ(dev.executor().stats().built, 0);
 }
 
+// A weight in a backend's own layout (Device::prepare_weight) is read only as a matmul's weight,
+// and only on the device whose buffer holds it; both misuses fail in validation, naming the weight.
+TEST(Executor, RepackedWeightsAreReadOnlyByTheirDevicesMatmul) {
+  cpu::CpuDevice dev(1);
+  ref::ReferenceDevice other;
+  const auto xs = random_values(2 * 32, 7);
+  auto x = upload_new(dev, Tensor::make(DType::kF32, {2, 32}), xs.data());
+  ASSERT_TRUE(x.ok());
+  Tensor w = Tensor::make(DType::kF32, {32}, "blk.0.attn_norm.weight");
+  auto wt = upload_new(dev, w, xs.data());
+  ASSERT_TRUE(wt.ok());
+  wt->layout = WeightLayout{7};
+  {
+    Graph g;
+    g.mark_output(g.rms_norm(g.input(*x), g.input(*wt), 1e-5f));
+    const Status s = dev.compute(g);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("'blk.0.attn_norm.weight' is a repacked weight"), std::string::npos) << s.to_string();
+  }
+  {
+    // The reference device computes on host memory, so it may read the CPU's rows, not its tiles.
+    auto xo = upload_new(other, Tensor::make(DType::kF32, {2, 32}), xs.data());
+    ASSERT_TRUE(xo.ok());
+    Graph g;
+    g.mark_output(g.rms_norm(g.input(*xo), g.input(*wt), 1e-5f));
+    const Status s = other.compute(g);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("was repacked by cpu"), std::string::npos) << s.to_string();
+    wt->layout = WeightLayout::kRows;
+    Graph g2;
+    g2.mark_output(g2.rms_norm(g2.input(*xo), g2.input(*wt), 1e-5f));
+    EXPECT_TRUE(other.compute(g2).ok());
+  }
+  // The layout is part of the key: the same buffer in another layout is another executable.
+  Graph a, b;
+  a.mark_output(a.scale(a.input(*x), 2.0f));
+  Tensor x2 = *x;
+  x2.layout = WeightLayout{3};
+  b.mark_output(b.scale(b.input(x2), 2.0f));
+  EXPECT_NE(graph_key(a), graph_key(b));
+}
+
 TEST(Bucket, RoundsUpWithinBounds) {
   EXPECT_EQ(bucket_up(0), 1);
   EXPECT_EQ(bucket_up(1), 1);
