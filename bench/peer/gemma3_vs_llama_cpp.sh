@@ -8,12 +8,16 @@
 #      windows: `tessera perplexity --window W` vs `llama-perplexity -c W` (both score the second
 #      half of non-overlapping windows that start with BOS).
 # Usage: gemma3_vs_llama_cpp.sh PEER_DIR [TESSERA_BIN_DIR] [N_TOKENS]
-#   PEER_DIR: a llama.cpp build (bin/llama-simple, bin/llama-tokenize, bin/llama-perplexity).
+#   PEER_DIR: what /work/shared/peer/llama-cpp.sh prints (bins in build/bin, vocab tests in models/).
 # Prints a report; exits 1 when a greedy text or a tokenisation differs, or a perplexity differs
 # by more than 0.5 %.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-peer="$1/bin"
+# PEER_DIR as llama-cpp.sh prints it (build/bin, models/) or a folder with bin/ directly.
+peer="$1/build/bin"
+[ -d "$peer" ] || peer="$1/bin"
+py="${TESSERA_PYTHON:-$root/.venv/bin/python}"
+[ -x "$py" ] || py=python3
 bin="${2:-$root/build/bin}"
 n="${3:-24}"
 model="$root/models-cache/gemma-3-270m-q4_k_m.gguf"
@@ -23,28 +27,18 @@ trap 'rm -rf "$tmp"' EXIT
 status=0
 
 prompts=("The capital of France is" "def fibonacci(n):" "Once upon a time, in a small village by the sea,")
-echo "== greedy text, $n tokens"
-for p in "${prompts[@]}"; do
-  "$peer/llama-simple" -m "$model" -n "$n" "$p" 2>/dev/null >"$tmp/peer.txt"
-  "$bin/tessera" run -q -m "$model" -d cpu --raw --temp 0 -n "$n" -p "$p" 2>/dev/null >"$tmp/ours.txt"
-  # llama-simple prints the prompt, then the continuation; Tessera only the continuation.
-  printf '%s' "$p" | cat - "$tmp/ours.txt" >"$tmp/ours_full.txt"
-  if cmp -s <(sed -e '$a\' "$tmp/peer.txt") <(sed -e '$a\' "$tmp/ours_full.txt"); then
-    echo "same: $(head -c 200 "$tmp/peer.txt" | tr '\n' ' ')"
-  else
-    echo "DIFFERENT for '$p':"; echo "  llama.cpp: $(tr '\n' ' ' <"$tmp/peer.txt")"; echo "  tessera:   $(tr '\n' ' ' <"$tmp/ours_full.txt")"
-    status=1
-  fi
-done
+echo "== greedy tokens, $n per prompt (llama-simple vs tessera run --temp 0; float64 oracle where they part)"
+"$py" "$root/bench/peer/greedy_vs_llama_cpp.py" "$peer" "$bin" "$model" "$n" --oracle "$root/tests/python/numpy_gemma3.py" \
+  "${prompts[@]}" || status=1
 
 echo "== tokenizer"
-python3 "$root/bench/peer/tokenize_vs_llama_cpp.py" "$1" "$bin" "$model" || status=1
+"$py" "$root/bench/peer/tokenize_vs_llama_cpp.py" "$1" "$bin" "$model" || status=1
 
 echo "== perplexity"
 cat "$root/tests/data/text/alice_ch1.txt" "$root/tests/data/text/alice_ch2.txt" >"$tmp/alice.txt"
 for w in 512 1024; do
   peer_ppl="$("$peer/llama-perplexity" -m "$model" -f "$tmp/alice.txt" -c "$w" -b "$w" -t "$(nproc)" 2>&1 |
-              sed -n 's/^Final estimate: PPL = \([0-9.]*\).*/\1/p')"
+              sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p')"
   ours_ppl="$("$bin/tessera" perplexity -q -m "$model" -d cpu -f "$tmp/alice.txt" --window "$w" | sed -n 's/^perplexity \([0-9.]*\) .*/\1/p')"
   rel="$(python3 -c "print(f'{100 * ($ours_ppl / $peer_ppl - 1):+.3f}')")"
   echo "window $w: llama.cpp $peer_ppl, tessera $ours_ppl ($rel %)"

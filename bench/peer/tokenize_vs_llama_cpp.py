@@ -12,7 +12,10 @@ import sys
 
 
 def peer_ids(peer, model, text):
-    out = subprocess.run([os.path.join(peer, "bin", "llama-tokenize"), "-m", model, "--stdin", "--ids", "--no-bos",
+    bin_dir = os.path.join(peer, "build", "bin")
+    if not os.path.isdir(bin_dir):
+        bin_dir = os.path.join(peer, "bin")
+    out = subprocess.run([os.path.join(bin_dir, "llama-tokenize"), "-m", model, "--stdin", "--ids", "--no-bos",
                           "--no-parse-special", "--log-disable"], input=text.encode(), capture_output=True, check=True)
     line = out.stdout.decode().strip().splitlines()[-1]
     return [int(x) for x in line.strip("[]").split(",") if x.strip()]
