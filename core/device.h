@@ -30,6 +30,11 @@ struct DeviceInfo {
   size_t memory_bytes = 0;  // usable device memory
   int threads = 0;          // worker threads (CPU) or 0
   std::string features;     // "avx2 avx512 vnni", "fp16 int8 subgroup=8"
+  // The dtype models build activations in on this device: f32 where the kernels are fastest in
+  // it (the CPU's int8-dot and f32 paths, lavapipe), f16/bf16 where matrix units want it (GPUs).
+  // Any float dtype works on every device (the conformance suite covers all three); this is the
+  // default a model picks (LoadOptions::activation_dtype overrides it).
+  DType activation_dtype = DType::kF32;
   // Roofline ceilings, filled by tessera-bench measurements when known (0 = not measured).
   double peak_read_gbs = 0.0;
   std::map<DType, double> peak_flops;  // per activation/weight dtype

@@ -102,6 +102,9 @@ Status Model::finish_load(const std::string& path, const TensorGetter& get, cons
   if (cfg_.n_vocab != tokenizer_->vocab_size())
     return InvalidArgument(path + ": the token embedding has " + std::to_string(cfg_.n_vocab) + " rows but the tokenizer has " +
                            std::to_string(tokenizer_->vocab_size()) + " tokens");
+  act_ = opts.activation_dtype.value_or(device_->info().activation_dtype);
+  if (act_ != DType::kF32 && act_ != DType::kF16 && act_ != DType::kBF16)
+    return InvalidArgument(std::string("activation dtype must be f32, f16 or bf16, got ") + dtype_name(act_));
   TS_RETURN_IF_ERROR(load_weights(path, get, opts));
   // Per-step input buffer: tokens, positions, slots, logit rows [T]; query_start [S+1];
   // seq_lens [S]; block tables [S, max blocks of a full context, rounded up to its bucket].
@@ -440,6 +443,7 @@ Status Model::forward(const StepPlan& plan, KvCache& kv, std::vector<float>* log
   const std::vector<int32_t> last_row = {plan.n_tokens() - 1};
   const std::vector<int32_t>& rows = plan.logit_rows.empty() ? last_row : plan.logit_rows;
   StepTensors in;
+  in.act = act_;
   TS_RETURN_IF_ERROR(upload_step(plan, rows, &in));
   Graph g;
   std::vector<ValueId> route_ids;

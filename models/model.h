@@ -46,6 +46,8 @@ struct LoadOptions {
   std::function<bool(size_t, size_t)> progress;
   int max_batch_tokens = 512;  // sizes the per-step input buffers
   int max_seqs = 64;
+  // The activation dtype (f32, f16 or bf16); unset: the device's DeviceInfo::activation_dtype.
+  std::optional<DType> activation_dtype;
 };
 
 class Model final : public ModelRunner {
@@ -56,6 +58,7 @@ class Model final : public ModelRunner {
   ~Model() override;
 
   const ModelConfig& config() const { return cfg_; }
+  DType activation_dtype() const { return act_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const std::string& chat_template() const { return chat_template_; }  // Jinja source ("" if none)
   Device& device() { return *device_; }
@@ -107,6 +110,7 @@ class Model final : public ModelRunner {
   size_t step_capacity_ = 0;
   std::vector<int32_t> padded_tables_;  // block tables padded to their bucket width (upload_step)
   size_t prepared_bytes_ = 0;
+  DType act_ = DType::kF32;
   bool collect_expert_stats_ = false;
   ExpertStats expert_stats_;
 };

@@ -42,6 +42,9 @@ void add_model_options(CLI::App* cmd, ModelOptions* o) {
       ->capture_default_str();
   cmd->add_option("-c,--ctx", o->ctx, "KV cache capacity in tokens")->capture_default_str()->check(CLI::Range(16, 1 << 24));
   cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache dtype: f16, bf16, f32, fp8_e4m3 or int8_pc (8-bit: an f32 scale per token and kv head)")->capture_default_str();
+  cmd->add_option("--act-dtype", o->act_dtype, "activation dtype: auto (the device's preference: f32 on cpu and vulkan), f32, f16 or bf16")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "f32", "f16", "bf16"}));
   cmd->add_flag("-q,--quiet", o->quiet, "no progress bar");
 }
 
@@ -82,6 +85,7 @@ std::unique_ptr<Model> load_model(const ModelOptions& o, const LoadOptions& extr
   if (!dev.ok()) { fail(dev.status()); return nullptr; }
   ProgressBar bar{!o.quiet && isatty(2)};
   LoadOptions lo = extra;
+  if (o.act_dtype != "auto") lo.activation_dtype = dtype_from_name(o.act_dtype);
   lo.progress = [&bar](size_t done, size_t total) { bar.draw(done, total); return true; };
   auto m = Model::load(o.model, *dev, lo);
   if (!m.ok()) { fail(m.status()); return nullptr; }
@@ -89,6 +93,8 @@ std::unique_ptr<Model> load_model(const ModelOptions& o, const LoadOptions& extr
     std::fprintf(stderr, "model: %s (%s, %d layers, %d tokens context) on %s\n",
                  (*m)->config().name.empty() ? o.model.c_str() : (*m)->config().name.c_str(), (*m)->config().arch.c_str(),
                  (*m)->config().n_layers, (*m)->config().n_ctx_train, (*dev)->info().name.c_str());
+  if (!o.quiet && (*m)->activation_dtype() != DType::kF32)
+    std::fprintf(stderr, "model: %s activations\n", dtype_name((*m)->activation_dtype()));
   if (!o.quiet && (*m)->prepared_weight_bytes() > 0)
     std::fprintf(stderr, "model: %.1f MB of weights repacked into %s's own layout (file pages of replaced weights released)\n",
                  double((*m)->prepared_weight_bytes()) / 1e6, (*dev)->info().id.c_str());

@@ -22,6 +22,7 @@ struct ServeCommandOptions {
   std::string device = "auto";
   int ctx = 16384;  // KV cache capacity in tokens (shared by every request)
   std::string kv_dtype = "f16";
+  std::string act_dtype = "auto";
   bool no_prefix_caching = false;
   std::string preemption = "swap";  // swap keeps progress; recompute re-prefills (and thrashes a short pool)
   int swap_space = 0;  // host tokens for swapped-out KV (with --preemption swap); 0: as many as -c
@@ -59,6 +60,7 @@ void serve_command(const ServeCommandOptions& o) {
   LoadOptions lo;
   lo.max_batch_tokens = o.scheduler.max_batch_tokens;
   lo.max_seqs = o.scheduler.max_seqs;
+  if (o.act_dtype != "auto") lo.activation_dtype = dtype_from_name(o.act_dtype);
   auto model = Model::load(o.model, *dev, lo);
   if (!model.ok()) return serve_fail(model.status().to_string());
   auto kv = (*model)->create_kv_cache(o.ctx, *kvt);
@@ -117,6 +119,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("-c,--ctx", o->ctx, "KV cache capacity in tokens, shared by all requests")->capture_default_str()
       ->check(CLI::Range(16, 1 << 24));
   cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache dtype: f16, bf16, f32, fp8_e4m3 or int8_pc (8-bit: an f32 scale per token and kv head)")->capture_default_str();
+  cmd->add_option("--act-dtype", o->act_dtype, "activation dtype: auto (the device's preference: f32 on cpu and vulkan), f32, f16 or bf16")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "f32", "f16", "bf16"}));
   cmd->add_flag("--no-prefix-caching", o->no_prefix_caching,
                 "compute every prompt in full (a reference for the prefix cache's outputs and speed)");
   cmd->add_option("--preemption", o->preemption, "when KV blocks run out: swap (copy to host memory, up to --swap-space; beyond it recompute) or recompute (re-prefill later)")

@@ -98,7 +98,7 @@ ValueId build_gemma3_graph(Graph& g, const ModelConfig& c, const LlamaWeights& w
   AttentionParams sliding = global;
   sliding.sliding_window = c.sliding_window;
 
-  ValueId x = g.embed(g.input(w.tok_embd), tokens, DType::kF32);  // [T, D]
+  ValueId x = g.embed(g.input(w.tok_embd), tokens, in.act);  // [T, D]
   x = g.scale(x, c.embd_scale * w.tok_embd.out_scale);
   for (int l = 0; l < c.n_layers; ++l) {
     const LlamaLayer& L = w.layers[size_t(l)];

@@ -160,7 +160,7 @@ ValueId build_llama_graph(Graph& g, const ModelConfig& c, const LlamaWeights& w,
   AttentionParams ap;
   ap.scale = float(1.0 / std::sqrt(double(c.head_dim)));
 
-  ValueId x = g.embed(g.input(w.tok_embd), tokens, DType::kF32);  // [T, D]
+  ValueId x = g.embed(g.input(w.tok_embd), tokens, in.act);  // [T, D]
   if (w.tok_embd.out_scale != 1.0f) x = g.scale(x, w.tok_embd.out_scale);  // an NVFP4 embedding's tensor scale
   for (int l = 0; l < c.n_layers; ++l) {
     const LlamaLayer& L = w.layers[size_t(l)];

@@ -75,9 +75,12 @@ struct LlamaWeights {
   }
 };
 
-// The per-step inputs, already on the device.
+// The per-step inputs, already on the device, and the dtype the step's activations are built in
+// (the residual stream and everything computed from it; the sampled rows go back to f32 before
+// the output head, so logits are always f32).
 struct StepTensors {
   Tensor tokens, positions, slot_mapping, query_start, seq_lens, block_tables, logit_rows;
+  DType act = DType::kF32;
 };
 
 // Reads the config from GGUF metadata (general.architecture and the {arch}.* keys).

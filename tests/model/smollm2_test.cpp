@@ -12,6 +12,7 @@
 #include "models/model.h"
 #include "models/scoring.h"
 #include "tests/model/steady_decode.h"
+#include "tests/model/vulkan_vs_cpu.h"
 
 namespace tessera {
 namespace {
@@ -71,6 +72,29 @@ namespace {
 
 // HAL v2: a steady decode re-submits one cached executable per block-table bucket (contexts 20
 // to 60 cross the 32-token bucket edge once), at batch 1 and batch 8.
+// HAL v2: the activation dtype is the device's choice (f32 on the CPU), and a model built in f16
+// or bf16 activations (what GPUs' matrix units want) decodes as the f32 one does, within each
+// dtype's rounding: greedy tokens equal except at near-ties, logits close.
+TEST_F(SmolLM2, HalfPrecisionActivationsMatchF32) {
+  EXPECT_EQ(model_->activation_dtype(), DType::kF32);
+  for (auto [act, tol] : {std::pair{DType::kF16, 5e-2}, std::pair{DType::kBF16, 8e-2}}) {
+    SCOPED_TRACE(dtype_name(act));
+    LoadOptions lo;
+    lo.activation_dtype = act;
+    auto m = Model::load(model_path(), Registry::global().find("cpu").value(), lo);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    EXPECT_EQ((*m)->activation_dtype(), act);
+    model_test::expect_models_match(*model_, **m, "f32", dtype_name(act),
+                                    {"The capital of France is", "def fibonacci(n):\n    "}, 12, DType::kF16, tol, false);
+  }
+  LoadOptions bad;
+  bad.activation_dtype = DType::kQ8_0;
+  auto m = Model::load(model_path(), Registry::global().find("cpu").value(), bad);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("activation dtype must be f32, f16 or bf16, got q8_0"), std::string::npos)
+      << m.status().to_string();
+}
+
 TEST_F(SmolLM2, SteadyDecodeReusesOneExecutablePerBucket) {
   for (int batch : {1, 8}) {
     const auto steps = testing::check_steady_decode(*model_, batch, 20, 41);

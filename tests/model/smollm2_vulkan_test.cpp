@@ -43,6 +43,23 @@ TEST(SmolLM2Vulkan, GreedyTokensAndLogitsMatchTheCpuBackend) {
                             kNewTokens);
 }
 
+// f16 activations on Vulkan (what a GPU's matrix units want; DeviceInfo::activation_dtype stays
+// f32 on lavapipe) against Vulkan's own f32: the f16 shaders of every op carry a real model.
+TEST(SmolLM2Vulkan, HalfActivationsMatchF32) {
+  if (!std::filesystem::exists(model_path())) TESSERA_SKIP_MISSING() << "SmolLM2 not found at " << model_path();
+  auto vk_dev = Registry::global().find("vulkan");
+  if (!vk_dev.ok()) TESSERA_SKIP_HARDWARE() << "no Vulkan device: " << vk_dev.status().to_string();
+  LoadOptions lo;
+  lo.activation_dtype = DType::kF16;
+  auto f32 = Model::load(model_path(), *vk_dev);
+  auto f16 = Model::load(model_path(), *vk_dev, lo);
+  ASSERT_TRUE(f32.ok()) << f32.status().to_string();
+  ASSERT_TRUE(f16.ok()) << f16.status().to_string();
+  EXPECT_EQ((*f32)->activation_dtype(), DType::kF32);
+  model_test::expect_models_match(**f32, **f16, "f32", "f16", {"The capital of France is", "def fibonacci(n):\n    "}, 12,
+                                  DType::kF16, 1e-2, false);
+}
+
 // The same model requantised by `tessera quantize -t q4_k`: ffn_down (K = 1536) becomes Q4_K and
 // every other matrix Q5_0 (rows of 576 are not whole 256-blocks), the tied embedding/output Q8_0,
 // so the Vulkan k-quant and 5-bit kernels run a real model. One prompt and 12 tokens keep it short.

@@ -77,21 +77,17 @@ class Session {
 
 inline int32_t argmax(const std::vector<float>& v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
 
-// Runs |prompts| for |n_tokens| greedy steps on the CPU and Vulkan loads of |path|, each with a
-// |kv_dtype| KV cache, and checks the rules of the file comment.
-inline void expect_vulkan_matches_cpu(const std::string& path, const std::vector<std::string>& texts, int n_tokens,
-                                      DType kv_dtype = DType::kF16, double tol = 5e-2, bool add_special = false) {
-  auto vk_dev = Registry::global().find("vulkan");
-  if (!vk_dev.ok()) TESSERA_SKIP_HARDWARE() << "no Vulkan device: " << vk_dev.status().to_string();
-  auto cpu = Model::load(path, Registry::global().find("cpu").value());
-  auto vk = Model::load(path, *vk_dev);
-  ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
-  ASSERT_TRUE(vk.ok()) << vk.status().to_string();
-  const Tokenizer& tok = (*cpu)->tokenizer();
+// Runs |texts| for |n_tokens| greedy steps on two loads of a model, |ref| and |test| (named
+// |ref_name| and |test_name| in messages), each with a |kv_dtype| KV cache, and checks the rules of
+// the file comment with |test| in the Vulkan role.
+inline void expect_models_match(Model& ref_model, Model& test_model, const char* ref_name, const char* test_name,
+                                const std::vector<std::string>& texts, int n_tokens, DType kv_dtype, double tol,
+                                bool add_special) {
+  const Tokenizer& tok = ref_model.tokenizer();
   std::vector<std::vector<int32_t>> prompts;
   for (const std::string& t : texts) prompts.push_back(tok.encode(t, add_special, false));
   const double kTol = tol;
-  Session a(**cpu, prompts, kv_dtype, n_tokens), b(**vk, prompts, kv_dtype, n_tokens);
+  Session a(ref_model, prompts, kv_dtype, n_tokens), b(test_model, prompts, kv_dtype, n_tokens);
   std::vector<double> err(prompts.size(), 0.0), ref(prompts.size(), 0.0);
   int differences = 0;
   for (int i = 0; i < n_tokens; ++i) {
@@ -108,27 +104,41 @@ inline void expect_vulkan_matches_cpu(const std::string& path, const std::vector
         row_sq += double(want[s][v]) * want[s][v];
       }
       ref[s] += row_sq;
-      const int32_t t_cpu = argmax(want[s]), t_vk = argmax(got[s]);
-      if (t_vk != t_cpu) {
-        const double margin = double(want[s][size_t(t_cpu)]) - double(want[s][size_t(t_vk)]);
+      const int32_t t_ref = argmax(want[s]), t_test = argmax(got[s]);
+      if (t_test != t_ref) {
+        const double margin = double(want[s][size_t(t_ref)]) - double(want[s][size_t(t_test)]);
         const double limit = 2.0 * kTol * std::sqrt(row_sq / double(want[s].size()));
-        std::printf("[ info ] %s KV, prompt %zu, generated token %d: CPU %d, Vulkan %d, CPU margin %.3g "
-                    "(near-tie below %.3g)\n", dtype_name(kv_dtype), s, i, t_cpu, t_vk, margin, limit);
-        EXPECT_LT(margin, limit)
-            << "Vulkan's greedy token " << t_vk << " differs from the CPU's " << t_cpu << " and is not a near-tie";
+        std::printf("[ info ] %s KV, prompt %zu, generated token %d: %s %d, %s %d, %s margin %.3g "
+                    "(near-tie below %.3g)\n", dtype_name(kv_dtype), s, i, ref_name, t_ref, test_name, t_test, ref_name,
+                    margin, limit);
+        EXPECT_LT(margin, limit) << test_name << "'s greedy token " << t_test << " differs from " << ref_name << "'s "
+                                 << t_ref << " and is not a near-tie";
         ++differences;
       }
-      a.append(s, t_cpu);
-      b.append(s, t_cpu);  // the CPU's token: both continue on the same context
+      a.append(s, t_ref);
+      b.append(s, t_ref);  // the reference's token: both continue on the same context
     }
   }
   for (size_t s = 0; s < prompts.size(); ++s) {
     const double nrmse = std::sqrt(err[s] / ref[s]);
-    std::printf("[ info ] %s KV, prompt %zu: logits nrmse %.3g over %d steps (tolerance %g)\n", dtype_name(kv_dtype), s,
-                nrmse, n_tokens, kTol);
+    std::printf("[ info ] %s vs %s, %s KV, prompt %zu: logits nrmse %.3g over %d steps (tolerance %g)\n", test_name,
+                ref_name, dtype_name(kv_dtype), s, nrmse, n_tokens, kTol);
     EXPECT_LE(nrmse, kTol) << "prompt " << s;
   }
   std::printf("[ info ] %d of %d greedy tokens differ, each at a near-tie\n", differences, n_tokens * int(prompts.size()));
+}
+
+// The Vulkan load of |path| against the CPU's.
+inline void expect_vulkan_matches_cpu(const std::string& path, const std::vector<std::string>& texts, int n_tokens,
+                                      DType kv_dtype = DType::kF16, double tol = 5e-2, bool add_special = false,
+                                      const LoadOptions& vk_opts = {}) {
+  auto vk_dev = Registry::global().find("vulkan");
+  if (!vk_dev.ok()) TESSERA_SKIP_HARDWARE() << "no Vulkan device: " << vk_dev.status().to_string();
+  auto cpu = Model::load(path, Registry::global().find("cpu").value());
+  auto vk = Model::load(path, *vk_dev, vk_opts);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
+  ASSERT_TRUE(vk.ok()) << vk.status().to_string();
+  expect_models_match(**cpu, **vk, "CPU", "Vulkan", texts, n_tokens, kv_dtype, tol, add_special);
 }
 
 }  // namespace tessera::model_test
