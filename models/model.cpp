@@ -61,6 +61,14 @@ Result<TokenizerData> tokenizer_data_from_gguf(const gguf::File& f) {
   TS_RETURN_IF_ERROR(id("tokenizer.ggml.padding_token_id", &d.pad));
   TS_RETURN_IF_ERROR(flag("tokenizer.ggml.add_bos_token", &d.add_bos));
   TS_RETURN_IF_ERROR(flag("tokenizer.ggml.add_eos_token", &d.add_eos));
+  // WordPiece (bert): llama.cpp's converter names [CLS] and [SEP] (sic: "seperator") rather than
+  // BOS and EOS, and every BERT input is "[CLS] text [SEP]".
+  if (d.model == "bert") {
+    if (d.bos < 0) TS_RETURN_IF_ERROR(id("tokenizer.ggml.cls_token_id", &d.bos));
+    if (d.eos < 0) TS_RETURN_IF_ERROR(id("tokenizer.ggml.seperator_token_id", &d.eos));
+    if (!f.find("tokenizer.ggml.add_bos_token")) d.add_bos = d.bos >= 0;
+    if (!f.find("tokenizer.ggml.add_eos_token")) d.add_eos = d.eos >= 0;
+  }
   // SentencePiece vocabularies prefix the text with a space unless the file says otherwise.
   d.add_space_prefix = d.model == "llama";
   TS_RETURN_IF_ERROR(flag("tokenizer.ggml.add_space_prefix", &d.add_space_prefix));
