@@ -202,7 +202,7 @@ TEST(Engine, ChunkedPrefillRespectsTheTokenBudget) {
 }
 
 TEST(Engine, EmbeddingsRunWholeBesideGenerationAndFreeTheirBlocks) {
-  Harness h(64, /*budget=*/16);
+  Harness h(64, /*budget=*/24);
   h.model.embeds = true;
   std::map<RequestId, std::vector<float>> emb;
   auto embed = [&](const std::vector<int32_t>& prompt) {
@@ -217,14 +217,16 @@ TEST(Engine, EmbeddingsRunWholeBesideGenerationAndFreeTheirBlocks) {
     EXPECT_TRUE(id.ok()) << id.status().to_string();
     return *id;
   };
-  const auto g = prompt_of(30, 1);  // chunked: 30 tokens over a 16-token budget
+  const auto g = prompt_of(40, 1);  // chunked: 40 tokens over a 24-token budget
   const RequestId gen = h.submit(g, 6);
+  ASSERT_TRUE(h.engine->step().ok());  // its first chunk fills the prefix cache
   std::map<RequestId, std::vector<int32_t>> want;
   for (int i = 0; i < 5; ++i) want[embed(prompt_of(5 + 2 * i, 10 + i))] = prompt_of(5 + 2 * i, 10 + i);
-  want[embed(g)] = g;  // the generation's prompt: no prefix hit, computed whole
+  const std::vector<int32_t> head(g.begin(), g.begin() + 20);
+  want[embed(head)] = head;  // cached blocks of the generation: no prefix hit, computed whole
   ASSERT_TRUE(h.engine->run_until_idle().ok());
   EXPECT_EQ(h.out[gen], expected(g, 6)) << "generation beside embeddings is unchanged";
-  EXPECT_LE(h.model.max_tokens_in_step, 16);
+  EXPECT_LE(h.model.max_tokens_in_step, 24);
   for (const auto& [id, p] : want) {
     ASSERT_EQ(emb[id].size(), 3u) << "request " << id;
     float sum = 0;
