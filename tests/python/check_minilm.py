@@ -7,7 +7,8 @@ failing instead under CI=true.
   2. Embeddings: `tessera embed` (CPU, and Vulkan where a Vulkan device exists) of 20 sentences,
      each within cosine 0.999 of the oracle's.
   3. GGUF: the checkpoint written as a llama.cpp-style `bert` GGUF (f32 weights, f16 matrices;
-     the `gguf` package) embeds the same sentences within cosine 0.999.
+     the `gguf` package), and `tessera convert` of it, embed the same sentences within cosine
+     0.999.
 Usage: check_minilm.py TESSERA_BIN MODELS_DIR WORK_DIR
 """
 import json
@@ -167,6 +168,14 @@ def main():
     write_gguf(model, gguf_path)
     got, doc = tessera_embed(binary, gguf_path, "cpu", SENTENCES)
     compare("gguf (f16 matrices), cpu", got, want)
+    converted = os.path.join(work, "minilm-converted.gguf")
+    out = subprocess.run([binary, "convert", model, converted], capture_output=True, text=True)
+    if out.returncode != 0:
+        fail(f"tessera convert: {out.stderr.strip()}")
+    got, doc = tessera_embed(binary, converted, "cpu", SENTENCES)
+    if doc["pooling"] != "mean":
+        fail(f"the converted GGUF pools by {doc['pooling']}, not mean")
+    compare("tessera convert -> gguf, cpu", got, want)
     print("OK")
 
 
