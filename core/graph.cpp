@@ -21,6 +21,8 @@ const char* op_name(OpKind op) {
     case OpKind::kCast: return "cast";
     case OpKind::kCopy: return "copy";
     case OpKind::kView: return "view";
+    case OpKind::kLayerNorm: return "layer_norm";
+    case OpKind::kGelu: return "gelu";
     case OpKind::kCount: break;
   }
   return "unknown";
@@ -145,6 +147,33 @@ ValueId Graph::rms_norm(ValueId x, ValueId w, float eps) {
   return add_node(op, {x, w}, Tensor::make(a.dtype, a.rank, a.shape.data()), RmsNormParams{eps});
 }
 
+ValueId Graph::layer_norm(ValueId x, ValueId w, ValueId b, float eps) {
+  const OpKind op = OpKind::kLayerNorm;
+  if (!status_.ok() || !check(valid(x) && (w == kNoValue || valid(w)) && (b == kNoValue || valid(b)), op,
+                              "invalid value id"))
+    return kNoValue;
+  const Tensor& a = tensor(x);
+  if (!check(a.rank >= 1 && is_act(a.dtype), op, "x must be float, got " + desc(a)) ||
+      !check(eps > 0.0f && std::isfinite(eps), op, "eps must be positive, got " + std::to_string(eps)))
+    return kNoValue;
+  for (ValueId p : {w, b}) {
+    if (p == kNoValue) continue;
+    const Tensor& g = tensor(p);
+    if (!check(g.rank == 1 && g.shape[0] == a.cols() && is_act(g.dtype), op,
+               std::string(p == w ? "w" : "b") + " must be [" + std::to_string(a.cols()) + "] float, got " + desc(g)))
+      return kNoValue;
+  }
+  return add_node(op, {x, w, b}, Tensor::make(a.dtype, a.rank, a.shape.data()), LayerNormParams{eps});
+}
+
+ValueId Graph::gelu(ValueId x) {
+  const OpKind op = OpKind::kGelu;
+  if (!status_.ok() || !check(valid(x), op, "invalid value id")) return kNoValue;
+  const Tensor& a = tensor(x);
+  if (!check(is_act(a.dtype) && a.rank >= 1, op, "x must be float, got " + desc(a))) return kNoValue;
+  return add_node(op, {x}, Tensor::make(a.dtype, a.rank, a.shape.data()), NoParams{});
+}
+
 ValueId Graph::rope(ValueId x, ValueId positions, const RopeParams& p, ValueId freq_factors) {
   const OpKind op = OpKind::kRope;
   if (!status_.ok() || !check(valid(x) && valid(positions) && (freq_factors == kNoValue || valid(freq_factors)),
@@ -202,7 +231,8 @@ ValueId Graph::attention(const AttentionInputs& in, const AttentionParams& p) {
       !check(sl.rank == 1 && qs.rank == 1 && qs.shape[0] == sl.shape[0] + 1, op,
              "query_start must be [S+1] and seq_lens [S], got " + desc(qs) + " and " + desc(sl)) ||
       !check(bt.rank == 2 && bt.shape[0] == sl.shape[0], op, "block_tables must be [S, max_blocks], got " + desc(bt)) ||
-      !check(p.sliding_window >= 0 && p.softcap >= 0.0f, op, "sliding_window and softcap must be >= 0"))
+      !check(p.sliding_window >= 0 && p.softcap >= 0.0f, op, "sliding_window and softcap must be >= 0") ||
+      !check(p.causal || p.sliding_window == 0, op, "a sliding window needs causal attention"))
     return kNoValue;
   return add_node(op, {ids, ids + 9}, Tensor::make(q.dtype, q.rank, q.shape.data()), p);
 }

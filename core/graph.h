@@ -51,6 +51,8 @@ class Graph {
   ValueId matmul(ValueId x, ValueId w, ValueId bias = kNoValue);
   ValueId matmul_id(ValueId x, ValueId w, ValueId ids, ValueId weights = kNoValue);
   ValueId rms_norm(ValueId x, ValueId w, float eps);
+  ValueId layer_norm(ValueId x, ValueId w, ValueId b, float eps);
+  ValueId gelu(ValueId x);  // erf form
   ValueId rope(ValueId x, ValueId positions, const RopeParams& p, ValueId freq_factors = kNoValue);
   struct AttentionInputs {
     ValueId q, k, v, k_cache, v_cache, slot_mapping, query_start, seq_lens, block_tables;

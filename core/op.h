@@ -15,7 +15,7 @@ enum class OpKind : uint8_t {
   kMatmulId,   // MoE grouped matmul: rows routed to experts  w [E,N,K]
   kRmsNorm,    // x / rms(x) (* w) over the last dim
   kRope,       // rotary embedding, normal or NeoX pairs, YaRN/linear/freq-factor scaling
-  kAttention,  // varlen causal GQA attention over a paged KV cache; writes the new K/V
+  kAttention,  // varlen GQA attention (causal or not) over a paged KV cache; writes the new K/V
   kGlu,        // act(gate) * up: SwiGLU (silu) or GeGLU (gelu, tanh form)
   kAdd,        // a + b, b broadcast over leading dims
   kMul,        // a * b, b broadcast over leading dims
@@ -25,6 +25,8 @@ enum class OpKind : uint8_t {
   kCast,       // dtype conversion between f32/f16/bf16
   kCopy,       // strided view -> contiguous
   kView,       // pseudo-op: an alias of another value (reshape, slice); computes nothing
+  kLayerNorm,  // (x - mean(x)) / sqrt(var(x) + eps) (* w) (+ b) over the last dim (BERT)
+  kGelu,       // 0.5 x (1 + erf(x / sqrt 2)): the exact GELU of BERT's FFN (no gate)
   kCount,
 };
 inline constexpr int kNumOps = static_cast<int>(OpKind::kCount);
@@ -39,6 +41,7 @@ enum class RouteScoring : uint8_t { kSoftmax, kSigmoid };
 
 struct NoParams {};
 struct RmsNormParams { float eps = 1e-5f; };
+struct LayerNormParams { float eps = 1e-12f; };
 struct ScaleParams { float scale = 1.0f; };
 struct SoftmaxParams { float scale = 1.0f; };
 struct GluParams { GluKind kind = GluKind::kSilu; };
@@ -59,6 +62,9 @@ struct AttentionParams {
   float scale = 0.0f;         // softmax scale; 0 means 1/sqrt(head_dim)
   int sliding_window = 0;     // 0: none; else a query at p sees keys (p - window, p]
   float softcap = 0.0f;       // 0: none; else logits = softcap * tanh(logits / softcap)
+  // false: every query of a sequence sees all seq_lens[s] keys (encoders: BERT). Needs
+  // sliding_window 0.
+  bool causal = true;
 };
 struct TopkRouteParams {
   int k = 2;
@@ -71,7 +77,8 @@ struct TopkRouteParams {
 struct ViewParams { int64_t byte_offset = 0; };
 
 using OpParams = std::variant<NoParams, RmsNormParams, ScaleParams, SoftmaxParams, GluParams,
-                              CastParams, RopeParams, AttentionParams, TopkRouteParams, ViewParams>;
+                              CastParams, RopeParams, AttentionParams, TopkRouteParams, ViewParams,
+                              LayerNormParams>;
 
 // Inputs of ops with several, by position (kNoValue where an optional one is absent).
 namespace in {
@@ -82,6 +89,8 @@ enum Matmul { kMatmulX = 0, kMatmulW = 1, kMatmulBias = 2 };
 // else out is [T, k, N].
 enum MatmulId { kMatmulIdX = 0, kMatmulIdW = 1, kMatmulIdIds = 2, kMatmulIdWeights = 3 };
 enum RmsNorm { kRmsNormX = 0, kRmsNormW = 1 };
+// x [..., C]; w [C] and b [C] optional.
+enum LayerNorm { kLayerNormX = 0, kLayerNormW = 1, kLayerNormB = 2 };
 // x [T, H, D]; positions [T] i32; freq_factors [n_dims/2] f32 optional (llama3-style scaling).
 enum Rope { kRopeX = 0, kRopePos = 1, kRopeFreqFactors = 2 };
 // q [T, Hq, D]; k, v [T, Hkv, D] (the new tokens); k_cache, v_cache [n_blocks, block_size, Hkv, D];

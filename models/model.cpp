@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -60,6 +61,14 @@ Result<TokenizerData> tokenizer_data_from_gguf(const gguf::File& f) {
   TS_RETURN_IF_ERROR(id("tokenizer.ggml.padding_token_id", &d.pad));
   TS_RETURN_IF_ERROR(flag("tokenizer.ggml.add_bos_token", &d.add_bos));
   TS_RETURN_IF_ERROR(flag("tokenizer.ggml.add_eos_token", &d.add_eos));
+  // WordPiece (bert): llama.cpp's converter names [CLS] and [SEP] (sic: "seperator") rather than
+  // BOS and EOS, and every BERT input is "[CLS] text [SEP]".
+  if (d.model == "bert") {
+    if (d.bos < 0) TS_RETURN_IF_ERROR(id("tokenizer.ggml.cls_token_id", &d.bos));
+    if (d.eos < 0) TS_RETURN_IF_ERROR(id("tokenizer.ggml.seperator_token_id", &d.eos));
+    if (!f.find("tokenizer.ggml.add_bos_token")) d.add_bos = d.bos >= 0;
+    if (!f.find("tokenizer.ggml.add_eos_token")) d.add_eos = d.eos >= 0;
+  }
   // SentencePiece vocabularies prefix the text with a space unless the file says otherwise.
   d.add_space_prefix = d.model == "llama";
   TS_RETURN_IF_ERROR(flag("tokenizer.ggml.add_space_prefix", &d.add_space_prefix));
@@ -139,7 +148,9 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, DevicePtr de
   const gguf::TensorInfo* emb = f.find_tensor("token_embd.weight");
   if (!emb) return NotFound(path + ": tensor 'token_embd.weight' is missing");
   m->cfg_.n_vocab = int(emb->shape[0]);
-  m->cfg_.tied_output = f.find_tensor("output.weight") == nullptr;
+  m->cfg_.tied_output = !m->cfg_.is_encoder() && f.find_tensor("output.weight") == nullptr;
+  if (const gguf::TensorInfo* types = f.find_tensor("token_types.weight"); types && types->rank == 2)
+    m->cfg_.n_token_types = int(types->shape[0]);
   // GGUF tensors are used as they are, in place in the mapped file.
   auto get = [&f, file](const TensorSpec& s) { return gguf_tensor(f, s); };
   TS_RETURN_IF_ERROR(m->finish_load(path, get, opts));
@@ -258,14 +269,16 @@ Result<std::unique_ptr<Model>> Model::load_checkpoint(const std::string& dir, De
   if (size_t(m->cfg_.n_layers) > ckpt->names().size())
     return InvalidArgument(dir + "/config.json: num_hidden_layers " + std::to_string(m->cfg_.n_layers) +
                            " but the checkpoint holds only " + std::to_string(ckpt->names().size()) + " tensors");
-  const safetensors::TensorRef emb = ckpt->find("model.embed_tokens.weight");
-  if (!emb.file) return NotFound(dir + ": tensor 'model.embed_tokens.weight' is missing");
+  safetensors::Weights weights(*ckpt, m->cfg_, quant);
+  const std::string emb_name = weights.hf_prefix("token_embd.weight") + ".weight";
+  const safetensors::TensorRef emb = ckpt->find(emb_name);
+  if (!emb.file) return NotFound(dir + ": tensor '" + emb_name + "' is missing");
   if (emb.info->shape.size() != 2)
-    return InvalidArgument(emb.file->path() + ": tensor 'model.embed_tokens.weight' has shape " + emb.info->shape_string() +
+    return InvalidArgument(emb.file->path() + ": tensor '" + emb_name + "' has shape " + emb.info->shape_string() +
                            ", expected [vocab, hidden]");
   m->cfg_.n_vocab = int(emb.info->shape[0]);
-  m->cfg_.tied_output = !ckpt->has("lm_head.weight") && !ckpt->has("lm_head.qweight") && !ckpt->has("lm_head.weight_packed");
-  safetensors::Weights weights(*ckpt, m->cfg_, quant);
+  m->cfg_.tied_output = !m->cfg_.is_encoder() && !ckpt->has("lm_head.weight") && !ckpt->has("lm_head.qweight") &&
+                        !ckpt->has("lm_head.weight_packed");
   auto get = [&weights](const TensorSpec& s) { return weights.get(s); };
   TS_RETURN_IF_ERROR(m->finish_load(dir, get, opts));
   return m;
@@ -325,8 +338,9 @@ Status Model::load_weights(const std::string& path, const TensorGetter& get, con
 // resident. The token embedding stays in rows for the embed op; a tied model gets its output head
 // prepared from it as a separate tensor.
 Result<Tensor> Model::prepare_weight(Tensor t, const TensorSpec& s, const HostTensor& h) {
-  const bool embedding = s.slot == &weights_.tok_embd;
-  if (embedding && cfg_.tied_output) {
+  // Tables the embed op reads by rows (bert's positions and token types too) keep their layout.
+  const bool embedding = s.slot == &weights_.tok_embd || s.slot == &weights_.pos_embd || s.slot == &weights_.type_embd;
+  if (s.slot == &weights_.tok_embd && cfg_.tied_output) {
     TS_ASSIGN_OR_RETURN(Tensor head, device_->prepare_weight(t, OpKind::kMatmul));
     if (head.buffer != t.buffer) {
       prepared_bytes_ += head.buffer->size();
@@ -438,6 +452,9 @@ Status Model::forward(const StepPlan& plan, KvCache& kv, std::vector<float>* log
   if (plan.n_tokens() == 0) return OkStatus();
   for (int32_t t : plan.tokens)
     if (t < 0 || t >= cfg_.n_vocab) return InvalidArgument("token id " + std::to_string(t) + " outside the vocabulary");
+  if (!plan.pool_seqs.empty() && embedding_dim() == 0) return InvalidArgument(why_no_embeddings());
+  if (cfg_.is_encoder() && !plan.logit_rows.empty())
+    return InvalidArgument(cfg_.arch + " is an encoder: it produces embeddings, not next-token logits");
   // A step where nothing samples (a prefill chunk) still runs every layer to fill the KV cache;
   // the graph then computes one logits row, which is discarded.
   const std::vector<int32_t> last_row = {plan.n_tokens() - 1};
@@ -448,16 +465,72 @@ Status Model::forward(const StepPlan& plan, KvCache& kv, std::vector<float>* log
   Graph g;
   std::vector<ValueId> route_ids;
   const bool stats = collect_expert_stats_ && cfg_.is_moe();
-  const ValueId out = arch_build_graph(g, cfg_, weights_, in, kv, stats ? &route_ids : nullptr);
+  ValueId hidden = kNoValue;
+  const ValueId out = arch_build_graph(g, cfg_, weights_, in, kv, stats ? &route_ids : nullptr,
+                                       plan.pool_seqs.empty() ? nullptr : &hidden);
   TS_RETURN_IF_ERROR(g.status());
   TS_RETURN_IF_ERROR(device_->compute(g));
   if (stats) {
     TS_RETURN_IF_ERROR(count_experts(g, route_ids));
   }
-  if (plan.logit_rows.empty()) return OkStatus();
-  const Tensor& lt = g.tensor(out);
-  logits->resize(size_t(lt.numel()));
-  return device_->download(lt, logits->data(), logits->size() * 4);
+  if (!plan.logit_rows.empty()) {
+    const Tensor& lt = g.tensor(out);
+    logits->resize(size_t(lt.numel()));
+    TS_RETURN_IF_ERROR(device_->download(lt, logits->data(), logits->size() * 4));
+  }
+  if (plan.pool_seqs.empty()) return OkStatus();
+  return pool(plan, g, hidden, logits);
+}
+
+Status Model::pool(const StepPlan& plan, const Graph& g, ValueId hidden, std::vector<float>* out) {
+  const Tensor& ht = g.tensor(hidden);  // [T, D]
+  const int64_t D = ht.cols();
+  std::vector<float> h(size_t(ht.numel()));
+  TS_RETURN_IF_ERROR(device_->download(ht, h.data(), h.size() * 4));
+  for (int32_t s : plan.pool_seqs) {
+    if (s < 0 || s >= plan.n_seqs()) return Internal("pool_seqs: sequence " + std::to_string(s) + " not in the step");
+    const int64_t r0 = plan.query_start[size_t(s)], r1 = plan.query_start[size_t(s) + 1];
+    // Pooling sees the whole sequence: a chunk that continues cached tokens would leave them out.
+    if (plan.seq_lens[size_t(s)] != r1 - r0 || r1 <= r0)
+      return Internal("pool_seqs: sequence " + std::to_string(s) + " is not whole in this step");
+    std::vector<double> v(size_t(D), 0.0);
+    const int64_t first = cfg_.pooling == Pooling::kCls ? r0 : cfg_.pooling == Pooling::kLast ? r1 - 1 : r0;
+    const int64_t last = cfg_.pooling == Pooling::kMean ? r1 : first + 1;
+    for (int64_t r = first; r < last; ++r)
+      for (int64_t i = 0; i < D; ++i) v[size_t(i)] += h[size_t(r * D + i)];
+    double norm = 0.0;
+    for (double& e : v) {
+      e /= double(last - first);
+      norm += e * e;
+    }
+    // As sentence-transformers' Normalize (F.normalize): divide by max(|v|, 1e-12).
+    const double scale = cfg_.normalize_embd ? 1.0 / std::max(std::sqrt(norm), 1e-12) : 1.0;
+    for (double e : v) out->push_back(float(e * scale));
+  }
+  return OkStatus();
+}
+
+const char* pooling_name(Pooling p) {
+  switch (p) {
+    case Pooling::kNone: return "none";
+    case Pooling::kMean: return "mean";
+    case Pooling::kCls: return "cls";
+    case Pooling::kLast: return "last";
+  }
+  return "unknown";
+}
+
+std::string Model::why_no_embeddings() const {
+  if (cfg_.pooling != Pooling::kNone) return "";
+  return "model '" + (cfg_.name.empty() ? cfg_.arch : cfg_.name) + "' (" + cfg_.arch +
+         ") is a decoder without pooling: embeddings need --pooling last or --pooling mean";
+}
+
+Status Model::set_pooling(Pooling p) {
+  if (p == Pooling::kNone && cfg_.is_encoder())
+    return InvalidArgument(cfg_.arch + " is an encoder: its only output is the pooled embedding");
+  cfg_.pooling = p;
+  return OkStatus();
 }
 
 void Model::set_collect_expert_stats(bool on) {

@@ -73,6 +73,12 @@ class Model final : public ModelRunner {
   int32_t vocab_size() const override { return cfg_.n_vocab; }
   int32_t context_length() const override { return cfg_.n_ctx_train; }
   Status forward(const StepPlan& plan, KvCache& kv, std::vector<float>* logits) override;
+  int32_t embedding_dim() const override { return cfg_.pooling == Pooling::kNone ? 0 : cfg_.n_embd; }
+  std::string why_no_embeddings() const override;
+  bool generates() const override { return !cfg_.is_encoder(); }
+  // Turns on embeddings for a decoder (last-token or mean pooling of the final normed hidden
+  // states; kNone turns them off). Encoders keep the pooling their files name unless changed.
+  Status set_pooling(Pooling p);
   // From the weights' FLOPs and bytes and a nominal device speed (the engine refits it online).
   StepCostCoefficients cost_prior() const override;
   ExecutorStats executor_stats() const override { return device_->executor().stats(); }
@@ -99,6 +105,8 @@ class Model final : public ModelRunner {
   Result<Tensor> prepare_weight(Tensor t, const TensorSpec& s, const HostTensor& h);
   Status count_experts(const Graph& g, const std::vector<ValueId>& route_ids);
   Status upload_step(const StepPlan& plan, const std::vector<int32_t>& rows, StepTensors* t);
+  // Pools and normalises the hidden states [T, n_embd] of |plan|'s pool_seqs onto |out|.
+  Status pool(const StepPlan& plan, const Graph& g, ValueId hidden, std::vector<float>* out);
 
   DevicePtr device_;
   ModelConfig cfg_;

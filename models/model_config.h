@@ -15,8 +15,17 @@ enum class QkNorm : uint8_t {
   kFull,     // olmoe: RMSNorm over the whole q and k projections ([n_heads*head_dim] weights)
 };
 
+// How a sequence's hidden states become one embedding vector.
+enum class Pooling : uint8_t {
+  kNone,  // the model does not embed (decoders unless asked; see Model::set_pooling)
+  kMean,  // mean over the sequence's tokens (sentence-transformers' default)
+  kCls,   // the first token's state ([CLS])
+  kLast,  // the last token's state (decoder embedding models)
+};
+const char* pooling_name(Pooling p);  // "none", "mean", "cls", "last"
+
 struct ModelConfig {
-  std::string arch;          // "llama", "mistral", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe", "gemma3"
+  std::string arch;          // "llama", "mistral", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe", "gemma3", "bert"
   std::string name;          // general.name
   int n_layers = 0;
   int n_embd = 0;
@@ -44,6 +53,15 @@ struct ModelConfig {
   int sliding_window = 0;        // keys a sliding-window layer sees, its own included; 0: none
   std::vector<uint8_t> layer_sliding;  // [n_layers]: 1 where the layer uses sliding_window
   RopeParams rope_sliding;       // RoPE of the sliding-window layers (gemma3: a base of its own)
+  // Encoders (bert): bidirectional attention, LayerNorm with bias, erf GELU, learned absolute
+  // positions and token types; no output head, the hidden states are pooled.
+  bool causal = true;
+  float norm_eps = 1e-12f;       // LayerNorm epsilon (bert)
+  int n_token_types = 0;         // rows of the token-type embedding (bert: 2); we use type 0
+  Pooling pooling = Pooling::kNone;  // the model's own pooling (bert: from its files)
+  bool normalize_embd = true;    // L2-normalise pooled embeddings
+
+  bool is_encoder() const { return !causal; }
 
   bool is_moe() const { return n_experts > 0; }
   bool is_sliding(int layer) const {

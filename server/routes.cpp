@@ -9,6 +9,7 @@
 
 #include "server/access.h"
 #include "server/bridge.h"
+#include "server/embeddings.h"
 #include "server/http.h"
 #include "server/errors.h"
 #include "server/metrics.h"
@@ -71,6 +72,7 @@ void register_routes(httplib::Server& svr, ServerContext& ctx) {
   }));
   svr.Post("/v1/completions", handling([&ctx](const httplib::Request& req, httplib::Response& res) { handle_generate(ctx, false, req, res); }));
   svr.Post("/v1/chat/completions", handling([&ctx](const httplib::Request& req, httplib::Response& res) { handle_generate(ctx, true, req, res); }));
+  svr.Post("/v1/embeddings", handling([&ctx](const httplib::Request& req, httplib::Response& res) { handle_embeddings(ctx, req, res); }));
   svr.set_exception_handler([&ctx](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "unknown error";
     try {

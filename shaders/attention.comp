@@ -4,7 +4,8 @@
 //           stores nothing).
 //  STAGE=1  attend: one workgroup per (query row, q head); keys are taken WG at a time: each
 //           thread scores one key, then every thread folds the chunk into its share of the
-//           output dims with an online softmax. Causal, GQA, sliding window, softcap.
+//           output dims with an online softmax. Causal or bidirectional, GQA, sliding
+//           window, softcap.
 // KVTYPE (a -D, default 0) picks the cache format: 0 f32/f16/bf16 (the dtype read from the
 // params), W_FP8_E4M3 or W_INT8_PC: rows of [f32 scale][D codes], one per (slot, kv head), that
 // STAGE 0 writes one thread per row with quant/'s encoder (kv_encode.glsl, bit-exact) and STAGE 1
@@ -31,6 +32,8 @@ struct AttnParams {
   float scale, softcap;
   int window;
   uint out_dtype;
+  uint causal;  // 0: every query sees all seq_lens[s] keys (encoders)
+  uint pad;
 };
 layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer ParamsRef { AttnParams p; };
 
@@ -146,7 +149,8 @@ void main() {
   const int q0 = load_i32(P.query_start + uint64_t(s) * 4u);
   const int q1 = load_i32(P.query_start + uint64_t(s + 1u) * 4u);
   const int len = load_i32(P.seq_lens + uint64_t(s) * 4u);
-  const int pos = len - (q1 - q0) + (int(t) - q0);
+  // The last key this query sees.
+  const int pos = P.causal != 0u ? len - (q1 - q0) + (int(t) - q0) : len - 1;
   const int lo = P.window > 0 ? max(0, pos - P.window + 1) : 0;
   const uint hk = h / (P.Hq / P.Hkv);
   for (uint c = tid; c < P.D; c += wg) s_q[c] = load_elem(P.q, t * P.Hq + h, c);

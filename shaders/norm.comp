@@ -1,5 +1,5 @@
 #version 460
-// Row reductions: rms_norm and softmax. One workgroup per row; partial sums combine through
+// Row reductions: rms_norm, layer_norm and softmax. One workgroup per row; partial sums combine through
 // subgroup operations and one shared slot per subgroup.
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "types.glsl"
@@ -8,17 +8,19 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint OP = 0;
 #define OP_RMS_NORM 0u
 #define OP_SOFTMAX 1u
+#define OP_LAYER_NORM 2u
 #define MAX_SUBGROUPS 128
 
 struct NormParams {
   TensorRef x;
   TensorRef w;
+  TensorRef b;
   uint64_t dst;
   uint rows, cols;
   uint out_dtype;
-  float eps_or_scale;  // rms_norm: eps; softmax: the logit scale
+  float eps_or_scale;  // rms_norm, layer_norm: eps; softmax: the logit scale
   uint has_w;
-  uint pad;
+  uint has_b;
 };
 layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer ParamsRef { NormParams p; };
 
@@ -58,6 +60,23 @@ void main() {
       for (uint c = gl_LocalInvocationID.x; c < P.cols; c += gl_WorkGroupSize.x) {
         float v = load_elem(P.x, r, c) * inv;
         if (P.has_w != 0u) v *= load_elem(P.w, 0u, c);
+        store_f(orow + uint64_t(c) * esize, P.out_dtype, v);
+      }
+    } else if (OP == OP_LAYER_NORM) {
+      // Two passes: the mean, then the variance of the centred row.
+      float sum = 0.0;
+      for (uint c = gl_LocalInvocationID.x; c < P.cols; c += gl_WorkGroupSize.x) sum += load_elem(P.x, r, c);
+      const float mean = workgroup_sum(sum) / float(P.cols);
+      float ss = 0.0;
+      for (uint c = gl_LocalInvocationID.x; c < P.cols; c += gl_WorkGroupSize.x) {
+        const float d = load_elem(P.x, r, c) - mean;
+        ss += d * d;
+      }
+      const float inv = inversesqrt(workgroup_sum(ss) / float(P.cols) + P.eps_or_scale);
+      for (uint c = gl_LocalInvocationID.x; c < P.cols; c += gl_WorkGroupSize.x) {
+        float v = (load_elem(P.x, r, c) - mean) * inv;
+        if (P.has_w != 0u) v *= load_elem(P.w, 0u, c);
+        if (P.has_b != 0u) v += load_elem(P.b, 0u, c);
         store_f(orow + uint64_t(c) * esize, P.out_dtype, v);
       }
     } else {

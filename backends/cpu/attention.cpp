@@ -1,5 +1,5 @@
-// Paged varlen attention: store the new K/V into their slot_mapping slots, then causal GQA
-// attention of every query row over its sequence's keys read through the block table, with an
+// Paged varlen attention: store the new K/V into their slot_mapping slots, then GQA
+// attention (causal, or bidirectional for encoders) of every query row over its sequence's keys read through the block table, with an
 // optional sliding window and logit softcap. Flash-style: a work item is a block of consecutive
 // query tokens of one sequence times the G query heads of one kv head; each chunk of keys and
 // values is converted to f32 once per item and shared by all its rows (R = tokens x G), then
@@ -33,6 +33,7 @@ struct AttnItem {
   int64_t k_head_off, v_head_off;        // bytes to kv head hk within a slot
   int64_t pos0;               // position of token 0: token i sees keys up to pos0 + i
   int64_t window;             // > 0: token i sees keys from pos0 + i - window + 1
+  int64_t key_end;            // > 0 (not causal): every token sees keys [0, key_end)
   float softcap;
   float* scratch;             // attn_scratch_floats(n_tok * G, D)
 };
@@ -154,7 +155,8 @@ HWY_INLINE void softmax_row(const AttnItem& a, int64_t r, int64_t j0, int64_t n,
                             float* acc) {
   const DF df;
   const int64_t L = int64_t(hn::Lanes(df)), C = kAttnChunk;
-  const int64_t pos = a.pos0 + r / a.G, lo = a.window > 0 ? pos - a.window + 1 : 0;
+  const int64_t pos = a.key_end > 0 ? a.key_end - 1 : a.pos0 + r / a.G;
+  const int64_t lo = a.window > 0 ? pos - a.window + 1 : 0;
   if (a.softcap > 0.0f)
     for (int64_t j = 0; j < n; ++j) s[j] = a.softcap * std::tanh(s[j] / a.softcap);
   // Most chunks of a long context are fully visible: only the edges need the per-key mask.
@@ -196,7 +198,8 @@ void attend(const AttnItem& a) {
   std::fill(m, m + R, -INFINITY);
   std::fill(l, l + R, 0.0f);
   std::fill(acc, acc + R * D, 0.0f);
-  const int64_t hi = a.pos0 + a.n_tok - 1, lo = a.window > 0 ? std::max<int64_t>(0, a.pos0 - a.window + 1) : 0;
+  const int64_t hi = a.key_end > 0 ? a.key_end - 1 : a.pos0 + a.n_tok - 1;
+  const int64_t lo = a.window > 0 ? std::max<int64_t>(0, a.pos0 - a.window + 1) : 0;
   for (int64_t j0 = lo; j0 <= hi; j0 += C) {
     const int64_t n = std::min(C, hi + 1 - j0);
     load_chunk<T>(a, a.k_blocks, a.k_slot_stride, a.k_head_off, j0, n, kch);
@@ -278,9 +281,10 @@ Status attention(ThreadPool& pool, const Graph& g, const Node& n) {
   store_new_kv(g, n);
   // Per sequence: block base pointers; per token: its sequence (metadata validated above).
   std::vector<const char*> kblk(static_cast<size_t>(S * max_blocks)), vblk(static_cast<size_t>(S * max_blocks));
-  std::vector<int64_t> seq_of(static_cast<size_t>(T)), pos_of(static_cast<size_t>(T));
+  std::vector<int64_t> seq_of(static_cast<size_t>(T)), pos_of(static_cast<size_t>(T)), len_of(static_cast<size_t>(S));
   for (int64_t s = 0; s < S; ++s) {
     const int64_t q0 = ref::load_i32(qs, s), q1 = ref::load_i32(qs, s + 1), len = ref::load_i32(sl, s);
+    len_of[size_t(s)] = len;
     for (int64_t j = 0; j < (len + bs - 1) / bs; ++j) {
       const int64_t blk = ref::load_i32(bt, s * max_blocks + j);
       kblk[size_t(s * max_blocks + j)] = static_cast<const char*>(kc.host_data()) + blk * kc.stride[0];
@@ -321,7 +325,7 @@ Status attention(ThreadPool& pool, const Graph& g, const Node& n) {
         }
       AttnItem a{qbuf, obuf, w.n_tok, G, D, kc.dtype, &kblk[size_t(w.s * max_blocks)], &vblk[size_t(w.s * max_blocks)],
                  bs, kc.stride[1], vc.stride[1], w.hk * kc.stride[2], w.hk * vc.stride[2], pos_of[size_t(w.t0)],
-                 p.sliding_window, p.softcap, scratch};
+                 p.sliding_window, p.causal ? 0 : len_of[size_t(w.s)], p.softcap, scratch};
       HWY_DYNAMIC_DISPATCH(AttendItem)(a);
       for (int64_t ti = 0; ti < w.n_tok; ++ti)
         for (int64_t gi = 0; gi < G; ++gi)

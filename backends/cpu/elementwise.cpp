@@ -1,4 +1,4 @@
-// glu (SwiGLU / GeGLU), add and mul with trailing-dim broadcast, scale, softmax. Rows go through
+// glu (SwiGLU / GeGLU), gelu (erf form), add and mul with trailing-dim broadcast, scale, softmax. Rows go through
 // f32 (load_row_f32 handles dtypes and strides); the math is SIMD per row.
 #include <algorithm>
 #include <cmath>
@@ -41,6 +41,12 @@ void GluRow(GluKind kind, const float* gate, const float* up, float* out, int64_
     hn::StoreU(hn::Mul(a, hn::LoadU(df, up + i)), df, out + i);
   }
   for (; i < n; ++i) out[i] = (kind == GluKind::kSilu ? silu_scalar(gate[i]) : gelu_scalar(gate[i])) * up[i];
+}
+
+// The exact GELU, 0.5 x (1 + erf(x / sqrt 2)). Highway 1.0 has no Erf: std::erf per element,
+// which costs little next to the FFN matmuls around it.
+void GeluRow(const float* x, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678118654752f));
 }
 
 void BinaryRow(bool is_add, const float* a, const float* b, float* out, int64_t n) {
@@ -95,6 +101,7 @@ HWY_AFTER_NAMESPACE();
 namespace tessera::cpu {
 
 HWY_EXPORT(GluRow);
+HWY_EXPORT(GeluRow);
 HWY_EXPORT(BinaryRow);
 HWY_EXPORT(ScaleRow);
 HWY_EXPORT(SoftmaxRow);
@@ -123,6 +130,14 @@ Status glu(ThreadPool& pool, const Graph& g, const Node& n) {
   const GluKind kind = n.param<GluParams>().kind;
   for_rows(pool, g.output_tensor(n), [&](int64_t r, float* ta, float* tb, float* res) {
     HWY_DYNAMIC_DISPATCH(GluRow)(kind, load_row_f32(gate, r, ta), load_row_f32(up, r, tb), res, gate.cols());
+  });
+  return OkStatus();
+}
+
+Status gelu(ThreadPool& pool, const Graph& g, const Node& n) {
+  const Tensor& x = g.input_tensor(n, 0);
+  for_rows(pool, g.output_tensor(n), [&](int64_t r, float* ta, float*, float* res) {
+    HWY_DYNAMIC_DISPATCH(GeluRow)(load_row_f32(x, r, ta), res, x.cols());
   });
   return OkStatus();
 }

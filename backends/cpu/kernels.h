@@ -18,6 +18,8 @@ Status matmul_id(ThreadPool& pool, const Graph& g, const Node& n);     // moe.cp
 Status topk_route(ThreadPool& pool, const Graph& g, const Node& n);    // moe.cpp
 Status embed(ThreadPool& pool, const Graph& g, const Node& n);         // embed.cpp
 Status rms_norm(ThreadPool& pool, const Graph& g, const Node& n);      // norm.cpp
+Status layer_norm(ThreadPool& pool, const Graph& g, const Node& n);    // norm.cpp
+Status gelu(ThreadPool& pool, const Graph& g, const Node& n);          // elementwise.cpp
 Status rope(ThreadPool& pool, const Graph& g, const Node& n);          // rope.cpp
 Status attention(ThreadPool& pool, const Graph& g, const Node& n);     // attention.cpp
 Status glu(ThreadPool& pool, const Graph& g, const Node& n);           // elementwise.cpp

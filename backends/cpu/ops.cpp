@@ -24,6 +24,8 @@ bool kernels_support(OpKind op, DType act, DType weight) {
       return is_float(weight) || weight == DType::kFP8_E4M3 || weight == DType::kINT8_PC;
     case OpKind::kCast: return is_float(weight);
     case OpKind::kRmsNorm:
+    case OpKind::kLayerNorm:
+    case OpKind::kGelu:
     case OpKind::kRope:
     case OpKind::kGlu:
     case OpKind::kAdd:
@@ -44,6 +46,8 @@ Status run_node(ThreadPool& pool, const Graph& graph, const Node& node) {
     case OpKind::kMatmul: return matmul(pool, graph, node);
     case OpKind::kMatmulId: return matmul_id(pool, graph, node);
     case OpKind::kRmsNorm: return rms_norm(pool, graph, node);
+    case OpKind::kLayerNorm: return layer_norm(pool, graph, node);
+    case OpKind::kGelu: return gelu(pool, graph, node);
     case OpKind::kRope: return rope(pool, graph, node);
     case OpKind::kAttention: return attention(pool, graph, node);
     case OpKind::kGlu: return glu(pool, graph, node);

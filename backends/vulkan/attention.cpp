@@ -89,6 +89,7 @@ Status record_attention(Recorder& rec, const Graph& g, const Node& n) {
   p.scale = ap.scale > 0.0f ? ap.scale : float(1.0 / std::sqrt(double(D)));
   p.softcap = ap.softcap;
   p.window = ap.sliding_window;
+  p.causal = ap.causal ? 1u : 0u;
   p.out_dtype = uint32_t(out.dtype);
 
   std::vector<Span> meta_spans;

@@ -1,17 +1,18 @@
-// add, mul, scale, swiglu/geglu, cast, copy -> elementwise.comp (OP is a specialisation constant).
+// add, mul, scale, swiglu/geglu, gelu, cast, copy -> elementwise.comp (OP is a specialisation constant).
 #include "backends/vulkan/recorder.h"
 
 namespace tessera::vulkan {
 
 namespace {
 constexpr uint32_t kWorkgroup = 256;
-enum EltOp : uint32_t { kOpAdd = 0, kOpMul, kOpScale, kOpSiluGlu, kOpGeluGlu, kOpConvert };
+enum EltOp : uint32_t { kOpAdd = 0, kOpMul, kOpScale, kOpSiluGlu, kOpGeluGlu, kOpConvert, kOpGeluErf };
 
 EltOp elt_op(const Node& n) {
   switch (n.op) {
     case OpKind::kAdd: return kOpAdd;
     case OpKind::kMul: return kOpMul;
     case OpKind::kScale: return kOpScale;
+    case OpKind::kGelu: return kOpGeluErf;
     case OpKind::kGlu: return n.param<GluParams>().kind == GluKind::kSilu ? kOpSiluGlu : kOpGeluGlu;
     default: return kOpConvert;
   }

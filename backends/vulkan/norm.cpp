@@ -1,4 +1,4 @@
-// rms_norm and softmax -> norm.comp: one workgroup per row.
+// rms_norm, layer_norm and softmax -> norm.comp: one workgroup per row.
 #include "backends/vulkan/recorder.h"
 
 namespace tessera::vulkan {
@@ -10,6 +10,7 @@ Status record_norm(Recorder& rec, const Graph& g, const Node& n) {
   NormParams p;
   p.x = ref_of(x);
   p.w = p.x;
+  p.b = p.x;
   p.dst = address_of(out);
   p.rows = uint32_t(x.rows());
   p.cols = uint32_t(x.cols());
@@ -23,6 +24,21 @@ Status record_norm(Recorder& rec, const Graph& g, const Node& n) {
       p.w = ref_of(w);
       p.has_w = 1;
       reads.push_back(span_of(w));
+    }
+  } else if (n.op == OpKind::kLayerNorm) {
+    op = 2;
+    p.eps_or_scale = n.param<LayerNormParams>().eps;
+    if (g.has_input(n, in::kLayerNormW)) {
+      const Tensor& w = g.input_tensor(n, in::kLayerNormW);
+      p.w = ref_of(w);
+      p.has_w = 1;
+      reads.push_back(span_of(w));
+    }
+    if (g.has_input(n, in::kLayerNormB)) {
+      const Tensor& b = g.input_tensor(n, in::kLayerNormB);
+      p.b = ref_of(b);
+      p.has_b = 1;
+      reads.push_back(span_of(b));
     }
   } else {
     op = 1;

@@ -29,17 +29,17 @@ struct EltParams {
 };
 static_assert(sizeof(EltParams) == 112);
 
-// norm.comp (rms_norm, softmax)
+// norm.comp (rms_norm, layer_norm, softmax)
 struct NormParams {
-  TensorRef x, w;
+  TensorRef x, w, b;
   uint64_t dst = 0;
   uint32_t rows = 0, cols = 0;
   uint32_t out_dtype = 0;
   float eps_or_scale = 0.0f;
   uint32_t has_w = 0;
-  uint32_t pad = 0;
+  uint32_t has_b = 0;
 };
-static_assert(sizeof(NormParams) == 112);
+static_assert(sizeof(NormParams) == 152);
 
 // rope.comp
 struct RopeParams {
@@ -83,8 +83,10 @@ struct AttnParams {
   float scale = 1.0f, softcap = 0.0f;
   int32_t window = 0;
   uint32_t out_dtype = 0;
+  uint32_t causal = 1;
+  uint32_t pad = 0;
 };
-static_assert(sizeof(AttnParams) == 288);
+static_assert(sizeof(AttnParams) == 296);
 
 // topk.comp
 struct TopkParams {

@@ -145,6 +145,8 @@ bool VulkanDevice::supports(OpKind op, DType act, DType weight) const {
              weight == DType::kINT8_PC;
     case OpKind::kCast: return weight == DType::kF32 || weight == DType::kF16 || weight == DType::kBF16;
     case OpKind::kRmsNorm:
+    case OpKind::kLayerNorm:
+    case OpKind::kGelu:
     case OpKind::kRope:
     case OpKind::kGlu:
     case OpKind::kAdd:
@@ -167,6 +169,7 @@ Status record_node(Recorder& rec, const Graph& g, const Node& n) {
     case OpKind::kMatmul: return record_matmul(rec, g, n);
     case OpKind::kMatmulId: return record_matmul_id(rec, g, n);
     case OpKind::kRmsNorm:
+    case OpKind::kLayerNorm:
     case OpKind::kSoftmax: return record_norm(rec, g, n);
     case OpKind::kRope: return record_rope(rec, g, n);
     case OpKind::kAttention: return record_attention(rec, g, n);
@@ -174,6 +177,7 @@ Status record_node(Recorder& rec, const Graph& g, const Node& n) {
     case OpKind::kAdd:
     case OpKind::kMul:
     case OpKind::kScale:
+    case OpKind::kGelu:
     case OpKind::kCast:
     case OpKind::kCopy: return record_elementwise(rec, g, n);
     case OpKind::kTopkRoute: return record_topk_route(rec, g, n);

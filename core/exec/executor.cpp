@@ -34,7 +34,7 @@ class KeyHasher {
     std::visit(
         [this](const auto& v) {
           using P = std::decay_t<decltype(v)>;
-          if constexpr (std::is_same_v<P, RmsNormParams>) mix_float(v.eps);
+          if constexpr (std::is_same_v<P, RmsNormParams> || std::is_same_v<P, LayerNormParams>) mix_float(v.eps);
           if constexpr (std::is_same_v<P, ScaleParams> || std::is_same_v<P, SoftmaxParams>) mix_float(v.scale);
           if constexpr (std::is_same_v<P, GluParams>) mix(uint64_t(v.kind));
           if constexpr (std::is_same_v<P, CastParams>) mix(uint64_t(v.to));
@@ -48,6 +48,7 @@ class KeyHasher {
             mix_float(v.scale);
             mix(uint64_t(v.sliding_window));
             mix_float(v.softcap);
+            mix(uint64_t(v.causal));
           }
           if constexpr (std::is_same_v<P, TopkRouteParams>) {
             mix(uint64_t(v.k));
@@ -75,7 +76,7 @@ bool computes_on_host(const Device& device) {
 }  // namespace
 
 // Params that grow a field must grow the hash too: this fails to compile when one is added.
-static_assert(std::variant_size_v<OpParams> == 10, "graph_key: hash the new op params");
+static_assert(std::variant_size_v<OpParams> == 11, "graph_key: hash the new op params");
 
 uint64_t graph_key(const Graph& graph) {
   KeyHasher h;

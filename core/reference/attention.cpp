@@ -1,5 +1,6 @@
-// Reference paged attention: store the new K/V in their slots, then causal GQA attention of
-// every query row over its sequence's cached keys, read through the block table.
+// Reference paged attention: store the new K/V in their slots, then GQA attention of every
+// query row over its sequence's cached keys (causal: up to its own position; else all of them),
+// read through the block table.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -76,13 +77,14 @@ Status attention(const Graph& g, const Node& n) {
     for (int64_t i = 0; i < n_new; ++i) {
       const int64_t pos = len - n_new + i;
       const int64_t lo = p.sliding_window > 0 ? std::max<int64_t>(0, pos - p.sliding_window + 1) : 0;
+      const int64_t hi = p.causal ? pos : len - 1;
       for (int64_t h = 0; h < Hq; ++h) {
         const auto qr = load_row(q, (q0 + i) * Hq + h);
         const int64_t hk = h / group;
         std::vector<double> scores;
         std::vector<std::vector<double>> values;
         double mx = -INFINITY;
-        for (int64_t j = lo; j <= pos; ++j) {
+        for (int64_t j = lo; j <= hi; ++j) {
           const int64_t slot = int64_t(load_i32(bt, s * max_blocks + j / bs)) * bs + j % bs;
           const auto kr = load_row(kc, slot * Hkv + hk);
           double d = 0.0;

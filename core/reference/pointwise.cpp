@@ -1,4 +1,4 @@
-// Reference rms_norm, glu, add/mul, scale, softmax, cast/copy.
+// Reference rms_norm, layer_norm, gelu, glu, add/mul, scale, softmax, cast/copy.
 #include <algorithm>
 #include <cmath>
 
@@ -18,6 +18,39 @@ Status rms_norm(const Graph& g, const Node& n) {
     for (double e : v) ss += e * e;
     const double inv = 1.0 / std::sqrt(ss / double(v.size()) + eps);
     for (size_t i = 0; i < v.size(); ++i) v[i] = v[i] * inv * (w.empty() ? 1.0 : w[i]);
+    store_row(out, r, v.data());
+  }
+  return OkStatus();
+}
+
+Status layer_norm(const Graph& g, const Node& n) {
+  const Tensor& x = g.input_tensor(n, in::kLayerNormX);
+  const Tensor& out = g.output_tensor(n);
+  const double eps = n.param<LayerNormParams>().eps;
+  std::vector<double> w, b;
+  if (g.has_input(n, in::kLayerNormW)) w = load_row(g.input_tensor(n, in::kLayerNormW), 0);
+  if (g.has_input(n, in::kLayerNormB)) b = load_row(g.input_tensor(n, in::kLayerNormB), 0);
+  for (int64_t r = 0; r < x.rows(); ++r) {
+    auto v = load_row(x, r);
+    double mean = 0.0;
+    for (double e : v) mean += e;
+    mean /= double(v.size());
+    double var = 0.0;
+    for (double e : v) var += (e - mean) * (e - mean);
+    const double inv = 1.0 / std::sqrt(var / double(v.size()) + eps);
+    for (size_t i = 0; i < v.size(); ++i)
+      v[i] = (v[i] - mean) * inv * (w.empty() ? 1.0 : w[i]) + (b.empty() ? 0.0 : b[i]);
+    store_row(out, r, v.data());
+  }
+  return OkStatus();
+}
+
+Status gelu(const Graph& g, const Node& n) {
+  const Tensor& x = g.input_tensor(n, 0);
+  const Tensor& out = g.output_tensor(n);
+  for (int64_t r = 0; r < x.rows(); ++r) {
+    auto v = load_row(x, r);
+    for (double& e : v) e = 0.5 * e * (1.0 + std::erf(e * 0.7071067811865476));
     store_row(out, r, v.data());
   }
   return OkStatus();

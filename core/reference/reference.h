@@ -24,6 +24,8 @@ Status embed(const Graph& g, const Node& n);
 Status matmul(const Graph& g, const Node& n);
 Status matmul_id(const Graph& g, const Node& n);
 Status rms_norm(const Graph& g, const Node& n);
+Status layer_norm(const Graph& g, const Node& n);
+Status gelu(const Graph& g, const Node& n);
 Status rope(const Graph& g, const Node& n);
 Status attention(const Graph& g, const Node& n);
 Status glu(const Graph& g, const Node& n);

@@ -22,6 +22,8 @@ Status run_node(const Graph& g, const Node& n) {
     case OpKind::kCast:
     case OpKind::kCopy: return convert(g, n);
     case OpKind::kView: return OkStatus();
+    case OpKind::kLayerNorm: return layer_norm(g, n);
+    case OpKind::kGelu: return gelu(g, n);
     case OpKind::kCount: break;
   }
   return Unimplemented(std::string("reference: op ") + op_name(n.op));

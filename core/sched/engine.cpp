@@ -56,6 +56,9 @@ Engine::~Engine() = default;
 Status Engine::validate(const GenerationRequest& req) const {
   TS_RETURN_IF_ERROR(swap_status_);
   if (req.prompt.empty()) return InvalidArgument("the prompt is empty (at least one token is needed)");
+  if (req.embed) return validate_embed(req);
+  if (!model_.generates())
+    return InvalidArgument("the model is an encoder: it produces embeddings (/v1/embeddings, tessera embed), not text");
   const int32_t ctx = model_.context_length();
   if (int32_t(req.prompt.size()) >= ctx)
     return InvalidArgument("the prompt has " + std::to_string(req.prompt.size()) + " tokens, the context holds " +
@@ -71,6 +74,26 @@ Status Engine::validate(const GenerationRequest& req) const {
   if (req.max_tokens <= 0) return InvalidArgument("max_tokens must be positive, got " + std::to_string(req.max_tokens));
   if (req.n < 1 || req.n > 128) return InvalidArgument("n must be in [1, 128], got " + std::to_string(req.n));
   return req.sampling.validate();
+}
+
+Status Engine::validate_embed(const GenerationRequest& req) const {
+  if (model_.embedding_dim() <= 0) return InvalidArgument(model_.why_no_embeddings());
+  const int64_t n = int64_t(req.prompt.size());
+  if (n > model_.context_length())
+    return InvalidArgument("the input has " + std::to_string(n) + " tokens, the model's context holds " +
+                           std::to_string(model_.context_length()));
+  if (n > cfg_.scheduler.max_batch_tokens)
+    return InvalidArgument("the input has " + std::to_string(n) + " tokens but an embedding runs in one step of at most " +
+                           std::to_string(cfg_.scheduler.max_batch_tokens) + " (max_batch_tokens)");
+  const int64_t capacity = int64_t(kv_.config().n_blocks) * kv_.config().block_size;
+  if (n > capacity)
+    return ResourceExhausted("the input has " + std::to_string(n) + " tokens but the whole KV cache holds " +
+                             std::to_string(capacity));
+  for (int32_t t : req.prompt)
+    if (t < 0 || t >= model_.vocab_size())
+      return InvalidArgument("token id " + std::to_string(t) + " outside the vocabulary [0, " +
+                             std::to_string(model_.vocab_size()) + ")");
+  return OkStatus();
 }
 
 Result<RequestId> Engine::submit(GenerationRequest req) {
@@ -93,6 +116,7 @@ Status Engine::submit_as(RequestId id, GenerationRequest req) {
   seq->arrival = arrivals_++;
   seq->tokens = req.prompt;
   seq->n_prompt = int32_t(req.prompt.size());
+  seq->embed = req.embed;
   a->req = std::move(req);
   active_[id] = std::move(a);
   scheduler_.add(std::move(seq));
@@ -135,6 +159,15 @@ Status Engine::step() {
   size_t row = 0;
   for (size_t i = 0; i < scheduled.size(); ++i)
     if (scheduled[i].samples) sample_and_emit(ids[i], logits_.data() + row++ * vocab);
+  // The pooled embeddings follow the logits rows (ModelRunner::forward), in plan order.
+  const size_t dim = size_t(std::max(0, model_.embedding_dim()));
+  const float* pooled = logits_.data() + row * vocab;
+  for (size_t i = 0; i < scheduled.size(); ++i) {
+    if (!scheduled[i].pools) continue;
+    auto it = active_.find(ids[i]);
+    if (it != active_.end()) finish(*it->second, FinishReason::kStop, {}, std::vector<float>(pooled, pooled + dim));
+    pooled += dim;
+  }
   const double wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   scheduler_.observe(cfg_.cost_cpu_threads > 0 ? (process_cpu_ms() - cpu0) / cfg_.cost_cpu_threads : wall_ms);
   if (cfg_.on_step) {
@@ -246,7 +279,7 @@ bool Engine::check_stop(Active& a, std::string* text) {
   return false;
 }
 
-void Engine::finish(Active& a, FinishReason reason, const std::string& error) {
+void Engine::finish(Active& a, FinishReason reason, const std::string& error, std::vector<float> embedding) {
   const auto now = Clock::now();
   a.metrics.e2e_ms = std::chrono::duration<double, std::milli>(now - a.submitted).count();
   if (a.metrics.generated_tokens > 1)
@@ -255,6 +288,7 @@ void Engine::finish(Active& a, FinishReason reason, const std::string& error) {
   TokenEvent ev{a.request, a.index, -1, {}, 0.0f, {}};
   ev.finish = reason;
   ev.error = error;
+  ev.embedding = std::move(embedding);
   ev.metrics = &a.metrics;
   if (reason != FinishReason::kStop) ev.text = std::move(a.pending_bytes);  // flush what was held back
   const RequestId id = a.id;

@@ -42,6 +42,7 @@ struct TokenEvent {
   std::vector<TokenLogprob> top_logprobs;
   FinishReason finish = FinishReason::kNone;  // set on the last event of a request
   std::string error;       // when finish == kError
+  std::vector<float> embedding;  // embedding requests: the pooled vector, on the finish event
   const RequestMetrics* metrics = nullptr;    // on the last event
 };
 // Runs on the engine thread; must not block.
@@ -55,6 +56,11 @@ struct GenerationRequest {
   std::vector<std::string> stop;  // stop strings (not included in the output)
   int priority = 0;
   int n = 1;  // parallel samples: the choices fork after the prompt and share its KV blocks
+  // Prefill only: the prompt runs whole in one step (no chunking, no prefix cache, since pooling
+  // and bidirectional attention need every token computed together), nothing is sampled, and
+  // the request finishes in that step with TokenEvent::embedding, its KV blocks freed at once.
+  // Needs ModelRunner::embedding_dim() > 0 and a prompt within max_batch_tokens.
+  bool embed = false;
   TokenCallback on_token;
 };
 
@@ -136,10 +142,11 @@ class Engine {
 
  private:
   struct Active;
+  Status validate_embed(const GenerationRequest& req) const;
   void emit_token(Active& a, Sequence& s, const SampleResult& r);
   void fork_choices(Active& parent, const float* logits);
   void sample_and_emit(RequestId seq_id, const float* logits);
-  void finish(Active& a, FinishReason reason, const std::string& error = {});
+  void finish(Active& a, FinishReason reason, const std::string& error = {}, std::vector<float> embedding = {});
   bool check_stop(Active& a, std::string* text);
 
   ModelRunner& model_;

@@ -132,7 +132,8 @@ void Scheduler::admit_waiting(std::vector<ScheduledSeq>* out, int32_t* budget) {
       take(out, budget, s, n);
       continue;
     }
-    s.n_computed = kv_.match_prefix(s.id, s.tokens);
+    // An embedding computes every token itself: pooling reads each one's hidden state.
+    s.n_computed = s.embed ? 0 : kv_.match_prefix(s.id, s.tokens);
     const int32_t n = chunk_size(s, *budget);
     if (n <= 0 || !kv_.allocate(s.id, s.n_computed, s.n_computed + n)) {
       kv_.free(s.id);  // no partial admission: wait for blocks
@@ -152,8 +153,9 @@ void Scheduler::admit_waiting(std::vector<ScheduledSeq>* out, int32_t* budget) {
 }
 
 void Scheduler::take(std::vector<ScheduledSeq>* out, int32_t* budget, Sequence& s, int32_t n) {
-  const bool samples = s.n_computed + n == int32_t(s.tokens.size());
-  out->push_back({&s, n, samples});
+  const bool done = s.n_computed + n == int32_t(s.tokens.size());
+  out->push_back({&s, n, done && !s.embed, done && s.embed});
+  const bool samples = done && !s.embed;
   *budget -= n;
   // A prefill chunk counts against the step's cost limit (the decodes are in it already).
   if (s.n_pending() > 1) cost_.take_prefill(s.n_computed, n, samples);
@@ -172,6 +174,8 @@ StepShape Scheduler::decodes() const {
 }
 
 int32_t Scheduler::chunk_size(const Sequence& s, int32_t budget) {
+  // An embedding runs whole or waits (bidirectional attention and pooling see every token).
+  if (s.embed) return s.n_pending() <= budget ? s.n_pending() : 0;
   return cost_.chunk(s.n_computed, std::min(s.n_pending(), budget));
 }
 
@@ -229,6 +233,7 @@ void Scheduler::fill(StepPlan* plan, const std::vector<ScheduledSeq>& scheduled)
     for (int32_t b = 0; b < max_blocks; ++b)
       plan->block_tables.push_back(b < int32_t(blocks.size()) ? blocks[size_t(b)] : 0);
     if (sc.samples) plan->logit_rows.push_back(plan->query_start.back() - 1);
+    if (sc.pools) plan->pool_seqs.push_back(plan->n_seqs() - 1);
   }
 }
 

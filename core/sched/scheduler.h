@@ -40,6 +40,7 @@ struct Sequence {
   bool admitted = false;     // has been admitted once (n_cached is final)
   int32_t n_preemptions = 0;
   bool finished = false;
+  bool embed = false;        // prefill only, whole in one step, no prefix cache (GenerationRequest::embed)
 
   int32_t n_generated() const { return int32_t(tokens.size()) - n_prompt; }
   int32_t n_pending() const { return int32_t(tokens.size()) - n_computed; }
@@ -71,6 +72,7 @@ struct ScheduledSeq {
   Sequence* seq;
   int32_t n_new;       // tokens computed this step
   bool samples;        // the step completes its pending tokens: sample the next one
+  bool pools = false;  // an embedding request computed whole this step: pool it (StepPlan::pool_seqs)
 };
 
 struct SchedulerStats {

@@ -2,6 +2,7 @@
 // uploads it and builds the step graph from it.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -20,6 +21,9 @@ struct StepPlan {
   std::vector<int32_t> block_tables;  // [S, max_blocks] row-major, unused entries 0
   int32_t max_blocks = 0;
   std::vector<int32_t> logit_rows;    // rows of [T] whose logits are needed (in this order)
+  // Sequences (indices into seq_lens) whose pooled embedding the step returns instead of logits:
+  // embedding requests, each with its whole prompt in this step.
+  std::vector<int32_t> pool_seqs;
   // (src, dst) KV blocks to copy before the step runs: copy-on-write of a shared partial block.
   // The engine applies them (KvCache::copy_block), so a ModelRunner never sees them.
   std::vector<std::pair<int32_t, int32_t>> block_copies;
@@ -41,8 +45,14 @@ class ModelRunner {
   virtual int32_t vocab_size() const = 0;
   virtual int32_t context_length() const = 0;
   // Runs |plan| through the model, writing the new K/V into |kv|, and returns the logits of
-  // plan.logit_rows as [R, vocab] f32 in |logits|.
+  // plan.logit_rows as [R, vocab] f32 in |logits|, followed by the pooled embeddings of
+  // plan.pool_seqs as [P, embedding_dim()] f32.
   virtual Status forward(const StepPlan& plan, KvCache& kv, std::vector<float>* logits) = 0;
+  // The width of a pooled embedding; 0 when the model cannot embed (why_no_embeddings() says why).
+  virtual int32_t embedding_dim() const { return 0; }
+  virtual std::string why_no_embeddings() const { return "the model has no pooling"; }
+  // False for encoders, which produce embeddings but no next-token logits.
+  virtual bool generates() const { return true; }
   // A guess at the cost of a step (from the model's dimensions and the device), the starting
   // point of the scheduler's fitted step cost model. All zero: unknown (generic defaults).
   virtual StepCostCoefficients cost_prior() const { return {}; }

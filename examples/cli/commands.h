@@ -10,6 +10,7 @@ void add_token_commands(CLI::App& app);     // tokenize, eval, perplexity
 void add_serve_command(CLI::App& app);      // serve (OpenAI-compatible HTTP)
 void add_convert_command(CLI::App& app);    // convert (HF checkpoint -> GGUF)
 void add_quantize_command(CLI::App& app);   // quantize
+void add_embed_command(CLI::App& app);      // embed (sentence embeddings)
 
 void set_exit_code(int code);
 int exit_code();

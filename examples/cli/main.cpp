@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   tessera::cli::add_token_commands(app);
   tessera::cli::add_convert_command(app);
   tessera::cli::add_quantize_command(app);
+  tessera::cli::add_embed_command(app);
 #ifdef TESSERA_HAVE_SERVE
   tessera::cli::add_serve_command(app);
 #endif

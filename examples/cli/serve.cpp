@@ -27,6 +27,7 @@ struct ServeCommandOptions {
   std::string preemption = "swap";  // swap keeps progress; recompute re-prefills (and thrashes a short pool)
   int swap_space = 0;  // host tokens for swapped-out KV (with --preemption swap); 0: as many as -c
   bool wall_clock_cost = false;  // fit the step cost on wall time even on a CPU device
+  std::string pooling;  // /v1/embeddings of a decoder: "last" or "mean" ("": the model's own)
   // The scheduler flags bind to these fields, so their defaults are SchedulerConfig's own.
   SchedulerConfig scheduler;
   std::string step_log;  // CSV trace of every engine step ("" none)
@@ -63,6 +64,10 @@ void serve_command(const ServeCommandOptions& o) {
   if (o.act_dtype != "auto") lo.activation_dtype = dtype_from_name(o.act_dtype);
   auto model = Model::load(o.model, *dev, lo);
   if (!model.ok()) return serve_fail(model.status().to_string());
+  if (!o.pooling.empty()) {
+    const Pooling p = o.pooling == "last" ? Pooling::kLast : o.pooling == "cls" ? Pooling::kCls : Pooling::kMean;
+    if (Status s = (*model)->set_pooling(p); !s.ok()) return serve_fail(s.to_string());
+  }
   auto kv = (*model)->create_kv_cache(o.ctx, *kvt);
   if (!kv.ok()) return serve_fail(kv.status().to_string());
   std::unique_ptr<server::KvEventPublisher> kv_events;
@@ -131,6 +136,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--host", o->serve.host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", o->serve.port, "port (0: any free port, printed on stdout)")->capture_default_str()
       ->check(CLI::Range(0, 65535));
+  cmd->add_option("--pooling", o->pooling,
+                  "pooling of /v1/embeddings: mean, cls or last (default: the model's own; a decoder has none)")
+      ->check(CLI::IsMember({"mean", "cls", "last"}));
   cmd->add_option("--model-name", o->serve.model_name, "the model id clients send (default: the file's stem)");
   cmd->add_option("--max-in-flight", o->serve.max_in_flight, "requests admitted at once; more get 429 + Retry-After")
       ->capture_default_str()->check(CLI::Range(1, 100000));

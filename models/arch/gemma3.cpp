@@ -89,7 +89,7 @@ std::vector<TensorSpec> gemma3_tensor_specs(const ModelConfig& c, LlamaWeights* 
 }
 
 ValueId build_gemma3_graph(Graph& g, const ModelConfig& c, const LlamaWeights& w, const StepTensors& in,
-                           const KvCache& kv) {
+                           const KvCache& kv, ValueId* hidden) {
   const ValueId tokens = g.input(in.tokens);
   const StepValues sv = step_values(g, in);
   AttentionParams global;
@@ -109,6 +109,10 @@ ValueId build_gemma3_graph(Graph& g, const ModelConfig& c, const LlamaWeights& w
     h = g.rms_norm(x, g.input(L.ffn_norm), c.rms_eps);
     h = linear(g, g.geglu(linear(g, h, L.w_gate), linear(g, h, L.w_up)), L.w_down);
     x = g.add(x, g.rms_norm(h, g.input(L.post_ffn_norm), c.rms_eps));
+  }
+  if (hidden) {
+    *hidden = g.rms_norm(x, g.input(w.output_norm), c.rms_eps);
+    g.mark_output(*hidden);
   }
   // Only the rows that sample need the (large) output head.
   x = g.embed(x, g.input(in.logit_rows), DType::kF32);

@@ -24,6 +24,6 @@ Result<ModelConfig> gemma3_config_from_gguf(const gguf::File& f);
 std::vector<TensorSpec> gemma3_tensor_specs(const ModelConfig& cfg, LlamaWeights* w);
 // Builds the step graph; returns the logits value ([R, vocab] f32), marked as output.
 ValueId build_gemma3_graph(Graph& g, const ModelConfig& cfg, const LlamaWeights& w, const StepTensors& in,
-                           const KvCache& kv);
+                           const KvCache& kv, ValueId* hidden = nullptr);
 
 }  // namespace tessera

@@ -42,7 +42,7 @@ Result<ModelConfig> llama_config_from_gguf(const gguf::File& f) {
   TS_ASSIGN_OR_RETURN(c.arch, f.get_string("general.architecture"));
   static const char* const kArchs[] = {"llama", "mistral", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe"};
   if (std::find(std::begin(kArchs), std::end(kArchs), c.arch) == std::end(kArchs))
-    return Unimplemented("architecture '" + c.arch + "' is not supported (llama, mistral, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gemma3)");
+    return Unimplemented("architecture '" + c.arch + "' is not supported (llama, mistral, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gemma3, bert)");
   TS_RETURN_IF_ERROR(read_decoder_config(f, &c));
   c.rope.mode = (c.arch == "llama" || c.arch == "mistral") ? RopeMode::kNormal : RopeMode::kNeox;
   c.qk_norm = (c.arch == "qwen3" || c.arch == "qwen3moe") ? QkNorm::kPerHead : c.arch == "olmoe" ? QkNorm::kFull : QkNorm::kNone;
@@ -153,7 +153,7 @@ ValueId moe_ffn(Graph& g, const ModelConfig& c, const LlamaLayer& L, ValueId h,
 }  // namespace
 
 ValueId build_llama_graph(Graph& g, const ModelConfig& c, const LlamaWeights& w, const StepTensors& in,
-                          const KvCache& kv, std::vector<ValueId>* route_ids) {
+                          const KvCache& kv, std::vector<ValueId>* route_ids, ValueId* hidden) {
   const ValueId tokens = g.input(in.tokens);
   const StepValues sv = step_values(g, in);
   const ValueId freq = optional_input(g, w.rope_freqs);
@@ -168,6 +168,10 @@ ValueId build_llama_graph(Graph& g, const ModelConfig& c, const LlamaWeights& w,
     x = g.add(x, attention_block(g, c, L, h, l, c.rope, freq, ap, sv, kv));
     h = g.rms_norm(x, g.input(L.ffn_norm), c.rms_eps);
     x = g.add(x, c.is_moe() ? moe_ffn(g, c, L, h, route_ids) : dense_ffn(g, L, h));
+  }
+  if (hidden) {
+    *hidden = g.rms_norm(x, g.input(w.output_norm), c.rms_eps);
+    g.mark_output(*hidden);
   }
   // Only the rows that sample need the (large) output head.
   x = g.embed(x, g.input(in.logit_rows), DType::kF32);

@@ -29,6 +29,9 @@ struct LlamaLayer {
   WeightTensor q_norm, k_norm;      // optional (qwen3)
   WeightTensor ffn_norm, w_gate, w_up, w_down;   // dense FFN
   WeightTensor post_attn_norm, post_ffn_norm;     // optional (gemma3): norms of the block outputs
+  // bert: biases of the output and FFN projections, and of its post-norms (post_attn_norm after
+  // attention + residual, post_ffn_norm after the FFN + residual).
+  WeightTensor bo, b_up, b_down, post_attn_norm_b, post_ffn_norm_b;
   // Mixture of experts: router [E, D], experts [E, F, D] / [E, D, F].
   WeightTensor router, gate_exps, up_exps, down_exps;
   // Shared expert (qwen2moe): sigmoid(x . shexp_gate) * FFN_shared(x).
@@ -44,7 +47,7 @@ struct LlamaLayer {
  private:
   template <class Self, class F> static void each(Self& L, F& f) {
     for (auto* t : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.q_norm, &L.k_norm, &L.ffn_norm,
-                    &L.post_attn_norm, &L.post_ffn_norm, &L.w_gate, &L.w_up, &L.w_down, &L.router, &L.gate_exps, &L.up_exps, &L.down_exps, &L.shexp_gate,
+                    &L.post_attn_norm, &L.post_ffn_norm, &L.bo, &L.b_up, &L.b_down, &L.post_attn_norm_b, &L.post_ffn_norm_b, &L.w_gate, &L.w_up, &L.w_down, &L.router, &L.gate_exps, &L.up_exps, &L.down_exps, &L.shexp_gate,
                     &L.gate_shexp, &L.up_shexp, &L.down_shexp})
       f(*t);
   }
@@ -53,6 +56,8 @@ struct LlamaLayer {
 struct LlamaWeights {
   WeightTensor tok_embd, output_norm, output;
   WeightTensor rope_freqs;          // optional (llama3 scaling)
+  // bert: learned positions [n_ctx, D], token types [n_types, D], the embedding LayerNorm.
+  WeightTensor pos_embd, type_embd, embd_norm, embd_norm_b;
   std::vector<LlamaLayer> layers;
   // Tied models (no output.weight) on a device whose prepare_weight repacks: the token embedding
   // prepared for the output matmul, while tok_embd keeps the rows the embed op reads. Not a weight
@@ -70,7 +75,9 @@ struct LlamaWeights {
 
  private:
   template <class Self, class F> static void each(Self& w, F& f) {
-    for (auto* t : {&w.tok_embd, &w.output_norm, &w.output, &w.rope_freqs}) f(*t);
+    for (auto* t : {&w.tok_embd, &w.output_norm, &w.output, &w.rope_freqs, &w.pos_embd, &w.type_embd, &w.embd_norm,
+                    &w.embd_norm_b})
+      f(*t);
     for (auto& L : w.layers) L.for_each_tensor(f);
   }
 };
@@ -119,8 +126,9 @@ struct HostTensor {
 };
 // Builds the step graph; returns the logits value ([R, vocab] f32), marked as output. For MoE
 // models, |route_ids| (optional) receives each layer's routed expert ids ([T, k] i32), also
-// marked as outputs so they stay readable after compute (expert statistics).
+// marked as outputs so they stay readable after compute (expert statistics). |hidden| (optional)
+// receives every token's final normed hidden state [T, D] (embeddings), marked as output.
 ValueId build_llama_graph(Graph& g, const ModelConfig& cfg, const LlamaWeights& w, const StepTensors& in,
-                          const KvCache& kv, std::vector<ValueId>* route_ids = nullptr);
+                          const KvCache& kv, std::vector<ValueId>* route_ids = nullptr, ValueId* hidden = nullptr);
 
 }  // namespace tessera

@@ -7,6 +7,7 @@
 // loader expects (RopeMode::kNormal).
 #include <cstring>
 
+#include "models/arch/arch.h"
 #include "models/gguf/gguf.h"
 #include "models/safetensors/convert.h"
 #include "models/safetensors/hf_model.h"
@@ -31,10 +32,24 @@ struct Meta {
   }
 };
 
+// bert as llama.cpp's converter writes it (the keys models/arch/bert.h reads).
+void add_bert_config(Meta& w, const ModelConfig& c) {
+  w.u32("bert.block_count", c.n_layers);
+  w.u32("bert.context_length", c.n_ctx_train);
+  w.u32("bert.embedding_length", c.n_embd);
+  w.u32("bert.feed_forward_length", c.n_ff);
+  w.u32("bert.attention.head_count", c.n_heads);
+  w.f32("bert.attention.layer_norm_epsilon", c.norm_eps);
+  w.flag("bert.attention.causal", false);
+  w.u32("bert.pooling_type", c.pooling == Pooling::kCls ? 2 : 1);  // llama.cpp: 1 mean, 2 cls
+  w.u32("tokenizer.ggml.token_type_count", c.n_token_types);
+}
+
 void add_config(Meta& w, const ModelConfig& c) {
   const std::string a = c.arch + ".";
   w.str("general.architecture", c.arch);
   if (!c.name.empty()) w.str("general.name", c.name);
+  if (c.arch == "bert") return add_bert_config(w, c);
   w.u32(a + "block_count", c.n_layers);
   w.u32(a + "context_length", c.n_ctx_train);
   w.u32(a + "embedding_length", c.n_embd);
@@ -83,6 +98,10 @@ void add_tokenizer(Meta& w, const TokenizerData& d, const std::string& chat_temp
                                                  {"tokenizer.ggml.padding_token_id", d.pad}};
   for (const auto& [key, id] : ids)
     if (id >= 0) w.u32(key, id);
+  if (d.model == "bert") {  // llama.cpp's names for them
+    if (d.bos >= 0) w.u32("tokenizer.ggml.cls_token_id", d.bos);
+    if (d.eos >= 0) w.u32("tokenizer.ggml.seperator_token_id", d.eos);
+  }
   w.flag("tokenizer.ggml.add_bos_token", d.add_bos);
   w.flag("tokenizer.ggml.add_eos_token", d.add_eos);
   if (d.model == "llama") w.flag("tokenizer.ggml.add_space_prefix", d.add_space_prefix);
@@ -103,9 +122,11 @@ class HfSource final : public TensorSource {
     std::string chat_template;
     TS_ASSIGN_OR_RETURN(TokenizerData tok, read_tokenizer(dir, &chat_template));
     TS_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::open(dir));
-    const TensorRef emb = ckpt->find("model.embed_tokens.weight");
+    Weights weights(*ckpt, cfg, quant);
+    const std::string emb_name = weights.hf_prefix("token_embd.weight") + ".weight";
+    const TensorRef emb = ckpt->find(emb_name);
     if (!emb.file || emb.info->shape.size() != 2)
-      return NotFound(dir + ": tensor 'model.embed_tokens.weight' ([vocab, hidden]) is missing");
+      return NotFound(dir + ": tensor '" + emb_name + "' ([vocab, hidden]) is missing");
     cfg.n_vocab = int(emb.info->shape[0]);
     if (cfg.n_vocab != int(tok.tokens.size()))
       return InvalidArgument(dir + ": the embedding has " + std::to_string(cfg.n_vocab) + " rows but tokenizer.json has " +
@@ -114,10 +135,9 @@ class HfSource final : public TensorSource {
     add_config(meta, cfg);
     add_tokenizer(meta, tok, chat_template);
     src->meta_ = std::move(meta.list);
-    Weights weights(*ckpt, cfg, quant);
     LlamaWeights slots;
     const bool permute = cfg.arch == "llama" || cfg.arch == "mistral";
-    for (const TensorSpec& s : llama_tensor_specs(cfg, &slots)) {
+    for (const TensorSpec& s : arch_tensor_specs(cfg, &slots)) {
       TS_ASSIGN_OR_RETURN(auto h, weights.get(s));
       if (!h) {
         if (s.required) return NotFound(dir + ": tensor '" + s.name + "' (HF '" + weights.hf_prefix(s.name) + "') is missing");

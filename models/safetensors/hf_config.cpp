@@ -1,4 +1,5 @@
 // config.json -> ModelConfig, the same struct the GGUF metadata fills (models/arch/llama.cpp).
+#include <filesystem>
 #include <limits>
 
 #include "models/mapped_file.h"
@@ -83,7 +84,57 @@ struct ArchRow {
 constexpr ArchRow kArchs[] = {
     {"llama", "llama"}, {"mistral", "mistral"}, {"qwen2", "qwen2"},       {"qwen3", "qwen3"},
     {"mixtral", "llama"}, {"qwen2_moe", "qwen2moe"}, {"qwen3_moe", "qwen3moe"}, {"olmoe", "olmoe"},
+    {"bert", "bert"},
 };
+
+// BERT encoders: the erf GELU, LayerNorm epsilon, token types, and the sentence-transformers
+// modules beside the checkpoint (1_Pooling/config.json: mean or CLS pooling; modules.json: a
+// Normalize module). Without those files: mean pooling, normalised, as OpenAI's embeddings are.
+Status read_bert(const JsonObject& o, const std::string& dir, ModelConfig* c) {
+  std::string act, pos;
+  TS_ASSIGN_OR_RETURN(act, o.get_string("hidden_act", "gelu"));
+  if (act != "gelu")
+    return Unimplemented(o.file() + ": hidden_act '" + act + "' is not supported for bert (only 'gelu', the erf form)");
+  TS_ASSIGN_OR_RETURN(pos, o.get_string("position_embedding_type", "absolute"));
+  if (pos != "absolute")
+    return Unimplemented(o.file() + ": position_embedding_type '" + pos + "' is not supported (only 'absolute')");
+  if (c->n_kv_heads != c->n_heads || c->head_dim * c->n_heads != c->n_embd)
+    return InvalidArgument(o.file() + ": bert needs hidden_size = num_attention_heads x head size");
+  double eps = 1e-12;
+  TS_ASSIGN_OR_RETURN(eps, o.get_float("layer_norm_eps", 1e-12));
+  if (!(eps > 0)) return InvalidArgument(o.file() + ": layer_norm_eps must be positive");
+  c->norm_eps = float(eps);
+  TS_ASSIGN_OR_RETURN(c->n_token_types, o.get_int32("type_vocab_size", 2));
+  if (c->n_token_types < 1) return InvalidArgument(o.file() + ": type_vocab_size must be positive");
+  c->causal = false;
+  c->rope.n_dims = 0;
+  c->pooling = Pooling::kMean;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (const std::string pool = dir + "/1_Pooling/config.json"; fs::exists(pool, ec)) {
+    json pj;
+    TS_ASSIGN_OR_RETURN(pj, read_json_file(pool));
+    if (!pj.is_object()) return InvalidArgument(pool + ": not a JSON object");
+    const JsonObject po(pj, pool);
+    bool cls = false, mean = true;
+    TS_ASSIGN_OR_RETURN(cls, po.get_bool("pooling_mode_cls_token", false));
+    TS_ASSIGN_OR_RETURN(mean, po.get_bool("pooling_mode_mean_tokens", !cls));
+    for (const char* k : {"pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens", "pooling_mode_weightedmean_tokens",
+                          "pooling_mode_lasttoken"}) {
+      bool on = false;
+      TS_ASSIGN_OR_RETURN(on, po.get_bool(k, false));
+      if (on) return Unimplemented(pool + ": " + k + " is not supported (mean or CLS pooling)");
+    }
+    if (cls == mean) return Unimplemented(pool + ": exactly one of pooling_mode_cls_token and pooling_mode_mean_tokens must be set");
+    c->pooling = cls ? Pooling::kCls : Pooling::kMean;
+  }
+  if (const std::string mods = dir + "/modules.json"; fs::exists(mods, ec)) {
+    std::string text;
+    TS_ASSIGN_OR_RETURN(text, read_file(mods));
+    c->normalize_embd = text.find("sentence_transformers.models.Normalize") != std::string::npos;
+  }
+  return OkStatus();
+}
 
 Status read_rope(const JsonObject& o, ModelConfig* c) {
   RopeParams& r = c->rope;
@@ -184,7 +235,7 @@ Result<ModelConfig> read_config(const std::string& dir, QuantConfig* quant) {
     if (mt == a.model_type) row = &a;
   if (!row)
     return Unimplemented(path + ": model_type '" + mt +
-                         "' is not supported (llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe)");
+                         "' is not supported (llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe, bert)");
   c.arch = row->arch;
   TS_ASSIGN_OR_RETURN(c.name, o.get_string("_name_or_path", ""));
   TS_ASSIGN_OR_RETURN(c.n_layers, o.get_int32("num_hidden_layers"));
@@ -201,6 +252,11 @@ Result<ModelConfig> read_config(const std::string& dir, QuantConfig* quant) {
     return InvalidArgument(path + ": num_attention_heads " + std::to_string(c.n_heads) + " is not a multiple of num_key_value_heads " +
                            std::to_string(c.n_kv_heads));
   TS_ASSIGN_OR_RETURN(c.head_dim, o.get_int32("head_dim", c.n_embd / c.n_heads));
+  if (c.arch == "bert") {
+    TS_RETURN_IF_ERROR(read_bert(o, dir, &c));
+    TS_ASSIGN_OR_RETURN(c.n_vocab, o.get_int32("vocab_size", 0));
+    return c;
+  }
   if (c.head_dim <= 0 || c.head_dim % 2 != 0)
     return InvalidArgument(path + ": head_dim " + std::to_string(c.head_dim) + " must be positive and even");
   double eps = 1e-5;

@@ -55,6 +55,7 @@ class Weights {
   std::string hf_prefix(const std::string& name) const;
 
  private:
+  std::string bert_prefix(const std::string& name) const;
   Result<std::optional<HostTensor>> load_linear(const std::string& prefix, const std::string& suffix, const TensorSpec& spec);
   Result<HostTensor> load_fp8(const std::string& prefix, const TensorRef& w, const TensorSpec& spec);
   Result<HostTensor> load_fp4(const std::string& prefix, const TensorRef& w, const TensorSpec& spec);

@@ -21,6 +21,18 @@ constexpr NameRow kLayerNames[] = {
     {"ffn_up_shexp", "mlp.shared_expert.up_proj"},    {"ffn_down_shexp", "mlp.shared_expert.down_proj"},
 };
 
+// bert: our names (GGUF's, as llama.cpp's converter writes them) -> HF BertModel module paths.
+constexpr NameRow kBertNames[] = {
+    {"token_embd", "embeddings.word_embeddings"},       {"position_embd", "embeddings.position_embeddings"},
+    {"token_types", "embeddings.token_type_embeddings"}, {"token_embd_norm", "embeddings.LayerNorm"},
+};
+constexpr NameRow kBertLayerNames[] = {
+    {"attn_q", "attention.self.query"},         {"attn_k", "attention.self.key"},
+    {"attn_v", "attention.self.value"},         {"attn_output", "attention.output.dense"},
+    {"attn_output_norm", "attention.output.LayerNorm"}, {"ffn_up", "intermediate.dense"},
+    {"ffn_down", "output.dense"},               {"layer_output_norm", "output.LayerNorm"},
+};
+
 // Splits "blk.3.attn_q.weight" into (3, "attn_q", "weight"); false for other names.
 bool split_layer_name(const std::string& name, int* layer, std::string* stem, std::string* suffix) {
   if (name.rfind("blk.", 0) != 0) return false;
@@ -38,7 +50,22 @@ Weights::Weights(const Checkpoint& ckpt, const ModelConfig& cfg, QuantConfig qua
     : ckpt_(ckpt), cfg_(cfg), quant_(std::move(quant)) {}
 Weights::~Weights() = default;
 
+std::string Weights::bert_prefix(const std::string& name) const {
+  // BertModel saves bare names; a checkpoint of a task model (BertForMaskedLM ...) nests them.
+  const std::string root = ckpt_.has("bert.embeddings.word_embeddings.weight") ? "bert." : "";
+  const std::string stem = name.substr(0, name.rfind('.'));
+  for (const auto& row : kBertNames)
+    if (stem == row.ours) return root + row.hf;
+  int l = 0;
+  std::string layer_stem, suffix;
+  if (!split_layer_name(name, &l, &layer_stem, &suffix)) return "";
+  for (const auto& row : kBertLayerNames)
+    if (layer_stem == row.ours) return root + "encoder.layer." + std::to_string(l) + "." + row.hf;
+  return "";
+}
+
 std::string Weights::hf_prefix(const std::string& name) const {
+  if (cfg_.arch == "bert") return bert_prefix(name);
   if (name == "token_embd.weight") return "model.embed_tokens";
   if (name == "output_norm.weight") return "model.norm";
   if (name == "output.weight") return "lm_head";

@@ -137,6 +137,40 @@ Status read_added(const json& root, size_t max_ids, TokenizerData* d) {
   return OkStatus();
 }
 
+// A WordPiece tokenizer.json in the GGUF spelling our "bert" tokenizer reads (as llama.cpp's
+// converter writes it): a piece that continues a word loses its "##", a word-initial piece gains
+// "▁", and bracketed specials ([CLS], [unused0]) stay as they are. The template
+// "[CLS] $A [SEP]" of BertProcessing / TemplateProcessing gives BOS and EOS.
+Status wordpiece_vocab(const json& root, const json& model, TokenizerData* d) {
+  if (const json* norm = field(root, "normalizer")) {
+    const json* lower = field(*norm, "lowercase");
+    if (type_of(*norm) == "BertNormalizer" && lower && lower->is_boolean() && !lower->get<bool>())
+      return Unimplemented("tokenizer.json: a cased WordPiece vocabulary (BertNormalizer lowercase: false) is not supported");
+  }
+  std::string prefix = "##";
+  if (const json* p = field(model, "continuing_subword_prefix"); p && p->is_string()) prefix = p->get<std::string>();
+  d->model = "bert";
+  for (size_t i = 0; i < d->tokens.size(); ++i) {
+    std::string& t = d->tokens[i];
+    if (d->token_types[i] == kTokenControl || (t.size() > 2 && t.front() == '[' && t.back() == ']')) continue;
+    if (!prefix.empty() && t.size() > prefix.size() && t.compare(0, prefix.size(), prefix) == 0) t = t.substr(prefix.size());
+    else t = "\xE2\x96\x81" + t;
+  }
+  const json* pp = field(root, "post_processor");
+  const std::string post = pp ? pp->dump() : "";
+  auto id_of = [&](const char* text) {
+    for (size_t i = 0; i < d->tokens.size(); ++i)
+      if (d->tokens[i] == text) return int32_t(i);
+    return int32_t(-1);
+  };
+  d->bos = id_of("[CLS]");
+  d->eos = id_of("[SEP]");
+  d->pad = id_of("[PAD]");
+  d->add_bos = d->bos >= 0 && post.find("[CLS]") != std::string::npos;
+  d->add_eos = d->eos >= 0 && post.find("[SEP]") != std::string::npos;
+  return OkStatus();
+}
+
 // SentencePiece-style scores from merge ranks (see the file comment).
 void spm_scores(TokenizerData* d) {
   std::unordered_map<std::string, size_t> rank_of;
@@ -166,8 +200,9 @@ Result<TokenizerData> tokenizer_data_from_hf_json(std::string_view tokenizer_jso
   if (root.is_discarded() || !root.is_object()) return InvalidArgument("tokenizer.json: not a JSON object");
   const json* model = field(root, "model");
   if (!model || !model->is_object()) return InvalidArgument("tokenizer.json: 'model' is missing");
-  if (type_of(*model) != "BPE")
-    return Unimplemented("tokenizer.json: model type '" + type_of(*model) + "' is not supported (BPE only)");
+  const std::string mtype = type_of(*model);
+  if (mtype != "BPE" && mtype != "WordPiece")
+    return Unimplemented("tokenizer.json: model type '" + mtype + "' is not supported (BPE, WordPiece)");
   const json* vocab = field(*model, "vocab");
   const json* added = field(root, "added_tokens");
   const size_t max_ids = (vocab && vocab->is_object() ? vocab->size() : 0) + (added && added->is_array() ? added->size() : 0);
@@ -178,7 +213,9 @@ Result<TokenizerData> tokenizer_data_from_hf_json(std::string_view tokenizer_jso
     if (d.tokens[i].empty()) return InvalidArgument("tokenizer.json: token id " + std::to_string(i) + " has no text (a hole in the ids)");
   const json* fallback = field(*model, "byte_fallback");
   const bool spm = fallback && fallback->is_boolean() && fallback->get<bool>();
-  if (spm) {
+  if (mtype == "WordPiece") {
+    TS_RETURN_IF_ERROR(wordpiece_vocab(root, *model, &d));
+  } else if (spm) {
     d.model = "llama";
     spm_scores(&d);
     // transformers' Llama converter prepends "▁" in the normalizer (or a Metaspace pre-tokenizer).

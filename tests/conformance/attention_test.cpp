@@ -1,7 +1,8 @@
 // Conformance cases for paged attention: a varlen batch mixing decodes, a fresh prefill and a
 // prefill chunk continuing a cached prefix (a long one split into query blocks); GQA; sliding window; softcap; f32/f16/bf16 caches and
 // 8-bit ones (fp8_e4m3, int8_pc: an f32 scale per token and kv head);
-// block tables in shuffled order; padding rows that store nothing.
+// block tables in shuffled order; padding rows that store nothing; bidirectional (encoder)
+// attention, where every query sees all of its sequence's keys.
 #include <algorithm>
 #include <numeric>
 
@@ -17,6 +18,7 @@ struct AttnShape {
   int window;
   float softcap;
   bool pad_row;  // one extra query row with slot -1 (a padding token of sequence 0... excluded)
+  bool causal = true;
 };
 
 std::vector<ValueId> build_attention(CaseContext& c, const AttnShape& s, DType act, DType cache) {
@@ -54,6 +56,7 @@ std::vector<ValueId> build_attention(CaseContext& c, const AttnShape& s, DType a
   AttentionParams p;
   p.sliding_window = s.window;
   p.softcap = s.softcap;
+  p.causal = s.causal;
   const ValueId out = c.graph().attention(
       {q, k, v, kc, vc, c.i32_values({T}, slots), c.i32_values({S + 1}, qstart), c.i32_values({S}, lens),
        c.i32_values({S, max_blocks}, tables)},
@@ -73,6 +76,10 @@ std::vector<Case> attention_cases() {
       // items: 32 / G tokens), beside decodes, with ragged key chunks.
       {"long chunk gqa3", 9, 3, 64, 16, {{203, 23}, {70, 1}, {0, 1}}, 0, 0.0f, false},
       {"window chunk", 6, 2, 32, 16, {{90, 40}}, 20, 0.0f, false},
+      // Encoders (BERT): a batch of fresh sequences, MHA, one longer than a key chunk; and keys
+      // past a query's own position in a sequence with a cached part.
+      {"bidirectional batch", 12, 12, 32, 16, {{0, 20}, {0, 7}, {0, 45}}, 0, 0.0f, false, false},
+      {"bidirectional gqa cached", 4, 2, 64, 16, {{10, 5}, {0, 1}}, 0, 0.0f, false, false},
   };
   std::vector<Case> cases;
   uint64_t seed = 3000;

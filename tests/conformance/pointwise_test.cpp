@@ -1,4 +1,4 @@
-// Conformance cases for rms_norm, rope, glu, add, mul, scale, softmax, cast and copy.
+// Conformance cases for rms_norm, layer_norm, gelu, rope, glu, add, mul, scale, softmax, cast and copy.
 #include "tests/conformance/conformance_test.h"
 
 namespace tessera::conformance {
@@ -23,6 +23,24 @@ std::vector<Case> pointwise_cases() {
     cases.push_back({"rms_norm" + at + "/per head [T,H,D]", OpKind::kRmsNorm, a, a, ++seed, [=](CaseContext& c) {
                        return V{c.graph().rms_norm(c.input(a, {3, 4, 64}), c.input(DType::kF32, {64}), 1e-6f)};
                      }});
+    // layer_norm: weight and bias (BERT), an offset mean (centring must not lose precision),
+    // neither, strided rows.
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 384}, {7, 33}, {3, 4096}})
+      cases.push_back({"layer_norm" + at + "/" + std::to_string(rows) + "x" + std::to_string(cols), OpKind::kLayerNorm,
+                       a, a, ++seed, [=](CaseContext& c) {
+                         return V{c.graph().layer_norm(c.input(a, {rows, cols}, 3.0f, 5.0f), c.input(DType::kF32, {cols}),
+                                                       c.input(DType::kF32, {cols}), 1e-12f)};
+                       }});
+    cases.push_back({"layer_norm" + at + "/no weight or bias", OpKind::kLayerNorm, a, a, ++seed, [=](CaseContext& c) {
+                       return V{c.graph().layer_norm(c.input(a, {4, 64}), kNoValue, kNoValue, 1e-5f)};
+                     }});
+    cases.push_back({"layer_norm" + at + "/strided", OpKind::kLayerNorm, a, a, ++seed, [=](CaseContext& c) {
+                       return V{c.graph().layer_norm(c.strided_rows(a, 5, 48, 16), c.input(a, {48}), c.input(a, {48}), 1e-5f)};
+                     }});
+    cases.push_back({"gelu" + at, OpKind::kGelu, a, a, ++seed,
+                     [=](CaseContext& c) { return V{c.graph().gelu(c.input(a, {5, 77}, -6.0f, 6.0f))}; }});
+    cases.push_back({"gelu" + at + "/strided", OpKind::kGelu, a, a, ++seed,
+                     [=](CaseContext& c) { return V{c.graph().gelu(c.strided_rows(a, 4, 40, 8))}; }});
     // rope: both layouts, partial rotation, YaRN, freq factors, large positions.
     struct RopeCase { const char* name; RopeMode mode; int64_t D; int n_dims; float ext; bool ff; };
     for (const RopeCase& r : {RopeCase{"normal", RopeMode::kNormal, 64, 64, 0.0f, false},

@@ -160,6 +160,32 @@ TEST_F(BadModel, Gemma3FinalLogitSoftcapIsRefusedByName) {
   EXPECT_NE(s.message().find("gemma3.final_logit_softcapping"), std::string::npos) << s.message();
 }
 
+void as_bert(std::vector<std::pair<std::string, gguf::Value>>& meta) {
+  for (auto& [k, v] : meta) {
+    if (k == "general.architecture") v = gguf::Value::of_string("bert");
+    if (k.rfind("llama.", 0) == 0) k = "bert." + k.substr(6);
+  }
+}
+
+TEST_F(BadModel, BertVariantsWeCannotRunAreRefusedByName) {
+  Status s = load(rewrite("bert_causal.gguf", [](auto& meta, auto&) {
+    as_bert(meta);
+    meta.emplace_back("bert.attention.causal", gguf::Value::of_bool(true));
+  }));
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("bert.attention.causal = true"), std::string::npos) << s.message();
+  s = load(rewrite("bert_rank.gguf", [](auto& meta, auto&) {
+    as_bert(meta);
+    meta.emplace_back("bert.pooling_type", gguf::Value::of_uint(gguf::ValueType::kU32, 4));
+  }));
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("bert.pooling_type 4"), std::string::npos) << s.message();
+  // A llama body under the bert name: the encoder's own tensors are what is missing.
+  s = load(rewrite("bert_tensors.gguf", [](auto& meta, auto&) { as_bert(meta); }));
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("position_embd.weight"), std::string::npos) << s.message();
+}
+
 TEST_F(BadModel, LargestContextLengthLoads) {
   const std::string path = rewrite("max_ctx.gguf", [](auto& meta, auto&) { set_int(meta, "llama.context_length", 2147483647); });
   LoadOptions opts;

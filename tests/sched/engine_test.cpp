@@ -66,8 +66,20 @@ class FakeModel : public ModelRunner {
       (*logits)[i * kVocab + size_t(want)] = 10.0f;
       (*logits)[i * kVocab + size_t((want + 1) % kVocab)] = 9.0f;
     }
+    // Embeddings (after the logits rows): [sum of the sequence's tokens, its length, its new
+    // tokens this step], which must be the whole sequence.
+    for (int32_t s : p.pool_seqs) {
+      const int32_t a = p.query_start[size_t(s)], b = p.query_start[size_t(s + 1)];
+      EXPECT_EQ(p.seq_lens[size_t(s)], b - a) << "an embedding must be computed whole in one step";
+      float sum = 0;
+      for (int32_t r = a; r < b; ++r) sum += float(p.tokens[size_t(r)]);
+      logits->insert(logits->end(), {sum, float(p.seq_lens[size_t(s)]), float(b - a)});
+    }
     return OkStatus();
   }
+  int32_t embedding_dim() const override { return embeds ? 3 : 0; }
+  std::string why_no_embeddings() const override { return "the fake has no pooling"; }
+  bool embeds = false;
   int steps = 0;
   int64_t tokens_computed = 0;
   int32_t max_tokens_in_step = 0;
@@ -187,6 +199,60 @@ TEST(Engine, ChunkedPrefillRespectsTheTokenBudget) {
   EXPECT_LE(h.model.max_tokens_in_step, 8);
   EXPECT_EQ(h.out[id], expected(p, 5));
   EXPECT_EQ(h.out[id2], expected(p2, 12));
+}
+
+TEST(Engine, EmbeddingsRunWholeBesideGenerationAndFreeTheirBlocks) {
+  Harness h(64, /*budget=*/24);
+  h.model.embeds = true;
+  std::map<RequestId, std::vector<float>> emb;
+  auto embed = [&](const std::vector<int32_t>& prompt) {
+    GenerationRequest r;
+    r.embed = true;
+    r.prompt = prompt;
+    r.on_token = [&emb](const TokenEvent& ev) {
+      EXPECT_EQ(ev.token, -1) << "an embedding request samples nothing";
+      if (ev.finish == FinishReason::kStop) emb[ev.id] = ev.embedding;
+    };
+    auto id = h.engine->submit(std::move(r));
+    EXPECT_TRUE(id.ok()) << id.status().to_string();
+    return *id;
+  };
+  const auto g = prompt_of(40, 1);  // chunked: 40 tokens over a 24-token budget
+  const RequestId gen = h.submit(g, 6);
+  ASSERT_TRUE(h.engine->step().ok());  // its first chunk fills the prefix cache
+  std::map<RequestId, std::vector<int32_t>> want;
+  for (int i = 0; i < 5; ++i) want[embed(prompt_of(5 + 2 * i, 10 + i))] = prompt_of(5 + 2 * i, 10 + i);
+  const std::vector<int32_t> head(g.begin(), g.begin() + 20);
+  want[embed(head)] = head;  // cached blocks of the generation: no prefix hit, computed whole
+  ASSERT_TRUE(h.engine->run_until_idle().ok());
+  EXPECT_EQ(h.out[gen], expected(g, 6)) << "generation beside embeddings is unchanged";
+  EXPECT_LE(h.model.max_tokens_in_step, 24);
+  for (const auto& [id, p] : want) {
+    ASSERT_EQ(emb[id].size(), 3u) << "request " << id;
+    float sum = 0;
+    for (int32_t t : p) sum += float(t);
+    EXPECT_EQ(emb[id][0], sum);
+    EXPECT_EQ(emb[id][1], float(p.size()));
+  }
+  EXPECT_EQ(h.kv->pool().n_free(), 64) << "embedding requests keep no blocks";
+}
+
+TEST(Engine, EmbeddingRequestsAreValidated) {
+  Harness h(64, /*budget=*/16);
+  GenerationRequest r;
+  r.embed = true;
+  r.prompt = prompt_of(5, 1);
+  auto s = h.engine->submit(r);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("the fake has no pooling"), std::string::npos) << s.status().to_string();
+  h.model.embeds = true;
+  r.prompt = prompt_of(17, 1);  // over the step budget: an embedding never splits
+  s = h.engine->submit(r);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("max_batch_tokens"), std::string::npos) << s.status().to_string();
+  r.prompt = prompt_of(16, 1);
+  EXPECT_TRUE(h.engine->submit(r).ok());
+  ASSERT_TRUE(h.engine->run_until_idle().ok());
 }
 
 TEST(Engine, CancelFreesBlocks) {

@@ -331,5 +331,37 @@ TEST(HfTokenizerJson, AnIdPastTheFilesEntriesIsAnErrorBeforeAnyAllocation) {
   EXPECT_EQ(ok->token_types, (std::vector<int32_t>{kTokenNormal, kTokenControl}));
 }
 
+TEST(HfTokenizerJson, WordPieceBecomesTheGgufSpellingWithClsAndSep) {
+  // A BERT tokenizer.json (as transformers saves it): "##" marks continuations, the template
+  // wraps the text in [CLS] ... [SEP].
+  const char* json = R"({
+    "added_tokens": [{"id": 0, "content": "[PAD]", "special": true}, {"id": 1, "content": "[UNK]", "special": true},
+                     {"id": 2, "content": "[CLS]", "special": true}, {"id": 3, "content": "[SEP]", "special": true}],
+    "normalizer": {"type": "BertNormalizer", "lowercase": true},
+    "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "[CLS]"}},
+                       {"Sequence": {"id": "A"}}, {"SpecialToken": {"id": "[SEP]"}}]},
+    "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+              "vocab": {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[unused0]": 4, "un": 5, "##aff": 6,
+                        "##able": 7, "hello": 8, ",": 9, "!": 10}}})";
+  std::string chat_template;
+  auto d = tokenizer_data_from_hf_json(json, "", &chat_template);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_EQ(d->model, "bert");
+  EXPECT_EQ(d->tokens[4], "[unused0]");
+  EXPECT_EQ(d->tokens[5], "\xE2\x96\x81un");
+  EXPECT_EQ(d->tokens[6], "aff");
+  EXPECT_EQ(d->bos, 2);
+  EXPECT_EQ(d->eos, 3);
+  EXPECT_TRUE(d->add_bos && d->add_eos);
+  auto tok = Tokenizer::create(*d);
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  EXPECT_EQ(ids_str((*tok)->encode("Hello, UNAFFABLE! world", true, false)), "2 8 9 5 6 7 10 1 3 ");
+  auto cased = tokenizer_data_from_hf_json(
+      R"({"normalizer": {"type": "BertNormalizer", "lowercase": false}, "model": {"type": "WordPiece", "vocab": {"a": 0}}})",
+      "", &chat_template);
+  ASSERT_FALSE(cased.ok());
+  EXPECT_NE(cased.status().message().find("cased WordPiece"), std::string::npos) << cased.status().to_string();
+}
+
 }  // namespace
 }  // namespace tessera
