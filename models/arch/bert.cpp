@@ -100,8 +100,8 @@ ValueId build_bert_graph(Graph& g, const ModelConfig& c, const LlamaWeights& w, 
   ap.causal = false;
 
   // Word + position + token type (every token is of type 0: single-segment inputs).
-  ValueId x = g.embed(g.input(w.tok_embd), tokens, DType::kF32);  // [T, D]
-  x = g.add(x, g.embed(g.input(w.pos_embd), sv.positions, DType::kF32));
+  ValueId x = g.embed(g.input(w.tok_embd), tokens, in.act);  // [T, D]
+  x = g.add(x, g.embed(g.input(w.pos_embd), sv.positions, in.act));
   if (w.type_embd.buffer) {
     const ValueId types = g.input(w.type_embd);
     const int64_t es = dtype_traits(g.tensor(types).dtype).block_bytes;
@@ -122,6 +122,7 @@ ValueId build_bert_graph(Graph& g, const ModelConfig& c, const LlamaWeights& w, 
     h = linear(g, h, L.w_down, g.input(L.b_down));
     x = g.layer_norm(g.add(x, h), g.input(L.post_ffn_norm), g.input(L.post_ffn_norm_b), c.norm_eps);
   }
+  if (in.act != DType::kF32) x = g.cast(x, DType::kF32);  // the host pools f32 rows
   g.mark_output(x);
   return x;
 }
