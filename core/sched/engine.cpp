@@ -169,7 +169,9 @@ Status Engine::step() {
     pooled += dim;
   }
   const double wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  scheduler_.observe(cfg_.cost_cpu_threads > 0 ? (process_cpu_ms() - cpu0) / cfg_.cost_cpu_threads : wall_ms);
+  scheduler_.observe(cfg_.step_ms_for_test ? cfg_.step_ms_for_test(plan_)
+                     : cfg_.cost_cpu_threads > 0 ? (process_cpu_ms() - cpu0) / cfg_.cost_cpu_threads
+                                                 : wall_ms);
   if (cfg_.on_step) {
     const SchedulerStats ss = scheduler_.stats();
     const StepCostStats& c = ss.step;

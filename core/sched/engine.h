@@ -110,6 +110,9 @@ struct EngineConfig {
   // otherwise chase; the policy's limit is a ratio of predictions, so the unit does not matter.
   // Only for devices that compute on this process's threads (a GPU's wait may not burn CPU).
   int cost_cpu_threads = 0;
+  // (tests) When set, the step cost model is fitted to this function of the step just run
+  // instead of a clock, so a test of cost-driven scheduling does not depend on the machine's load.
+  std::function<double(const StepPlan&)> step_ms_for_test;
 };
 
 class Engine {

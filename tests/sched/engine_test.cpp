@@ -114,7 +114,8 @@ bool plausible(const std::vector<int32_t>& prompt, const std::vector<int32_t>& o
 }
 
 struct Harness {
-  explicit Harness(int n_blocks, int32_t budget = 64, bool prefix_caching = true, int block_size = 4, int swap_blocks = 0) {
+  explicit Harness(int n_blocks, int32_t budget = 64, bool prefix_caching = true, int block_size = 4, int swap_blocks = 0,
+                   std::function<double(const StepPlan&)> step_ms = {}) {
     KvCacheConfig c;
     c.n_layers = 1; c.n_kv_heads = 1; c.head_dim = 2; c.block_size = block_size; c.n_blocks = n_blocks; c.dtype = DType::kF32;
     kv = std::move(KvCache::create(dev, c)).value();
@@ -123,6 +124,7 @@ struct Harness {
     ec.scheduler.prefix_caching = prefix_caching;
     ec.scheduler.swap = swap_blocks > 0;
     ec.scheduler.swap_blocks = swap_blocks;
+    ec.step_ms_for_test = std::move(step_ms);
     engine = std::make_unique<Engine>(model, *kv, TextCodec{}, ec);
   }
   RequestId submit(const std::vector<int32_t>& prompt, int max_tokens, int priority = 0, int n = 1,
@@ -598,7 +600,10 @@ TEST(EngineThread, StatsShowAFinishedRequestOnceTheVersionAfterItsFinishIsPublis
 // Recompute preemption: a step that had to preempt admits nothing, so a sequence is not let back
 // into the blocks it just gave up only to be preempted again (the thrash of issue 20).
 TEST(Engine, RecomputePreemptionAdmitsNothingInAPreemptingStepAndStaysBounded) {
-  Harness h(24, 64);  // 96 slots for 12 requests of 20 prompt + 40 generated tokens
+  // 96 slots for 12 requests of 20 prompt + 40 generated tokens. The step cost model sees a
+  // fixed cost per step (1 ms + 0.05 ms per token), not the clock: the preemption count depends
+  // on the fit, and a loaded machine (or TSan) must not change it.
+  Harness h(24, 64, true, 4, 0, [](const StepPlan& p) { return 1.0 + 0.05 * double(p.n_tokens()); });
   std::map<RequestId, std::vector<int32_t>> want;
   for (int i = 0; i < 12; ++i) {
     const auto p = prompt_of(20, 100 + i);
