@@ -37,6 +37,10 @@ struct ModelConfig {
   int n_ctx_train = 0;
   float rms_eps = 1e-5f;
   RopeParams rope;           // n_dims, mode, base, scaling
+  // [rope.n_dims / 2] divisors of each RoPE frequency derived from a checkpoint's config.json
+  // (llama3 scaling); the loader hands them to the graph as the rope_freqs tensor a GGUF stores.
+  // Empty: none (or the GGUF's own tensor).
+  std::vector<float> rope_freq_factors;
   QkNorm qk_norm = QkNorm::kNone;
   bool qkv_bias = false;     // qwen2, qwen2moe: biases on the q/k/v projections
   bool tied_output = false;  // no output.weight: the token embedding is the output head

@@ -1,4 +1,5 @@
 // config.json -> ModelConfig, the same struct the GGUF metadata fills (models/arch/llama.cpp).
+#include <cmath>
 #include <filesystem>
 #include <limits>
 
@@ -136,6 +137,39 @@ Status read_bert(const JsonObject& o, const std::string& dir, ModelConfig* c) {
   return OkStatus();
 }
 
+// llama3 scaling as HF's _compute_llama3_parameters defines it: with wavelength w = 2 pi / f of
+// each frequency f and L = original_max_position_embeddings, frequencies with w > L / low_freq_factor
+// are divided by |factor|, those with w < L / high_freq_factor are kept, and the ones between are
+// interpolated, f' = (1 - s) f / factor + s f with s = (L / w - low) / (high - low). We store the
+// divisor f / f' per frequency, which is what GGUF's rope_freqs tensor holds and rope divides by.
+Status llama3_factors(const JsonObject& s, const std::string& file, double factor, ModelConfig* c) {
+  double low = 1.0, high = 4.0;
+  TS_ASSIGN_OR_RETURN(low, s.get_float("low_freq_factor", 1.0));
+  TS_ASSIGN_OR_RETURN(high, s.get_float("high_freq_factor", 4.0));
+  int orig = 0;
+  TS_ASSIGN_OR_RETURN(orig, s.get_int32("original_max_position_embeddings"));
+  if (!(low > 0) || !(high > low) || orig <= 0)
+    return InvalidArgument(file + ": rope_scaling (llama3) needs 0 < low_freq_factor (" + std::to_string(low) +
+                           ") < high_freq_factor (" + std::to_string(high) + ") and original_max_position_embeddings > 0 (" +
+                           std::to_string(orig) + ")");
+  const RopeParams& r = c->rope;
+  const double low_wavelen = orig / low, high_wavelen = orig / high;
+  c->rope_freq_factors.resize(size_t(r.n_dims / 2));
+  for (int i = 0; i < r.n_dims / 2; ++i) {
+    const double freq = std::pow(double(r.freq_base), -2.0 * i / r.n_dims);
+    const double wavelen = 2.0 * M_PI / freq;
+    double scaled = freq;
+    if (wavelen > low_wavelen) {
+      scaled = freq / factor;
+    } else if (wavelen >= high_wavelen) {
+      const double smooth = (orig / wavelen - low) / (high - low);
+      scaled = (1.0 - smooth) * freq / factor + smooth * freq;
+    }
+    c->rope_freq_factors[size_t(i)] = float(freq / scaled);
+  }
+  return OkStatus();
+}
+
 Status read_rope(const JsonObject& o, ModelConfig* c) {
   RopeParams& r = c->rope;
   // HF rotates halves of each head for every architecture here (see hf_model.h).
@@ -172,9 +206,10 @@ Status read_rope(const JsonObject& o, ModelConfig* c) {
     r.freq_scale = float(1.0 / factor);
     r.ext_factor = 1.0f;
     TS_ASSIGN_OR_RETURN(r.n_ctx_orig, s.get_int32("original_max_position_embeddings", c->n_ctx_train));
+  } else if (type == "llama3") {
+    TS_RETURN_IF_ERROR(llama3_factors(s, o.file(), factor, c));
   } else {
-    // llama3 needs per-frequency factors (GGUF's rope_freqs tensor); not derived here yet.
-    return Unimplemented(o.file() + ": rope_scaling type '" + type + "' is not supported for checkpoints (default, linear, yarn)");
+    return Unimplemented(o.file() + ": rope_scaling type '" + type + "' is not supported for checkpoints (default, linear, yarn, llama3)");
   }
   return OkStatus();
 }

@@ -1,6 +1,8 @@
 // HF tensor names -> ours, and each checkpoint form of a linear weight -> one of our dtypes.
 #include "models/safetensors/hf_model.h"
 
+#include <cstring>
+
 namespace tessera::safetensors {
 
 namespace {
@@ -95,7 +97,17 @@ Result<HostTensor> Weights::owned(const TensorSpec& spec, DType dtype, std::vect
 }
 
 Result<std::optional<HostTensor>> Weights::get(const TensorSpec& spec) {
-  if (spec.name == "rope_freqs.weight") return std::optional<HostTensor>();  // not in HF checkpoints
+  if (spec.name == "rope_freqs.weight") {
+    // Not a checkpoint tensor: derived from config.json's rope_scaling (llama3), if any.
+    const std::vector<float>& f = cfg_.rope_freq_factors;
+    if (f.empty()) return std::optional<HostTensor>();
+    if (int64_t(f.size()) != spec.shape[0])
+      return Internal("rope_freqs: " + std::to_string(f.size()) + " factors for " + std::to_string(spec.shape[0]) + " frequencies");
+    std::vector<uint8_t> bytes(f.size() * sizeof(float));
+    std::memcpy(bytes.data(), f.data(), bytes.size());
+    TS_ASSIGN_OR_RETURN(HostTensor h, owned(spec, DType::kF32, std::move(bytes), 1.0f));
+    return std::optional<HostTensor>(std::move(h));
+  }
   int l = 0;
   std::string stem, suffix;
   if (split_layer_name(spec.name, &l, &stem, &suffix) && stem.size() > 5 && stem.compare(stem.size() - 5, 5, "_exps") == 0) {
