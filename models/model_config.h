@@ -25,7 +25,7 @@ enum class Pooling : uint8_t {
 const char* pooling_name(Pooling p);  // "none", "mean", "cls", "last"
 
 struct ModelConfig {
-  std::string arch;          // "llama", "mistral", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe", "gemma3", "bert"
+  std::string arch;          // "llama", "mistral", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe", "gemma3", "phi3", "bert"
   std::string name;          // general.name
   int n_layers = 0;
   int n_embd = 0;
