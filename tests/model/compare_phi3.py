@@ -10,6 +10,9 @@ wherever the oracle's top-2 margin is decisive):
   shortrope-f32    rope_factors_short (context 128 = original)
 Each feature is also shown to matter: the oracle with it switched off (no window; no factors)
 must be far (> 20 x TOL) from Tessera, or the test would not notice it missing.
+The f32 and longrope models written as Hugging Face checkpoints (qkv_proj, gate_up_proj,
+rope_scaling long_factor/short_factor in config.json) hold the same weights: their logits must
+match the oracle too.
 Usage: compare_phi3.py TESSERA_BIN_DIR SCRATCH_DIR [--device cpu|vulkan]
 """
 import argparse
@@ -61,6 +64,27 @@ def main():
             print(f"  oracle {what}: nrmse {off:.3e} from ours")
             if off < 20 * tol:
                 failures.append(f"{variant}: the oracle {what} is only {off:.3e} away: the test cannot see that feature")
+    for hf, gguf_name in (("tiny-phi3-hf", "tiny-phi3-f32.gguf"), ("tiny-phi3-longrope-hf", "tiny-phi3-longrope-f32.gguf")):
+        ref = numpy_phi3.forward(numpy_phi3.Phi3(os.path.join(args.scratch, gguf_name)), ids)
+        ours = tessera_logits(args.bin_dir, os.path.join(args.scratch, hf), ids, args.device, args.scratch)
+        failures += compare(f"tiny phi3 {hf} ({args.device})", ours, ref, TOL["f32"])
+    # Bad input: a longrope factor list of the wrong length is refused naming the key.
+    import json
+    import shutil
+    bad = os.path.join(args.scratch, "tiny-phi3-badrope-hf")
+    shutil.rmtree(bad, ignore_errors=True)
+    shutil.copytree(os.path.join(args.scratch, "tiny-phi3-longrope-hf"), bad)
+    with open(os.path.join(bad, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["rope_scaling"]["long_factor"] = cfg["rope_scaling"]["long_factor"][:-1]
+    with open(os.path.join(bad, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    r = subprocess.run([os.path.join(args.bin_dir, "tessera"), "eval", "-q", "-m", bad, "--device", args.device, "--tokens", "1",
+                        "-o", os.path.join(args.scratch, "bad.npy")], capture_output=True, text=True)
+    want = "config.json: rope_scaling.long_factor must be a list of 8 numbers"
+    print(f"bad long_factor: exit {r.returncode}, {r.stderr.strip()}")
+    if r.returncode == 0 or want not in r.stderr:
+        failures.append(f"a short long_factor list: expected an error with {want!r}")
     for f in failures:
         print("FAIL:", f)
     sys.exit(1 if failures else 0)

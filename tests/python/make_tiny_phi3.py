@@ -15,6 +15,9 @@ Variants written to OUT_DIR:
                                 attn_factor sqrt(1 + ln(512/128) / ln(128)) apply
   tiny-phi3-shortrope-f32.gguf  the same factors with context 128: rope_factors_short apply
   tiny-phi3-peer-{f32,q8_0}.gguf  no sliding window (llama.cpp disables Phi's), for bench/peer
+  tiny-phi3-hf/, tiny-phi3-longrope-hf/  the f32 window-48 and longrope models as Hugging Face
+                                checkpoints (config.json as Phi-3-mini's, qkv_proj / gate_up_proj,
+                                tokenizer.json): the same weights, so the same logits
 Usage: make_tiny_phi3.py OUT_DIR
 """
 import math
@@ -108,6 +111,44 @@ def write(path, dtype, window=0, ctx=CTX, orig=None, rope_factors=False, seed=12
     w.close()
 
 
+def write_hf(path, window=0, ctx=CTX, orig=None, rope_factors=False, seed=1234):
+    """The same model as write(..., "f32", ...) in HF Phi3ForCausalLM form."""
+    import json
+    from safetensors.numpy import save_file
+    os.makedirs(path, exist_ok=True)
+    t = weights(seed, rope_factors)
+    hf = {"model.embed_tokens.weight": t["token_embd.weight"], "model.norm.weight": t["output_norm.weight"],
+          "lm_head.weight": t["output.weight"]}
+    names = {"attn_norm": "input_layernorm", "attn_qkv": "self_attn.qkv_proj", "attn_output": "self_attn.o_proj",
+             "ffn_norm": "post_attention_layernorm", "ffn_up": "mlp.gate_up_proj", "ffn_down": "mlp.down_proj"}
+    for l in range(L):
+        for ours, theirs in names.items():
+            hf[f"model.layers.{l}.{theirs}.weight"] = t[f"blk.{l}.{ours}.weight"]
+    save_file(hf, os.path.join(path, "model.safetensors"))
+    cfg = {"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "hidden_size": D, "intermediate_size": F,
+           "num_hidden_layers": L, "num_attention_heads": H, "num_key_value_heads": HKV, "max_position_embeddings": ctx,
+           "original_max_position_embeddings": orig or ctx, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+           "sliding_window": window or None, "tie_word_embeddings": False, "vocab_size": 256 + len(SPECIAL) + len(MERGED),
+           "hidden_act": "silu", "bos_token_id": 256, "eos_token_id": 256, "rope_scaling": None}
+    if rope_factors:
+        cfg["rope_scaling"] = {"type": "longrope", "long_factor": t["rope_factors_long.weight"].tolist(),
+                               "short_factor": t["rope_factors_short.weight"].tolist()}
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    vocab = {tok: i for i, tok in enumerate(byte_tokens() + SPECIAL + MERGED)}
+    tok = {"version": "1.0", "added_tokens": [{"id": 256 + i, "content": s, "special": True, "single_word": False,
+                                                "lstrip": False, "rstrip": False, "normalized": False}
+                                               for i, s in enumerate(SPECIAL)],
+           "normalizer": None, "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                                                 "use_regex": True},
+           "post_processor": None, "decoder": {"type": "ByteLevel"},
+           "model": {"type": "BPE", "vocab": vocab, "merges": ["\u0101 \u0102"]}}
+    with open(os.path.join(path, "tokenizer.json"), "w") as f:
+        json.dump(tok, f)
+    with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": SPECIAL[0], "eos_token": SPECIAL[0], "add_bos_token": True}, f)
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
@@ -116,6 +157,8 @@ def main():
         write(os.path.join(out, f"tiny-phi3-peer-{dt}.gguf"), dt)
     write(os.path.join(out, "tiny-phi3-longrope-f32.gguf"), "f32", ctx=512, orig=128, rope_factors=True)
     write(os.path.join(out, "tiny-phi3-shortrope-f32.gguf"), "f32", ctx=128, orig=128, rope_factors=True)
+    write_hf(os.path.join(out, "tiny-phi3-hf"), window=48)
+    write_hf(os.path.join(out, "tiny-phi3-longrope-hf"), ctx=512, orig=128, rope_factors=True)
 
 
 if __name__ == "__main__":
