@@ -55,7 +55,7 @@ struct ModelConfig {
   float attn_scale = 0.0f;       // attention softmax scale; 0: 1/sqrt(head_dim)
   float attn_softcap = 0.0f;     // attention logit softcap (AttentionParams::softcap); 0: none
   int sliding_window = 0;        // keys a sliding-window layer sees, its own included; 0: none
-  std::vector<uint8_t> layer_sliding;  // [n_layers]: 1 where the layer uses sliding_window
+  std::vector<uint8_t> layer_sliding;  // [n_layers]: 1 where the layer uses sliding_window; empty: every layer
   RopeParams rope_sliding;       // RoPE of the sliding-window layers (gemma3: a base of its own)
   // Encoders (bert): bidirectional attention, LayerNorm with bias, erf GELU, learned absolute
   // positions and token types; no output head, the hidden states are pooled.
@@ -69,7 +69,9 @@ struct ModelConfig {
 
   bool is_moe() const { return n_experts > 0; }
   bool is_sliding(int layer) const {
-    return sliding_window > 0 && size_t(layer) < layer_sliding.size() && layer_sliding[size_t(layer)] != 0;
+    if (sliding_window <= 0) return false;
+    if (layer_sliding.empty()) return true;  // every layer (phi3)
+    return size_t(layer) < layer_sliding.size() && layer_sliding[size_t(layer)] != 0;
   }
 };
 

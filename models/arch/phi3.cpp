@@ -24,11 +24,7 @@ Result<ModelConfig> phi3_config_from_gguf(const gguf::File& f) {
   TS_ASSIGN_OR_RETURN(c.sliding_window, gguf_int32_key(f, a + "attention.sliding_window", 0));
   if (c.sliding_window < 0)
     return InvalidArgument(f.path() + ": " + a + "attention.sliding_window " + std::to_string(c.sliding_window) + " is negative");
-  if (size_t(c.n_layers) > f.tensors().size())
-    return InvalidArgument(f.path() + ": block_count " + std::to_string(c.n_layers) + " but the file holds only " +
-                           std::to_string(f.tensors().size()) + " tensors");
-  c.layer_sliding.assign(size_t(c.n_layers), c.sliding_window > 0 ? 1 : 0);
-  c.rope_sliding = c.rope;
+  // The window is on every layer: layer_sliding stays empty (ModelConfig::is_sliding).
   return c;
 }
 
@@ -71,7 +67,7 @@ ValueId build_phi3_graph(Graph& g, const ModelConfig& c, const LlamaWeights& w, 
   const ValueId freq = optional_input(g, w.rope_freqs);
   AttentionParams ap;
   ap.scale = float(1.0 / std::sqrt(double(c.head_dim)));
-  ap.sliding_window = c.sliding_window;
+  ap.sliding_window = c.sliding_window;  // every layer
 
   ValueId x = g.embed(g.input(w.tok_embd), tokens, in.act);  // [T, D]
   if (w.tok_embd.out_scale != 1.0f) x = g.scale(x, w.tok_embd.out_scale);

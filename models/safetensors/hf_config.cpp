@@ -264,7 +264,8 @@ Status read_quant(const JsonObject& o, QuantConfig* q) {
 Status read_phi3(const JsonObject& o, ModelConfig* c) {
   TS_ASSIGN_OR_RETURN(c->sliding_window, o.get_int32("sliding_window", 0));
   if (c->sliding_window < 0) return InvalidArgument(o.file() + ": sliding_window must not be negative");
-  c->layer_sliding.assign(size_t(c->n_layers), c->sliding_window > 0 ? 1 : 0);
+  // On every layer: layer_sliding stays empty (sized by a layer count not yet checked against
+  // the checkpoint's tensors).
   int orig = 0;
   TS_ASSIGN_OR_RETURN(orig, o.get_int32("original_max_position_embeddings", c->n_ctx_train));
   const json* rs = o.find("rope_scaling");
@@ -293,7 +294,6 @@ Status read_phi3(const JsonObject& o, ModelConfig* c) {
     if (!(attn > 0)) return InvalidArgument(o.file() + ": rope_scaling.attention_factor must be positive");
     c->rope.attn_factor = float(attn);
   }
-  c->rope_sliding = c->rope;
   return OkStatus();
 }
 
