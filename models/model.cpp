@@ -244,6 +244,18 @@ Result<std::optional<HostTensor>> Model::gguf_tensor(const gguf::File& f, const 
     return std::optional<HostTensor>(std::move(h));
   }
   if (!ti) return std::optional<HostTensor>();
+  if (s.fused_rows > 0) {
+    // One slot's rows of a fused weight, in place: rows are whole blocks in every GGUF format.
+    const int64_t want[2] = {s.fused_rows, s.shape[1]};
+    if (!same_dims(*ti, want, 2))
+      return InvalidArgument(f.path() + ": fused tensor '" + s.name + "' has shape " + dims_string(ti->shape.data(), size_t(ti->rank)) +
+                             " but the hyperparameters imply " + dims_string(want, 2));
+    HostTensor h = in_file(f, *ti, s.shape);
+    const int64_t row_bytes = dtype_row_bytes(ti->dtype, s.shape[1]);
+    h.data = static_cast<const uint8_t*>(h.data) + s.row_begin * row_bytes;
+    h.nbytes = size_t(s.shape[0] * row_bytes);
+    return std::optional<HostTensor>(std::move(h));
+  }
   const bool as_1d = s.row_may_be_1d && same_dims(*ti, s.shape.data() + 1, s.shape.size() - 1);
   if (!as_1d && !same_dims(*ti, s.shape.data(), s.shape.size()))
     return InvalidArgument(f.path() + ": tensor '" + s.name + "' has shape " + dims_string(ti->shape.data(), size_t(ti->rank)) +

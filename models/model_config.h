@@ -25,7 +25,7 @@ enum class Pooling : uint8_t {
 const char* pooling_name(Pooling p);  // "none", "mean", "cls", "last"
 
 struct ModelConfig {
-  std::string arch;          // "llama", "mistral", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe", "gemma3", "bert"
+  std::string arch;          // "llama", "mistral", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe", "gemma3", "phi3", "bert"
   std::string name;          // general.name
   int n_layers = 0;
   int n_embd = 0;
@@ -37,6 +37,10 @@ struct ModelConfig {
   int n_ctx_train = 0;
   float rms_eps = 1e-5f;
   RopeParams rope;           // n_dims, mode, base, scaling
+  // [rope.n_dims / 2] divisors of each RoPE frequency derived from a checkpoint's config.json
+  // (llama3 scaling); the loader hands them to the graph as the rope_freqs tensor a GGUF stores.
+  // Empty: none (or the GGUF's own tensor).
+  std::vector<float> rope_freq_factors;
   QkNorm qk_norm = QkNorm::kNone;
   bool qkv_bias = false;     // qwen2, qwen2moe: biases on the q/k/v projections
   bool tied_output = false;  // no output.weight: the token embedding is the output head
@@ -51,7 +55,7 @@ struct ModelConfig {
   float attn_scale = 0.0f;       // attention softmax scale; 0: 1/sqrt(head_dim)
   float attn_softcap = 0.0f;     // attention logit softcap (AttentionParams::softcap); 0: none
   int sliding_window = 0;        // keys a sliding-window layer sees, its own included; 0: none
-  std::vector<uint8_t> layer_sliding;  // [n_layers]: 1 where the layer uses sliding_window
+  std::vector<uint8_t> layer_sliding;  // [n_layers]: 1 where the layer uses sliding_window; empty: every layer
   RopeParams rope_sliding;       // RoPE of the sliding-window layers (gemma3: a base of its own)
   // Encoders (bert): bidirectional attention, LayerNorm with bias, erf GELU, learned absolute
   // positions and token types; no output head, the hidden states are pooled.
@@ -65,7 +69,9 @@ struct ModelConfig {
 
   bool is_moe() const { return n_experts > 0; }
   bool is_sliding(int layer) const {
-    return sliding_window > 0 && size_t(layer) < layer_sliding.size() && layer_sliding[size_t(layer)] != 0;
+    if (sliding_window <= 0) return false;
+    if (layer_sliding.empty()) return true;  // every layer (phi3)
+    return size_t(layer) < layer_sliding.size() && layer_sliding[size_t(layer)] != 0;
   }
 };
 

@@ -17,6 +17,7 @@ struct GenerateOptions {
   int max_tokens = 256;
   bool raw = false;      // no chat template
   bool stats = false;
+  bool ids = false;      // the generated token ids to stderr (comparisons that text cannot carry)
 };
 
 // Streams one completion of |text| to stdout; returns the generated text.
@@ -29,7 +30,9 @@ Result<std::string> generate(Model& model, KvCache& kv, const std::string& text,
   std::string out;
   RequestMetrics metrics;
   std::string error;
+  std::string ids;
   req.on_token = [&](const TokenEvent& ev) {
+    if (ev.token >= 0) ids += (ids.empty() ? "" : ",") + std::to_string(ev.token);
     std::fwrite(ev.text.data(), 1, ev.text.size(), stdout);
     std::fflush(stdout);
     out += ev.text;
@@ -45,6 +48,7 @@ Result<std::string> generate(Model& model, KvCache& kv, const std::string& text,
   if (!error.empty()) return Internal(error);
   std::printf("\n");
   std::fflush(stdout);
+  if (o.ids) std::fprintf(stderr, "ids: %s\n", ids.c_str());
   if (stats) {
     const double prefill_tps = metrics.ttft_ms > 0 ? 1000.0 * metrics.prompt_tokens / metrics.ttft_ms : 0;
     const double decode_tps = metrics.tpot_ms > 0 ? 1000.0 / metrics.tpot_ms : 0;
@@ -118,6 +122,7 @@ void add_generate_commands(CLI::App& app) {
   add_generate_options(run, o.get());
   run->add_option("-p,--prompt", o->prompt, "the prompt")->required();
   run->add_flag("--raw", o->raw, "use the prompt as is, without the model's chat template");
+  run->add_flag("--ids", o->ids, "print the generated token ids to stderr (\"ids: 12,7,...\"), for comparisons");
   run->callback([o] { run_command(*o); });
 
   auto c = std::make_shared<GenerateOptions>();

@@ -42,7 +42,7 @@ Result<ModelConfig> llama_config_from_gguf(const gguf::File& f) {
   TS_ASSIGN_OR_RETURN(c.arch, f.get_string("general.architecture"));
   static const char* const kArchs[] = {"llama", "mistral", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe"};
   if (std::find(std::begin(kArchs), std::end(kArchs), c.arch) == std::end(kArchs))
-    return Unimplemented("architecture '" + c.arch + "' is not supported (llama, mistral, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gemma3, bert)");
+    return Unimplemented("architecture '" + c.arch + "' is not supported (llama, mistral, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gemma3, phi3, bert)");
   TS_RETURN_IF_ERROR(read_decoder_config(f, &c));
   c.rope.mode = (c.arch == "llama" || c.arch == "mistral") ? RopeMode::kNormal : RopeMode::kNeox;
   c.qk_norm = (c.arch == "qwen3" || c.arch == "qwen3moe") ? QkNorm::kPerHead : c.arch == "olmoe" ? QkNorm::kFull : QkNorm::kNone;

@@ -1,4 +1,5 @@
 // config.json -> ModelConfig, the same struct the GGUF metadata fills (models/arch/llama.cpp).
+#include <cmath>
 #include <filesystem>
 #include <limits>
 
@@ -84,7 +85,7 @@ struct ArchRow {
 constexpr ArchRow kArchs[] = {
     {"llama", "llama"}, {"mistral", "mistral"}, {"qwen2", "qwen2"},       {"qwen3", "qwen3"},
     {"mixtral", "llama"}, {"qwen2_moe", "qwen2moe"}, {"qwen3_moe", "qwen3moe"}, {"olmoe", "olmoe"},
-    {"bert", "bert"},
+    {"bert", "bert"}, {"phi3", "phi3"},
 };
 
 // BERT encoders: the erf GELU, LayerNorm epsilon, token types, and the sentence-transformers
@@ -136,6 +137,39 @@ Status read_bert(const JsonObject& o, const std::string& dir, ModelConfig* c) {
   return OkStatus();
 }
 
+// llama3 scaling as HF's _compute_llama3_parameters defines it: with wavelength w = 2 pi / f of
+// each frequency f and L = original_max_position_embeddings, frequencies with w > L / low_freq_factor
+// are divided by |factor|, those with w < L / high_freq_factor are kept, and the ones between are
+// interpolated, f' = (1 - s) f / factor + s f with s = (L / w - low) / (high - low). We store the
+// divisor f / f' per frequency, which is what GGUF's rope_freqs tensor holds and rope divides by.
+Status llama3_factors(const JsonObject& s, const std::string& file, double factor, ModelConfig* c) {
+  double low = 1.0, high = 4.0;
+  TS_ASSIGN_OR_RETURN(low, s.get_float("low_freq_factor", 1.0));
+  TS_ASSIGN_OR_RETURN(high, s.get_float("high_freq_factor", 4.0));
+  int orig = 0;
+  TS_ASSIGN_OR_RETURN(orig, s.get_int32("original_max_position_embeddings"));
+  if (!(low > 0) || !(high > low) || orig <= 0)
+    return InvalidArgument(file + ": rope_scaling (llama3) needs 0 < low_freq_factor (" + std::to_string(low) +
+                           ") < high_freq_factor (" + std::to_string(high) + ") and original_max_position_embeddings > 0 (" +
+                           std::to_string(orig) + ")");
+  const RopeParams& r = c->rope;
+  const double low_wavelen = orig / low, high_wavelen = orig / high;
+  c->rope_freq_factors.resize(size_t(r.n_dims / 2));
+  for (int i = 0; i < r.n_dims / 2; ++i) {
+    const double freq = std::pow(double(r.freq_base), -2.0 * i / r.n_dims);
+    const double wavelen = 2.0 * M_PI / freq;
+    double scaled = freq;
+    if (wavelen > low_wavelen) {
+      scaled = freq / factor;
+    } else if (wavelen >= high_wavelen) {
+      const double smooth = (orig / wavelen - low) / (high - low);
+      scaled = (1.0 - smooth) * freq / factor + smooth * freq;
+    }
+    c->rope_freq_factors[size_t(i)] = float(freq / scaled);
+  }
+  return OkStatus();
+}
+
 Status read_rope(const JsonObject& o, ModelConfig* c) {
   RopeParams& r = c->rope;
   // HF rotates halves of each head for every architecture here (see hf_model.h).
@@ -172,9 +206,12 @@ Status read_rope(const JsonObject& o, ModelConfig* c) {
     r.freq_scale = float(1.0 / factor);
     r.ext_factor = 1.0f;
     TS_ASSIGN_OR_RETURN(r.n_ctx_orig, s.get_int32("original_max_position_embeddings", c->n_ctx_train));
+  } else if (type == "llama3") {
+    TS_RETURN_IF_ERROR(llama3_factors(s, o.file(), factor, c));
+  } else if ((type == "longrope" || type == "su") && c->arch == "phi3") {
+    // read_phi3 reads its factors.
   } else {
-    // llama3 needs per-frequency factors (GGUF's rope_freqs tensor); not derived here yet.
-    return Unimplemented(o.file() + ": rope_scaling type '" + type + "' is not supported for checkpoints (default, linear, yarn)");
+    return Unimplemented(o.file() + ": rope_scaling type '" + type + "' is not supported for checkpoints (default, linear, yarn, llama3)");
   }
   return OkStatus();
 }
@@ -219,6 +256,47 @@ Status read_quant(const JsonObject& o, QuantConfig* q) {
   return OkStatus();
 }
 
+// Phi-3: a sliding window on every layer (sliding_window, null or absent: none) and "longrope"
+// scaling: long_factor / short_factor per frequency, long when the model's context exceeds
+// original_max_position_embeddings (as the GGUF path chooses; see models/arch/phi3.h), and cos/sin
+// times attention_factor, by default sqrt(1 + ln(max / original) / ln(original)) as HF's
+// _compute_longrope_parameters.
+Status read_phi3(const JsonObject& o, ModelConfig* c) {
+  TS_ASSIGN_OR_RETURN(c->sliding_window, o.get_int32("sliding_window", 0));
+  if (c->sliding_window < 0) return InvalidArgument(o.file() + ": sliding_window must not be negative");
+  // On every layer: layer_sliding stays empty (sized by a layer count not yet checked against
+  // the checkpoint's tensors).
+  int orig = 0;
+  TS_ASSIGN_OR_RETURN(orig, o.get_int32("original_max_position_embeddings", c->n_ctx_train));
+  const json* rs = o.find("rope_scaling");
+  if (rs) {
+    JsonObject s(*rs, o.file() + ": rope_scaling");
+    TS_ASSIGN_OR_RETURN(orig, s.get_int32("original_max_position_embeddings", orig));
+  }
+  if (orig <= 0) return InvalidArgument(o.file() + ": original_max_position_embeddings must be positive");
+  c->rope.n_ctx_orig = orig;
+  if (rs) {
+    const char* key = c->n_ctx_train > orig ? "long_factor" : "short_factor";
+    const json* f = rs->contains(key) ? &(*rs)[key] : nullptr;
+    const size_t n = size_t(c->rope.n_dims / 2);
+    if (!f || !f->is_array() || f->size() != n)
+      return InvalidArgument(o.file() + ": rope_scaling." + key + " must be a list of " + std::to_string(n) + " numbers (rotary dims / 2)");
+    c->rope_freq_factors.clear();
+    for (const json& v : *f) {
+      if (!v.is_number() || !(v.get<double>() > 0))
+        return InvalidArgument(o.file() + ": rope_scaling." + key + " holds " + v.dump() + " (factors must be positive numbers)");
+      c->rope_freq_factors.push_back(float(v.get<double>()));
+    }
+    const double scale = double(c->n_ctx_train) / orig;
+    double attn = scale <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(scale) / std::log(double(orig)));
+    JsonObject so(*rs, o.file() + ": rope_scaling");
+    TS_ASSIGN_OR_RETURN(attn, so.get_float("attention_factor", attn));
+    if (!(attn > 0)) return InvalidArgument(o.file() + ": rope_scaling.attention_factor must be positive");
+    c->rope.attn_factor = float(attn);
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 Result<ModelConfig> read_config(const std::string& dir, QuantConfig* quant) {
@@ -235,7 +313,7 @@ Result<ModelConfig> read_config(const std::string& dir, QuantConfig* quant) {
     if (mt == a.model_type) row = &a;
   if (!row)
     return Unimplemented(path + ": model_type '" + mt +
-                         "' is not supported (llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe, bert)");
+                         "' is not supported (llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe, bert, phi3)");
   c.arch = row->arch;
   TS_ASSIGN_OR_RETURN(c.name, o.get_string("_name_or_path", ""));
   TS_ASSIGN_OR_RETURN(c.n_layers, o.get_int32("num_hidden_layers"));
@@ -268,6 +346,9 @@ Result<ModelConfig> read_config(const std::string& dir, QuantConfig* quant) {
   c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2moe";
   if (mt == "mixtral" || mt == "qwen2_moe" || mt == "qwen3_moe" || mt == "olmoe") {
     TS_RETURN_IF_ERROR(read_moe(o, mt, &c));
+  }
+  if (c.arch == "phi3") {
+    TS_RETURN_IF_ERROR(read_phi3(o, &c));
   }
   // n_vocab and tied_output come from the tensors (as on the GGUF path).
   TS_ASSIGN_OR_RETURN(c.n_vocab, o.get_int32("vocab_size", 0));

@@ -61,6 +61,7 @@ class Weights {
   Result<HostTensor> load_fp4(const std::string& prefix, const TensorRef& w, const TensorSpec& spec);
   Result<HostTensor> load_int4(const std::string& prefix, const TensorRef& q, const TensorSpec& spec);
   Result<std::optional<HostTensor>> load_stacked(const std::vector<std::string>& prefixes, const TensorSpec& spec);
+  Result<std::optional<HostTensor>> load_fused_rows(const TensorSpec& spec);
   Result<HostTensor> owned(const TensorSpec& spec, DType dtype, std::vector<uint8_t> bytes, float out_scale);
 
   const Checkpoint& ckpt_;

@@ -1,6 +1,8 @@
 // HF tensor names -> ours, and each checkpoint form of a linear weight -> one of our dtypes.
 #include "models/safetensors/hf_model.h"
 
+#include <cstring>
+
 namespace tessera::safetensors {
 
 namespace {
@@ -19,6 +21,7 @@ constexpr NameRow kLayerNames[] = {
     {"ffn_down", "mlp.down_proj"},           {"ffn_gate_inp", "mlp.gate"},
     {"ffn_gate_inp_shexp", "mlp.shared_expert_gate"}, {"ffn_gate_shexp", "mlp.shared_expert.gate_proj"},
     {"ffn_up_shexp", "mlp.shared_expert.up_proj"},    {"ffn_down_shexp", "mlp.shared_expert.down_proj"},
+    {"attn_qkv", "self_attn.qkv_proj"},
 };
 
 // bert: our names (GGUF's, as llama.cpp's converter writes them) -> HF BertModel module paths.
@@ -95,7 +98,18 @@ Result<HostTensor> Weights::owned(const TensorSpec& spec, DType dtype, std::vect
 }
 
 Result<std::optional<HostTensor>> Weights::get(const TensorSpec& spec) {
-  if (spec.name == "rope_freqs.weight") return std::optional<HostTensor>();  // not in HF checkpoints
+  if (spec.name == "rope_freqs.weight" || spec.name == "rope_factors_long.weight" || spec.name == "rope_factors_short.weight") {
+    // Not checkpoint tensors: derived from config.json's rope_scaling (llama3; phi3's longrope,
+    // whose chosen factors the config reader kept), if any.
+    const std::vector<float>& f = cfg_.rope_freq_factors;
+    if (f.empty()) return std::optional<HostTensor>();
+    if (int64_t(f.size()) != spec.shape[0])
+      return Internal("rope_freqs: " + std::to_string(f.size()) + " factors for " + std::to_string(spec.shape[0]) + " frequencies");
+    std::vector<uint8_t> bytes(f.size() * sizeof(float));
+    std::memcpy(bytes.data(), f.data(), bytes.size());
+    TS_ASSIGN_OR_RETURN(HostTensor h, owned(spec, DType::kF32, std::move(bytes), 1.0f));
+    return std::optional<HostTensor>(std::move(h));
+  }
   int l = 0;
   std::string stem, suffix;
   if (split_layer_name(spec.name, &l, &stem, &suffix) && stem.size() > 5 && stem.compare(stem.size() - 5, 5, "_exps") == 0) {
@@ -111,10 +125,30 @@ Result<std::optional<HostTensor>> Weights::get(const TensorSpec& spec) {
                          std::to_string(e) + "." + hf);
     return load_stacked(prefixes, spec);
   }
+  if (spec.fused_rows > 0) return load_fused_rows(spec);
   const std::string prefix = hf_prefix(spec.name);
   if (prefix.empty()) return InvalidArgument("no Hugging Face name for tensor '" + spec.name + "'");
   const std::string sfx = spec.name.substr(spec.name.rfind('.') + 1);
   return load_linear(prefix, sfx, spec);
+}
+
+// A row range of a fused projection (phi3: qkv_proj, gate_up_proj): the whole tensor as stored
+// (mapped in place for float weights), narrowed to the spec's rows.
+Result<std::optional<HostTensor>> Weights::load_fused_rows(const TensorSpec& spec) {
+  int l = 0;
+  std::string stem, suffix;
+  split_layer_name(spec.name, &l, &stem, &suffix);
+  const std::string prefix = "model.layers." + std::to_string(l) + (stem == "ffn_up" ? ".mlp.gate_up_proj" : ".self_attn.qkv_proj");
+  TensorSpec whole = spec;
+  whole.shape[0] = spec.fused_rows;
+  whole.fused_rows = whole.row_begin = 0;
+  TS_ASSIGN_OR_RETURN(auto h, load_linear(prefix, "weight", whole));
+  if (!h) return h;
+  const int64_t row_bytes = dtype_row_bytes(h->dtype, spec.shape[1]);
+  h->data = static_cast<const uint8_t*>(h->data) + spec.row_begin * row_bytes;
+  h->nbytes = size_t(spec.shape[0] * row_bytes);
+  h->shape = spec.shape;
+  return h;
 }
 
 Result<std::optional<HostTensor>> Weights::load_stacked(const std::vector<std::string>& prefixes, const TensorSpec& spec) {

@@ -235,6 +235,14 @@ def config_seeds(out, meta):
                                                                         "desc_act": False, "checkpoint_format": "gptq_v2"})))
     put(out, "olmoe.json", json.dumps(dict(base, model_type="olmoe", num_experts=64, num_experts_per_tok=8,
                                            norm_topk_prob=False)))
+    put(out, "llama3-rope.json", json.dumps(dict(base, rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                                 "high_freq_factor": 4.0,
+                                                                 "original_max_position_embeddings": 8192})))
+    half = int(meta["llama.embedding_length"]) // int(meta["llama.attention.head_count"]) // 2
+    put(out, "phi3-longrope.json", json.dumps(dict(base, model_type="phi3", sliding_window=2047, max_position_embeddings=131072,
+                                                   original_max_position_embeddings=4096,
+                                                   rope_scaling={"type": "longrope", "long_factor": [1.0 + i for i in range(half)],
+                                                                 "short_factor": [1.0] * half})))
 
 
 def tokenizer_json_seeds(out, meta):

@@ -160,6 +160,69 @@ TEST_F(BadModel, Gemma3FinalLogitSoftcapIsRefusedByName) {
   EXPECT_NE(s.message().find("gemma3.final_logit_softcapping"), std::string::npos) << s.message();
 }
 
+// The tiny f32 llama as a phi3 file: keys renamed, and each layer's q/k/v and gate/up rows
+// concatenated into the fused attn_qkv [Q + 2 KV, D] and ffn_up [2 F, D] that phi3 stores. The
+// fused bytes live in |keep| (the Writer copies them when it writes).
+void as_phi3(std::vector<std::pair<std::string, gguf::Value>>& meta, std::vector<std::pair<gguf::TensorInfo, const void*>>& tensors,
+             std::vector<std::vector<uint8_t>>& keep) {
+  for (auto& [k, v] : meta) {
+    if (k == "general.architecture") v = gguf::Value::of_string("phi3");
+    if (k.rfind("llama.", 0) == 0) k = "phi3." + k.substr(6);
+  }
+  auto find = [&](const std::string& name) {
+    for (size_t i = 0; i < tensors.size(); ++i)
+      if (tensors[i].first.name == name) return i;
+    return tensors.size();
+  };
+  auto fuse = [&](const std::string& p, std::vector<std::string> parts, const std::string& fused) {
+    gguf::TensorInfo info = tensors[find(p + parts[0])].first;
+    info.name = p + fused;
+    info.shape[0] = 0;
+    info.nbytes = 0;
+    keep.emplace_back();
+    for (const std::string& part : parts) {
+      const size_t i = find(p + part);
+      const auto* d = static_cast<const uint8_t*>(tensors[i].second);
+      keep.back().insert(keep.back().end(), d, d + tensors[i].first.nbytes);
+      info.shape[0] += tensors[i].first.shape[0];
+      info.nbytes += tensors[i].first.nbytes;
+      tensors.erase(tensors.begin() + std::ptrdiff_t(i));
+    }
+    tensors.push_back({info, keep.back().data()});
+  };
+  for (int l = 0; find("blk." + std::to_string(l) + ".attn_q.weight") < tensors.size(); ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    fuse(p, {"attn_q.weight", "attn_k.weight", "attn_v.weight"}, "attn_qkv.weight");
+    fuse(p, {"ffn_gate.weight", "ffn_up.weight"}, "ffn_up.weight");
+  }
+}
+
+TEST_F(BadModel, Phi3FusedTensorsMissingOrMisshapenAreNamed) {
+  std::vector<std::vector<uint8_t>> keep;
+  Status s = load(rewrite("phi3.gguf", [&](auto& meta, auto& tensors) { as_phi3(meta, tensors, keep); }));
+  ASSERT_TRUE(s.ok()) << "the well-formed phi3 copy: " << s.to_string();
+
+  s = load(rewrite("phi3_noqkv.gguf", [&](auto& meta, auto& tensors) {
+    as_phi3(meta, tensors, keep);
+    std::erase_if(tensors, [](const auto& t) { return t.first.name == "blk.0.attn_qkv.weight"; });
+  }));
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("tensor 'blk.0.attn_qkv.weight' is missing"), std::string::npos) << s.message();
+
+  // ffn_up with only the up half (the unfused llama's [F, D]): the fused shape is wrong.
+  s = load(rewrite("phi3_ffn.gguf", [&](auto& meta, auto& tensors) {
+    as_phi3(meta, tensors, keep);
+    for (auto& [t, data] : tensors)
+      if (t.name == "blk.0.ffn_up.weight") {
+        t.shape[0] /= 2;
+        t.nbytes /= 2;
+      }
+  }));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("fused tensor 'blk.0.ffn_up.weight' has shape ["), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("but the hyperparameters imply ["), std::string::npos) << s.message();
+}
+
 void as_bert(std::vector<std::pair<std::string, gguf::Value>>& meta) {
   for (auto& [k, v] : meta) {
     if (k == "general.architecture") v = gguf::Value::of_string("bert");

@@ -292,6 +292,47 @@ double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return d;
 }
 
+// llama3 rope scaling from config.json becomes the per-frequency divisors a GGUF stores as
+// rope_freqs. Expected values: HF's _compute_llama3_parameters written out in numpy (transformers
+// is importable without torch but that function needs torch) for base 10000, 16 rotary dims,
+// factor 8, low/high_freq_factor 1/4, original_max_position_embeddings 64. By hand for i = 1:
+// wavelength 2 pi 10000^(1/8) = 19.869, smooth (64 / 19.869 - 1) / 3 = 0.7404, divisor
+// 1 / ((1 - 0.7404) / 8 + 0.7404) = 1.29398. i = 0 (wavelength 6.28 < 16) keeps its frequency;
+// i >= 3 (wavelength > 64) are divided by the factor.
+TEST_F(TinyCheckpoint, Llama3RopeScalingGivesPerFrequencyFactors) {
+  write_sharded();
+  auto plain = load(dir_.string());
+  ASSERT_TRUE(plain);
+  write("config.json", R"({"model_type":"llama","hidden_size":64,"intermediate_size":96,"num_hidden_layers":1,)"
+                       R"("num_attention_heads":4,"num_key_value_heads":2,"max_position_embeddings":512,)"
+                       R"("rms_norm_eps":1e-5,"rope_theta":10000.0,"vocab_size":8,)"
+                       R"("rope_scaling":{"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,)"
+                       R"("original_max_position_embeddings":64}})");
+  auto m = load(dir_.string());
+  ASSERT_TRUE(m);
+  const std::vector<double> want = {1.0, 1.29397583, 7.66738513, 8.0, 8.0, 8.0, 8.0, 8.0};
+  const std::vector<float>& got = m->config().rope_freq_factors;
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-6 * want[i]) << "frequency " << i;
+  EXPECT_EQ(m->weight_tensors().size(), 12u);  // the 11 checkpoint tensors and rope_freqs
+  // The scaling reaches the graph: positions past the first change their logits.
+  EXPECT_GT(max_diff(logits(*plain), logits(*m)), 1e-3);
+  // tessera convert carries the factors as the GGUF's rope_freqs tensor: the same logits.
+  const std::string out = (dir_ / "llama3.gguf").string();
+  const Status s = convert_to_gguf(dir_.string(), out);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  auto g = load(out);
+  ASSERT_TRUE(g);
+  EXPECT_LT(max_diff(logits(*m), logits(*g)), 1e-4);
+
+  write("config.json", R"({"model_type":"llama","hidden_size":64,"intermediate_size":96,"num_hidden_layers":1,)"
+                       R"("num_attention_heads":4,"num_key_value_heads":2,"max_position_embeddings":512,"vocab_size":8,)"
+                       R"("rope_scaling":{"rope_type":"llama3","factor":8.0,"low_freq_factor":4.0,"high_freq_factor":1.0,)"
+                       R"("original_max_position_embeddings":64}})");
+  const std::string err = load_error();
+  EXPECT_NE(err.find("config.json: rope_scaling (llama3) needs 0 < low_freq_factor (4.0"), std::string::npos) << err;
+}
+
 TEST_F(TinyCheckpoint, ConvertsToAGgufWithTheSameLogits) {
   write_sharded();
   const std::string out = (dir_ / "converted.gguf").string();
