@@ -40,6 +40,16 @@ std::vector<Case> large_cases() {
                          return V{c.graph().matmul(c.input(DType::kF32, {M, K}), c.input(w, {N, K}))};
                        }});
     }
+  // Weights repacked by prepare_weight (row tiles for Q4_0/Q4_1/Q8_0): decode and batched
+  // decode (N split), prefill M x N units with M and tile tails, and a 512-row prefill.
+  for (DType w : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0})
+    for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{1, 1008, 512}, {1, 48, 864}, {5, 400, 256},
+                           {70, 304, 256}, {129, 80, 320}, {512, 48, 128}}) {
+      cases.push_back({std::string("large prepared matmul/w=") + dtype_name(w) + "/M=" + std::to_string(M),
+                       OpKind::kMatmul, DType::kF32, w, ++seed, [=](CaseContext& c) {
+                         return V{c.graph().matmul(c.input(DType::kF32, {M, K}), c.prepared_weight(w, {N, K}))};
+                       }});
+    }
   for (DType cache : {DType::kF32, DType::kF16})
     cases.push_back({std::string("long attention/cache=") + dtype_name(cache), OpKind::kAttention, DType::kF32, cache,
                      ++seed, [=](CaseContext& c) {
@@ -198,6 +208,54 @@ TEST(CpuKernels, DecodeGemvMatchesTheTiledPath) {
     for (int64_t n = 0; n < N; ++n)
       ASSERT_NEAR(rows[0][size_t(n)], rows[1][size_t(n)], 1e-5 * scale) << dtype_name(w) << " row " << n;
   }
+}
+
+// prepare_weight repacks Q4_0/Q4_1/Q8_0 weights whose N is a multiple of 16 into row tiles (on
+// x86-64) and keeps every other weight; under every SIMD target the tiled kernels agree with the
+// row kernels up to f32 rounding (both see the same int8 activations): decode, a batch, prefill.
+TEST(CpuKernels, PreparedTilesMatchTheRowKernels) {
+  const int64_t N = 48, K = 320;
+  for (int64_t target : {HWY_AVX3_DL, HWY_AVX3, HWY_AVX2, HWY_SCALAR}) {
+    if (target != HWY_SCALAR && !(hwy::SupportedTargets() & target)) continue;
+    hwy::SetSupportedTargetsForTest(target);
+    for (DType w : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0}) {
+      testing::Rng rng(77);
+      const Tensor desc = Tensor::make(w, {N, K});
+      const std::vector<uint8_t> bytes = testing::encode(desc, testing::outlier_floats(rng, N * K));
+      CpuDevice dev(2);
+      auto rows = upload_new(dev, desc, bytes.data());
+      ASSERT_TRUE(rows.ok()) << rows.status().to_string();
+      auto tiles = dev.prepare_weight(*rows, OpKind::kMatmul);
+      ASSERT_TRUE(tiles.ok()) << tiles.status().to_string();
+#if defined(__x86_64__)
+      ASSERT_EQ(tiles->layout, WeightLayout::kCpuTile16) << dtype_name(w);
+      ASSERT_NE(tiles->buffer, rows->buffer);
+#endif
+      auto odd = upload_new(dev, Tensor::make(w, {N - 8, K}), bytes.data());
+      ASSERT_TRUE(odd.ok());
+      EXPECT_EQ(dev.prepare_weight(*odd, OpKind::kMatmul)->layout, WeightLayout::kRows);
+      EXPECT_EQ(dev.prepare_weight(*rows, OpKind::kMatmulId)->layout, WeightLayout::kRows);
+      for (int64_t M : {int64_t(1), int64_t(6), int64_t(70)}) {
+        const std::vector<float> xs = testing::random_floats(rng, M * K);
+        auto x = upload_new(dev, Tensor::make(DType::kF32, {M, K}), xs.data());
+        ASSERT_TRUE(x.ok());
+        std::vector<double> got[2];
+        for (int i = 0; i < 2; ++i) {
+          Graph g;
+          const ValueId y = g.matmul(g.input(*x), g.input(i ? *tiles : *rows));
+          g.mark_output(y);
+          ASSERT_TRUE(dev.compute(g).ok());
+          got[i] = testing::download_values(dev, g.tensor(y));
+        }
+        double scale = 0;
+        for (double v : got[0]) scale = std::max(scale, std::fabs(v));
+        for (size_t i = 0; i < got[0].size(); ++i)
+          ASSERT_NEAR(got[0][i], got[1][i], 1e-5 * scale)
+              << hwy::TargetName(target) << " " << dtype_name(w) << " M=" << M << " element " << i;
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 TEST(CpuKernels, ClaimsEveryWeightFormatForTheWeightOps) {
