@@ -103,6 +103,10 @@ void repack_tiles(ThreadPool& pool, DType w, const char* rows, int64_t ldw, int6
 // out[m, n] = sum_k act[m, k] * w[n, k] for tiled weights |tiles| (act quantised to ActQ8).
 void gemm_tiled(ThreadPool& pool, const PackedAct& act, DType w, const char* tiles, int64_t N, float* out,
                 int64_t ldo);
+// One thread's part: out[m, 16 t0 .. 16 t1) for m in [m0, m1); |xsum| holds sum(qx) per
+// (row, block) of |x| (rows |ldx| blocks apart, nb blocks each).
+void gemm_tiled_range(DType w, const ActQ8* x, int64_t ldx, const int32_t* xsum, int64_t m0, int64_t m1,
+                      const char* tiles, int64_t t0, int64_t t1, int64_t nb, float* out, int64_t ldo);
 
 // Whether weight dtype |w| runs on int8-quantised activations (ActQ8); the other formats (float
 // and FP8) take f32 activations.

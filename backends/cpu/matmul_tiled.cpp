@@ -74,6 +74,21 @@ struct TileAct {
   float* out[MR];          // output row, at the first tile's column
 };
 
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// Decode streams TN tiles at once; each tile block is prefetched kPrefetchBlocks ahead.
+inline constexpr int64_t kPrefetchBlocks = 8;
+template <class F, int TN>
+HWY_INLINE void prefetch_ahead(const char* tile0, int64_t ts, int64_t b) {
+  constexpr int64_t TB = kTileBlockBytes<F>;
+#pragma GCC unroll 4
+  for (int t = 0; t < TN; ++t) {
+    const char* p = tile0 + t * ts + (b + kPrefetchBlocks) * TB;
+#pragma GCC unroll 9
+    for (int64_t o = 0; o < TB; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+  }
+}
+#endif
+
 #if HWY_TARGET == HWY_AVX3_DL
 // acc += sum4(u8 |w| * s8 of the 4 bytes at |x|, broadcast): vpdpbusd with an embedded broadcast.
 // NOTE: Highway 1.0.3's AVX3_DL target attributes lack avx512vnni (q8_dot-inl.h's NOTE), so
@@ -94,6 +109,7 @@ HWY_INLINE void tile_kernel(const TileAct<MR>& a, const char* tile0, int64_t ts,
     for (int t = 0; t < TN; ++t) acc[r][t] = _mm512_setzero_ps();
   const __m512i mask = _mm512_set1_epi8(0x0f);
   for (int64_t b = 0; b < nb; ++b) {
+    if constexpr (MR == 1) prefetch_ahead<F, TN>(tile0, ts, b);
     __m512i ia[MR][TN];
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
@@ -165,6 +181,7 @@ HWY_INLINE void tile_kernel(const TileAct<MR>& a, const char* tile0, int64_t ts,
     for (int h = 0; h < H; ++h) acc[r][h] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < nb; ++b) {
+    if constexpr (MR == 1) prefetch_ahead<F, TN>(tile0, ts, b);
     __m256i ia[MR][H];
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r)
@@ -374,6 +391,11 @@ void repack_tiles(ThreadPool& pool, DType w, const char* rows, int64_t ldw, int6
   });
 }
 
+void gemm_tiled_range(DType w, const ActQ8* x, int64_t ldx, const int32_t* xsum, int64_t m0, int64_t m1,
+                      const char* tiles, int64_t t0, int64_t t1, int64_t nb, float* out, int64_t ldo) {
+  HWY_DYNAMIC_DISPATCH(GemmTiledRange)(w, x, ldx, xsum, m0, m1, tiles, t0, t1, nb, out, ldo);
+}
+
 void gemm_tiled(ThreadPool& pool, const PackedAct& act, DType w, const char* tiles, int64_t N, float* out,
                 int64_t ldo) {
   const int64_t M = act.M, nb = act.K / 32, nt = N / 16;
@@ -384,7 +406,7 @@ void gemm_tiled(ThreadPool& pool, const PackedAct& act, DType w, const char* til
     const int32_t* c8 = act.q8[size_t(i)].c8;
     xsum[size_t(i)] = (c8[0] + c8[1] + c8[2] + c8[3] + c8[4] + c8[5] + c8[6] + c8[7]) / 8;
   }
-  const auto range = [](auto... args) { HWY_DYNAMIC_DISPATCH(GemmTiledRange)(args...); };
+  const auto range = gemm_tiled_range;
   // Few rows (decode, small batches): each thread streams its own contiguous tiles once.
   if (M <= 16) {
     pool.parallel_for(nt, std::clamp<int64_t>(nt / (pool.size() * 8), 1, 16), [&](int64_t t0, int64_t t1, int) {
