@@ -328,6 +328,9 @@ Result<Tensor> Model::prepare_weight(Tensor t, const TensorSpec& s, const HostTe
     if (head.buffer != t.buffer) {
       prepared_bytes_ += head.buffer->size();
       weights_.output_tied = WeightTensor{std::move(head), h.out_scale};
+      // The repack read every row; the embed op needs only the rows of the tokens it sees, which
+      // fault back in from the page cache.
+      if (h.region_is_file && t.buffer && t.buffer->host_ptr()) release_file_pages(h.data, h.nbytes);
     }
     return t;
   }
