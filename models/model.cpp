@@ -335,7 +335,7 @@ Result<Tensor> Model::prepare_weight(Tensor t, const TensorSpec& s, const HostTe
     return t;
   }
   if (embedding || t.rank < 2) return t;
-  const OpKind use = s.experts ? OpKind::kMatmulId : OpKind::kMatmul;
+  const OpKind use = s.experts || s.read_by_matmul_id ? OpKind::kMatmulId : OpKind::kMatmul;
   TS_ASSIGN_OR_RETURN(Tensor p, device_->prepare_weight(t, use));
   if (p.buffer == t.buffer) return t;
   prepared_bytes_ += p.buffer->size();

@@ -93,6 +93,9 @@ struct TensorSpec {
   bool experts = false;
   // A [1, D] row that files may also store 1-D as [D] (qwen2moe's ffn_gate_inp_shexp).
   bool row_may_be_1d = false;
+  // A 2-D weight the graph reads through matmul_id (as a one-expert [1, N, K] view: qwen2moe's
+  // ffn_down_shexp), so Device::prepare_weight must prepare it for kMatmulId, not kMatmul.
+  bool read_by_matmul_id = false;
 };
 // The name of expert |e|'s tensor in the per-expert layout, from the merged name.
 std::string per_expert_name(const std::string& merged, int e);
