@@ -18,6 +18,9 @@ struct GemvArgs {
   std::vector<std::string> dtypes;  // weight formats to measure (empty: every one the CPU supports)
   bool no_gemm = false;             // GEMV only
   bool quick = false;
+  bool rows = false;                // weights in GGUF rows (no Device::prepare_weight)
+  std::vector<int64_t> gemm_m;      // extra GEMM row counts, each timed prepared and in rows
+  std::string isa;                  // force the CPU kernels' SIMD target (avx2, avx3, avx3_dl, scalar)
   std::string csv;  // optional output file
 };
 int run_gemv(const GemvArgs& a);

@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include <hwy/targets.h>
+
 #include "backends/cpu/cpu_device.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/thread_pool.h"
@@ -144,12 +146,16 @@ struct Measured {
 // streams a working set several times the last-level cache), |reps| times after 2 warm-ups. With
 // |read|, each pass is paired with a read pass over the same number of bytes, the two run in
 // alternating order.
+// With |prepared|, the weights pass through Device::prepare_weight as a model load does.
 Result<Measured> time_matmul(cpu::CpuDevice& device, DType w, int64_t M, int64_t N, int64_t K, int copies, int reps,
-                             ReadPass* read) {
+                             ReadPass* read, bool prepared) {
   const std::vector<uint8_t> img = weight_image(w, N, K);
   std::vector<Tensor> ws;
   for (int i = 0; i < copies; ++i) {
     TS_ASSIGN_OR_RETURN(Tensor t, upload_new(device, Tensor::make(w, {N, K}), img.data()));
+    if (prepared) {
+      TS_ASSIGN_OR_RETURN(t, device.prepare_weight(t, OpKind::kMatmul));
+    }
     ws.push_back(t);
   }
   std::vector<float> xs(static_cast<size_t>(M * K));
@@ -189,11 +195,22 @@ Result<Measured> time_matmul(cpu::CpuDevice& device, DType w, int64_t M, int64_t
 // The decode kernel's rate with the weights in cache: every thread runs the GEMV tile on its
 // own ~128 KiB weight (in its L2) over and over, with no graph or dispatch in between, for at
 // least |seconds|. Median GB/s of 5 such runs, all threads together.
-double in_cache_gbs(cpu::ThreadPool& pool, DType w, int64_t K, double seconds) {
+double in_cache_gbs(cpu::ThreadPool& pool, DType w, int64_t K, double seconds, bool prepared) {
   const int threads = pool.size();
   const int64_t rb = dtype_row_bytes(w, K), rows = std::max<int64_t>(8, (int64_t(128) << 10) / rb);
   std::vector<std::vector<uint8_t>> img;
-  for (int t = 0; t < threads; ++t) img.push_back(weight_image(w, rows, K));
+  // Prepared: the tiles CpuDevice::prepare_weight makes (whole tiles), read by the tiled kernel.
+  const bool tiled = prepared && cpu::repack_tiles_supported(w, rows / 16 * 16, K);
+  const int64_t rows_used = tiled ? rows / 16 * 16 : rows;
+  for (int t = 0; t < threads; ++t) {
+    img.push_back(weight_image(w, rows, K));
+    if (tiled) {
+      std::vector<uint8_t> tiles(img.back().size());
+      cpu::repack_tiles(pool, w, reinterpret_cast<const char*>(img.back().data()), rb, rows_used, K,
+                        reinterpret_cast<char*>(tiles.data()));
+      img.back() = std::move(tiles);
+    }
+  }
   std::vector<float> xf(static_cast<size_t>(K));
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -201,10 +218,19 @@ double in_cache_gbs(cpu::ThreadPool& pool, DType w, int64_t K, double seconds) {
   std::vector<cpu::ActQ8> xq(static_cast<size_t>(K / 32));
   const bool q8 = cpu::uses_act_q8(w);
   if (q8) cpu::quantize_act_q8(xf.data(), xq.data(), K);
+  std::vector<int32_t> xsum(static_cast<size_t>(K / 32));
+  for (size_t b = 0; b < xsum.size(); ++b) {
+    int32_t s = 0;
+    for (int8_t q : xq[b].qs) s += q;
+    xsum[b] = s;
+  }
   std::vector<std::vector<float>> out(static_cast<size_t>(threads), std::vector<float>(static_cast<size_t>(rows)));
   const auto tile = [&](int t) {
     const char* wb = reinterpret_cast<const char*>(img[size_t(t)].data());
-    if (q8)
+    if (tiled)
+      cpu::gemm_tiled_range(w, xq.data(), K / 32, xsum.data(), 0, 1, wb, 0, rows_used / 16, K / 32, out[size_t(t)].data(),
+                            rows);
+    else if (q8)
       cpu::gemm_q8_tile(w, xq.data(), K / 32, 0, 1, wb, rb, 0, rows, K / 32, out[size_t(t)].data(), rows);
     else
       cpu::gemm_float_tile(w, xf.data(), K, 0, 1, wb, rb, 0, rows, K, out[size_t(t)].data(), rows);
@@ -221,7 +247,7 @@ double in_cache_gbs(cpu::ThreadPool& pool, DType w, int64_t K, double seconds) {
     pool.run_on_all([&](int t) {
       for (int64_t c = 0; c < calls; ++c) tile(t);
     });
-    gbs.push_back(double(threads) * double(calls) * double(rb * rows) / (now_seconds() - t0) / 1e9);
+    gbs.push_back(double(threads) * double(calls) * double(rb * rows_used) / (now_seconds() - t0) / 1e9);
   }
   return median(gbs);
 }
@@ -229,6 +255,18 @@ double in_cache_gbs(cpu::ThreadPool& pool, DType w, int64_t K, double seconds) {
 }  // namespace
 
 int run_gemv(const GemvArgs& a) {
+  if (!a.isa.empty()) {
+    // NOTE: Highway's test hook is the only way to pin dynamic dispatch; it is process-wide.
+    const int64_t target = a.isa == "avx2" ? HWY_AVX2 : a.isa == "avx3" ? HWY_AVX3 : a.isa == "avx3_dl" ? HWY_AVX3_DL
+                         : a.isa == "scalar" ? HWY_SCALAR : 0;
+    if (target == 0 || (target != HWY_SCALAR && !(hwy::SupportedTargets() & target))) {
+      std::fprintf(stderr, "tessera-bench: --isa %s: not a SIMD target this CPU and build run (avx2, avx3, avx3_dl, scalar)\n",
+                   a.isa.c_str());
+      return 1;
+    }
+    hwy::SetSupportedTargetsForTest(target);
+    std::printf("CPU kernels forced to %s\n", hwy::TargetName(target));
+  }
   const int64_t N = a.quick ? 2048 : 8192, K = 2048, M_prefill = a.quick ? 64 : 512, N_prefill = 2048;
   const int reps = a.quick ? 5 : 15;
   const double working_set = 4.0 * double(last_level_cache_bytes());
@@ -264,9 +302,9 @@ int run_gemv(const GemvArgs& a) {
       if (!a.dtypes.empty() && std::find(a.dtypes.begin(), a.dtypes.end(), dtype_name(w)) == a.dtypes.end()) continue;
       const double wbytes = double(dtype_row_bytes(w, K) * N);
       const int copies = int(std::clamp(working_set / wbytes + 1.0, 2.0, 64.0));
-      auto gemv = time_matmul(device, w, 1, N, K, copies, reps, &read);
+      auto gemv = time_matmul(device, w, 1, N, K, copies, reps, &read, !a.rows);
       Result<Measured> gemm = Measured{};
-      if (!a.no_gemm) gemm = time_matmul(device, w, M_prefill, N_prefill, K, 1, a.quick ? 2 : 3, nullptr);
+      if (!a.no_gemm) gemm = time_matmul(device, w, M_prefill, N_prefill, K, 1, a.quick ? 2 : 3, nullptr, !a.rows);
       if (!gemv.ok() || !gemm.ok()) {
         std::printf("%-7d %-10s failed: %s\n", t, dtype_name(w),
                     (!gemv.ok() ? gemv.status() : gemm.status()).to_string().c_str());
@@ -276,7 +314,7 @@ int run_gemv(const GemvArgs& a) {
       const double flops = 2.0 * double(M_prefill) * double(N_prefill) * double(K);
       const Row r{t, dtype_name(w), "gemv", gbs_w, gbs_c, 100 * gemv->ratio_wall, 100 * gemv->ratio_cpu};
       read_w.push_back(gemv->read_wall), read_c.push_back(gemv->read_cpu);
-      const double cached = in_cache_gbs(device.pool(), w, K, a.quick ? 0.02 : 0.1);
+      const double cached = in_cache_gbs(device.pool(), w, K, a.quick ? 0.02 : 0.1, !a.rows);
       std::printf("%-7d %-10s %8.1f / %7.1f %8.1f / %7.1f %8.1f%% / %6.1f%% %8.1f, %5.0f%%", t, r.dtype.c_str(),
                   gemv->read_wall, gemv->read_cpu, gbs_w, gbs_c, r.pct_wall, r.pct_cpu, cached,
                   gemv->read_wall > 0 ? 100 * cached / gemv->read_wall : 0.0);
@@ -289,6 +327,21 @@ int run_gemv(const GemvArgs& a) {
                       gemv->read_cpu > 0 ? 100 * cached / gemv->read_cpu : 0});
       if (!a.no_gemm)
         rows.push_back({t, dtype_name(w), "gemm", flops / gemm->call.wall / 1e9, flops / gemm->call.cpu / 1e9, 0, 0});
+      // The GEMM at other M, prepared and row-layout weights alternately (3 rounds, medians).
+      for (int64_t m : a.gemm_m) {
+        std::vector<double> gf[2];
+        for (int round = 0; round < 3; ++round)
+          for (int layout = 0; layout < 2; ++layout) {
+            const bool prep = (layout + round) % 2 == 0;
+            auto g = time_matmul(device, w, m, N_prefill, K, 1, a.quick ? 2 : 3, nullptr, prep);
+            if (g.ok()) gf[prep ? 0 : 1].push_back(2.0 * double(m) * double(N_prefill) * double(K) / g->call.wall / 1e9);
+          }
+        std::printf("        %-10s GEMM M=%-4lld N=%lld K=%lld GFLOP/s: prepared %.1f, rows %.1f (x%.2f)\n", r.dtype.c_str(),
+                    static_cast<long long>(m), static_cast<long long>(N_prefill), static_cast<long long>(K),
+                    median(gf[0]), median(gf[1]), median(gf[1]) > 0 ? median(gf[0]) / median(gf[1]) : 0.0);
+        rows.push_back({t, dtype_name(w), "gemm_m" + std::to_string(m) + "_prepared", median(gf[0]), median(gf[0]), 0, 0});
+        rows.push_back({t, dtype_name(w), "gemm_m" + std::to_string(m) + "_rows", median(gf[1]), median(gf[1]), 0, 0});
+      }
       std::fflush(stdout);
     }
     rows.push_back({t, "-", "read", median(read_w), median(read_c), 100, 100});

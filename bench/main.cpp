@@ -24,6 +24,12 @@ int main(int argc, char** argv) {
   g->add_option("--dtype", gemv.dtypes, "weight formats to measure (repeatable; default: all)");
   g->add_flag("--no-gemm", gemv.no_gemm, "skip the prefill GEMM figures");
   g->add_flag("--quick", gemv.quick, "smaller buffers, shorter budgets");
+  g->add_flag("--rows", gemv.rows, "keep the weights in GGUF rows (skip the device's prepare_weight repacking)");
+  g->add_option("--isa", gemv.isa,
+                "run the CPU kernels on this SIMD target (avx2, avx3, avx3_dl, scalar) instead of the best one, "
+                "to measure another machine's path");
+  g->add_option("--gemm-m", gemv.gemm_m,
+                "also time the GEMM at these M (repeatable), alternating prepared and row-layout weights");
 
   PlotArgs plot;
   auto* p = app.add_subcommand("plot", "redraw the SVG plots of a saved roofline.json");

@@ -43,7 +43,10 @@ using BufferPtr = std::shared_ptr<Buffer>;
 // prepare_weight() (core/device.h) and is that backend's own tag (the CPU's interleaved row
 // tiles, later CUDA's MMQ/Marlin tiles): only that device's matmul kernels read such a tensor,
 // its strides are not meaningful, and the Executor refuses it anywhere else.
-enum class WeightLayout : uint16_t { kRows = 0 };
+enum class WeightLayout : uint16_t {
+  kRows = 0,
+  kCpuTile16 = 1,  // backends/cpu/matmul_tiled.cpp: Q4_0/Q4_1/Q8_0 in tiles of 16 rows
+};
 
 // Shapes are outermost-first, like numpy: a weight matrix is [out_features, in_features] and
 // row r starts at offset + r * stride[0]. Strides are in bytes. For block formats (q4_0 ...) the

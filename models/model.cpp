@@ -357,11 +357,14 @@ Result<Tensor> Model::prepare_weight(Tensor t, const TensorSpec& s, const HostTe
     if (head.buffer != t.buffer) {
       prepared_bytes_ += head.buffer->size();
       weights_.output_tied = WeightTensor{std::move(head), h.out_scale};
+      // The repack read every row; the embed op needs only the rows of the tokens it sees, which
+      // fault back in from the page cache.
+      if (h.region_is_file && t.buffer && t.buffer->host_ptr()) release_file_pages(h.data, h.nbytes);
     }
     return t;
   }
   if (embedding || t.rank < 2) return t;
-  const OpKind use = s.experts ? OpKind::kMatmulId : OpKind::kMatmul;
+  const OpKind use = s.experts || s.read_by_matmul_id ? OpKind::kMatmulId : OpKind::kMatmul;
   TS_ASSIGN_OR_RETURN(Tensor p, device_->prepare_weight(t, use));
   if (p.buffer == t.buffer) return t;
   prepared_bytes_ += p.buffer->size();

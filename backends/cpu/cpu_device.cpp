@@ -1,10 +1,12 @@
 #include "backends/cpu/cpu_device.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
 
 #include "backends/cpu/cpu_features.h"
+#include "backends/cpu/kernels.h"
 #include "core/host_buffer.h"
 #include "core/registry.h"
 
@@ -79,6 +81,29 @@ Status CpuDevice::download(const Tensor& src, void* dst, size_t bytes) {
 Result<BufferPtr> CpuDevice::map_host(const void* ptr, size_t bytes, std::shared_ptr<const void> keepalive) {
   // NOTE: the memory may be a read-only file mapping; kernels never write weights.
   return BufferPtr(HostBuffer::wrap(this, const_cast<void*>(ptr), bytes, std::move(keepalive)));
+}
+
+Result<Tensor> CpuDevice::prepare_weight(const Tensor& w, OpKind use) {
+#if defined(__x86_64__)
+  static const bool enabled = [] {
+    const char* e = std::getenv("TESSERA_CPU_REPACK");
+    return !(e && std::string(e) == "0");
+  }();
+  if (!enabled || use != OpKind::kMatmul || w.rank != 2 || w.layout != WeightLayout::kRows || !w.host_data() ||
+      !repack_tiles_supported(w.dtype, w.shape[0], w.shape[1]))
+    return w;
+  const int64_t N = w.shape[0], K = w.shape[1];
+  TS_ASSIGN_OR_RETURN(BufferPtr buf, alloc(size_t(N * w.row_bytes())));
+  repack_tiles(pool_, w.dtype, static_cast<const char*>(w.host_data()), w.stride[0], N, K,
+               static_cast<char*>(buf->host_ptr()));
+  Tensor t = Tensor::make(w.dtype, {N, K}, w.name);
+  t.buffer = std::move(buf);
+  t.layout = WeightLayout::kCpuTile16;
+  return t;
+#else
+  (void)use;
+  return w;  // NOTE: arm64 keeps rows: its Q8_0 sdot path (arm_dot.h) and the portable decoders read them
+#endif
 }
 
 Result<Event> CpuDevice::copy(std::span<const CopyRegion> regions) {

@@ -27,6 +27,12 @@ class CpuDevice final : public Device {
   Status wait(Event) override { return OkStatus(); }
   Status synchronize() override { return OkStatus(); }
   Result<BufferPtr> map_host(const void* ptr, size_t bytes, std::shared_ptr<const void> keepalive) override;
+  // Q4_0, Q4_1 and Q8_0 matmul weights with N a multiple of 16 become row tiles
+  // (WeightLayout::kCpuTile16, backends/cpu/matmul_tiled.cpp) in memory of their own, the same
+  // size as the rows; everything else, kMatmulId weights, and every weight on 64-bit Arm (whose
+  // sdot kernels read rows) stay |w|. TESSERA_CPU_REPACK=0 keeps every weight in rows (for
+  // measuring the two layouts against each other).
+  Result<Tensor> prepare_weight(const Tensor& w, OpKind use) override;
 
   ThreadPool& pool() { return pool_; }
 

@@ -97,6 +97,19 @@ void gemm_q8_tile(DType w, const ActQ8* x, int64_t ldx, int64_t m0, int64_t m1, 
 // The K-quants and NVFP4 (matmul_kq.cpp); gemm_q8_tile routes them there.
 void gemm_q8_tile_kq(DType w, const ActQ8* x, int64_t ldx, int64_t m0, int64_t m1, const char* wbase, int64_t ldw,
                      int64_t n0, int64_t n1, int64_t nb, float* out, int64_t ldo);
+// ---- weights repacked into row tiles (matmul_tiled.cpp, WeightLayout::kCpuTile16) --------------
+// Whether |w| [N, K] can be repacked: Q4_0, Q4_1 or Q8_0 with N a multiple of 16 (K of 32).
+bool repack_tiles_supported(DType w, int64_t N, int64_t K);
+// Writes the tiles of the rows |rows| (|ldw| bytes apart) into |dst| (N * row bytes), on |pool|.
+void repack_tiles(ThreadPool& pool, DType w, const char* rows, int64_t ldw, int64_t N, int64_t K, char* dst);
+// out[m, n] = sum_k act[m, k] * w[n, k] for tiled weights |tiles| (act quantised to ActQ8).
+void gemm_tiled(ThreadPool& pool, const PackedAct& act, DType w, const char* tiles, int64_t N, float* out,
+                int64_t ldo);
+// One thread's part: out[m, 16 t0 .. 16 t1) for m in [m0, m1); |xsum| holds sum(qx) per
+// (row, block) of |x| (rows |ldx| blocks apart, nb blocks each).
+void gemm_tiled_range(DType w, const ActQ8* x, int64_t ldx, const int32_t* xsum, int64_t m0, int64_t m1,
+                      const char* tiles, int64_t t0, int64_t t1, int64_t nb, float* out, int64_t ldo);
+
 // Whether weight dtype |w| runs on int8-quantised activations (ActQ8); the other formats (float
 // and FP8) take f32 activations.
 inline bool uses_act_q8(DType w) {

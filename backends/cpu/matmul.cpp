@@ -239,7 +239,9 @@ Status matmul(ThreadPool& pool, const Graph& g, const Node& n) {
   const Tensor& out = g.output_tensor(n);
   const int64_t M = x.rows(), N = wt.shape[0];
   std::vector<float> dense;
-  const WeightMat w = weight_view(wt, &dense);
+  const bool tiled = wt.layout == WeightLayout::kCpuTile16;
+  const WeightMat w = tiled ? WeightMat{wt.dtype, static_cast<const char*>(wt.host_data()), 0, 0, N, wt.shape[1]}
+                            : weight_view(wt, &dense);
   PackedAct act;
   pack_activations(pool, x, nullptr, M, w.dtype, &act);
   // Write straight into a contiguous f32 output; otherwise through a scratch and a conversion.
@@ -250,7 +252,10 @@ Status matmul(ThreadPool& pool, const Graph& g, const Node& n) {
     tmp.resize(size_t(M * N));
     y = tmp.data();
   }
-  gemm(pool, act, w, y, N);
+  if (tiled)
+    gemm_tiled(pool, act, w.dtype, w.base, N, y, N);
+  else
+    gemm(pool, act, w, y, N);
   std::vector<float> bias;
   if (g.has_input(n, in::kMatmulBias)) {
     bias.resize(size_t(N));

@@ -19,6 +19,10 @@ Status matmul_id(ThreadPool& pool, const Graph& g, const Node& n) {
   const Tensor& out = g.output_tensor(n);
   const bool weighted = g.has_input(n, in::kMatmulIdWeights);
   const int64_t E = w.shape[0], N = w.shape[1], K = w.shape[2], T = ids.shape[0], k = ids.shape[1];
+  // CpuDevice::prepare_weight tiles only kMatmul weights; a view of one reaching here is a model bug.
+  if (w.layout != WeightLayout::kRows)
+    return InvalidArgument("cpu: matmul_id: weight '" + w.name + "' " + w.shape_string() +
+                           " is in the CPU's row-tile layout, which only matmul reads (prepare it for kMatmulId)");
   // Group the (token, slot) pairs by expert; reject ids out of range before reading anything.
   std::vector<std::vector<int64_t>> by_expert(static_cast<size_t>(E));  // flat slot index t*k + j
   for (int64_t t = 0; t < T; ++t)

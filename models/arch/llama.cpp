@@ -97,7 +97,7 @@ std::vector<TensorSpec> llama_tensor_specs(const ModelConfig& c, LlamaWeights* w
           {p + "ffn_gate_inp_shexp.weight", {1, D}, true, &L.shexp_gate, false, true},
           {p + "ffn_gate_shexp.weight", {Fs, D}, true, &L.gate_shexp},
           {p + "ffn_up_shexp.weight", {Fs, D}, true, &L.up_shexp},
-          {p + "ffn_down_shexp.weight", {D, Fs}, true, &L.down_shexp},
+          {p + "ffn_down_shexp.weight", {D, Fs}, true, &L.down_shexp, false, false, true},
       });
   }
   return s;

@@ -107,6 +107,9 @@ struct TensorSpec {
   // [fused_rows, shape[1]] and this slot takes rows [row_begin, row_begin + shape[0]). 0: not fused.
   int64_t fused_rows = 0;
   int64_t row_begin = 0;
+  // A 2-D weight the graph reads through matmul_id (as a one-expert [1, N, K] view: qwen2moe's
+  // ffn_down_shexp), so Device::prepare_weight must prepare it for kMatmulId, not kMatmul.
+  bool read_by_matmul_id = false;
 };
 // The name of expert |e|'s tensor in the per-expert layout, from the merged name.
 std::string per_expert_name(const std::string& merged, int e);

@@ -25,6 +25,17 @@ ValueId CaseContext::input(DType dtype, std::initializer_list<int64_t> shape, fl
   return put(desc, testing::encode(desc, testing::random_floats(rng_, desc.numel(), lo, hi)));
 }
 
+ValueId CaseContext::prepared_weight(DType dtype, std::initializer_list<int64_t> shape, OpKind use) {
+  const Tensor desc = Tensor::make(dtype, shape);
+  auto t = upload_new(device_, desc, testing::encode(desc, testing::random_floats(rng_, desc.numel())).data());
+  if (t.ok()) t = device_.prepare_weight(*t, use);
+  if (!t.ok()) {
+    if (status_.ok()) status_ = t.status();
+    return kNoValue;
+  }
+  return graph_.input(*t);
+}
+
 ValueId CaseContext::input_values(DType dtype, std::initializer_list<int64_t> shape, const std::vector<float>& values) {
   const Tensor desc = Tensor::make(dtype, shape);
   return put(desc, testing::encode(desc, values));

@@ -23,6 +23,9 @@ class CaseContext {
   // A random external tensor in [lo, hi), encoded into |dtype|.
   ValueId input(DType dtype, std::initializer_list<int64_t> shape, float lo = -1.0f, float hi = 1.0f);
   ValueId input_values(DType dtype, std::initializer_list<int64_t> shape, const std::vector<float>& values);
+  // A random matmul weight like input(), passed through the device's prepare_weight (its own
+  // layout where it repacks one, e.g. the CPU's row tiles).
+  ValueId prepared_weight(DType dtype, std::initializer_list<int64_t> shape, OpKind use = OpKind::kMatmul);
   // Random i32 in [0, max_exclusive).
   ValueId ids(std::initializer_list<int64_t> shape, int32_t max_exclusive);
   ValueId i32_values(std::initializer_list<int64_t> shape, const std::vector<int32_t>& values);

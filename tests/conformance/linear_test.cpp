@@ -46,6 +46,27 @@ std::vector<Case> linear_cases() {
                            return std::vector<ValueId>{c.graph().matmul(x, wt, b)};
                          }});
       }
+      // matmul with the weight in the device's own layout (Device::prepare_weight): decode, a
+      // few rows, tile-sized and odd prefill M, an N that is not a multiple of a 16-row tile
+      // (kept in rows), and a 3-D activation. The layout does not depend on the activation dtype.
+      if (a == DType::kF32) {
+        struct PShape { int64_t M, N, K; };
+        for (PShape s : {PShape{1, 64, 96}, PShape{2, 48, 256}, PShape{7, 32, 64}, PShape{8, 80, 160},
+                         PShape{33, 64, 96}, PShape{128, 48, 64}, PShape{1, 40, 96}, PShape{9, 24, 64}}) {
+          if (quantized(w)) s.K = fit_k(w, s.K);
+          cases.push_back({"matmul/" + tag + dims("/prepared weight M=%lld,N=%lld,K=%lld", s.M, s.N, s.K),
+                           OpKind::kMatmul, a, w, ++seed, [=](CaseContext& c) {
+                             return std::vector<ValueId>{
+                                 c.graph().matmul(c.input(a, {s.M, s.K}), c.prepared_weight(w, {s.N, s.K}))};
+                           }});
+        }
+        const int64_t Kp = quantized(w) ? fit_k(w, 128) : 24;
+        cases.push_back({"matmul/" + tag + dims("/prepared weight 3d [%lld,%lld,K=%lld]", 3, 17, Kp), OpKind::kMatmul, a, w,
+                         ++seed, [=](CaseContext& c) {
+                           return std::vector<ValueId>{
+                               c.graph().matmul(c.input(a, {3, 17, Kp}), c.prepared_weight(w, {32, Kp}))};
+                         }});
+      }
       // matmul of a strided (non-contiguous) activation, and a 3-D activation.
       const int64_t K = quantized(w) ? fit_k(w, 64) : 24;
       cases.push_back({"matmul/" + tag + dims("/strided M=%lld,N=%lld,K=%lld", 5, 9, K), OpKind::kMatmul, a, w, ++seed,

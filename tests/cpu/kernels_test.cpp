@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "backends/cpu/cpu_device.h"
+#include "backends/cpu/kernels.h"
 #include "tests/conformance/harness.h"
 
 namespace tessera::cpu {
@@ -38,6 +39,16 @@ std::vector<Case> large_cases() {
       cases.push_back({std::string("large matmul/w=") + dtype_name(w) + "/M=" + std::to_string(M), OpKind::kMatmul,
                        DType::kF32, w, ++seed, [=](CaseContext& c) {
                          return V{c.graph().matmul(c.input(DType::kF32, {M, K}), c.input(w, {N, K}))};
+                       }});
+    }
+  // Weights repacked by prepare_weight (row tiles for Q4_0/Q4_1/Q8_0): decode and batched
+  // decode (N split), prefill M x N units with M and tile tails, and a 512-row prefill.
+  for (DType w : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0})
+    for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{1, 1008, 512}, {1, 48, 864}, {5, 400, 256},
+                           {70, 304, 256}, {129, 80, 320}, {512, 48, 128}}) {
+      cases.push_back({std::string("large prepared matmul/w=") + dtype_name(w) + "/M=" + std::to_string(M),
+                       OpKind::kMatmul, DType::kF32, w, ++seed, [=](CaseContext& c) {
+                         return V{c.graph().matmul(c.input(DType::kF32, {M, K}), c.prepared_weight(w, {N, K}))};
                        }});
     }
   for (DType cache : {DType::kF32, DType::kF16})
@@ -197,6 +208,98 @@ TEST(CpuKernels, DecodeGemvMatchesTheTiledPath) {
     for (int64_t n = 0; n < N; ++n) scale = std::max(scale, std::fabs(rows[1][size_t(n)]));
     for (int64_t n = 0; n < N; ++n)
       ASSERT_NEAR(rows[0][size_t(n)], rows[1][size_t(n)], 1e-5 * scale) << dtype_name(w) << " row " << n;
+  }
+}
+
+// prepare_weight repacks Q4_0/Q4_1/Q8_0 weights whose N is a multiple of 16 into row tiles (on
+// x86-64) and keeps every other weight; under every SIMD target the tiled kernels agree with the
+// row kernels up to f32 rounding (both see the same int8 activations): decode, a batch, prefill.
+TEST(CpuKernels, PreparedTilesMatchTheRowKernels) {
+  for (int64_t target : {HWY_AVX3_DL, HWY_AVX3, HWY_AVX2, HWY_SCALAR}) {
+    if (target != HWY_SCALAR && !(hwy::SupportedTargets() & target)) continue;
+    hwy::SetSupportedTargetsForTest(target);
+    for (DType w : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0})
+    for (auto [N, K] : {std::pair<int64_t, int64_t>{48, 320}, {576, 1536}}) {
+      testing::Rng rng(77);
+      const Tensor desc = Tensor::make(w, {N, K});
+      const std::vector<uint8_t> bytes = testing::encode(desc, testing::outlier_floats(rng, N * K));
+      CpuDevice dev(2);
+      auto rows = upload_new(dev, desc, bytes.data());
+      ASSERT_TRUE(rows.ok()) << rows.status().to_string();
+      auto tiles = dev.prepare_weight(*rows, OpKind::kMatmul);
+      ASSERT_TRUE(tiles.ok()) << tiles.status().to_string();
+#if defined(__x86_64__)
+      ASSERT_EQ(tiles->layout, WeightLayout::kCpuTile16) << dtype_name(w);
+      ASSERT_NE(tiles->buffer, rows->buffer);
+#endif
+      auto odd = upload_new(dev, Tensor::make(w, {N - 8, K}), bytes.data());
+      ASSERT_TRUE(odd.ok());
+      EXPECT_EQ(dev.prepare_weight(*odd, OpKind::kMatmul)->layout, WeightLayout::kRows);
+      EXPECT_EQ(dev.prepare_weight(*rows, OpKind::kMatmulId)->layout, WeightLayout::kRows);
+      for (int64_t M : {int64_t(1), int64_t(6), int64_t(70), int64_t(200)}) {
+        const std::vector<float> xs = testing::random_floats(rng, M * K);
+        auto x = upload_new(dev, Tensor::make(DType::kF32, {M, K}), xs.data());
+        ASSERT_TRUE(x.ok());
+        std::vector<double> got[2];
+        for (int i = 0; i < 2; ++i) {
+          Graph g;
+          const ValueId y = g.matmul(g.input(*x), g.input(i ? *tiles : *rows));
+          g.mark_output(y);
+          ASSERT_TRUE(dev.compute(g).ok());
+          got[i] = testing::download_values(dev, g.tensor(y));
+        }
+        double scale = 0;
+        for (double v : got[0]) scale = std::max(scale, std::fabs(v));
+        for (size_t i = 0; i < got[0].size(); ++i)
+          ASSERT_NEAR(got[0][i], got[1][i], 1e-5 * scale)
+              << hwy::TargetName(target) << " " << dtype_name(w) << " M=" << M << " N=" << N << " K=" << K << " element " << i
+              << " scale " << scale;
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+// Q4_1's min term (m * sum(x)) nearly cancels d * sum(q * x) when the activations have a large
+// mean (SwiGLU outputs, outlier channels): the tiled kernel must stay as close as the row kernel
+// to the exact product of the same int8 activations and the dequantised weights.
+TEST(CpuKernels, PreparedTilesAreAsAccurateAsRows) {
+  const int64_t N = 64, K = 1536, M = 8;
+  for (DType w : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0}) {
+    testing::Rng rng(13);
+    const Tensor desc = Tensor::make(w, {N, K});
+    const std::vector<uint8_t> bytes = testing::encode(desc, testing::outlier_floats(rng, N * K));
+    std::vector<float> xs = testing::random_floats(rng, M * K, 0.0f, 2.0f);
+    for (int64_t i = 0; i < M * K; i += 97) xs[size_t(i)] *= 60.0f;  // outlier channels
+    CpuDevice dev(2);
+    auto rows = upload_new(dev, desc, bytes.data());
+    ASSERT_TRUE(rows.ok());
+    auto tiles = dev.prepare_weight(*rows, OpKind::kMatmul);
+    ASSERT_TRUE(tiles.ok());
+    auto x = upload_new(dev, Tensor::make(DType::kF32, {M, K}), xs.data());
+    ASSERT_TRUE(x.ok());
+    std::vector<double> got[2];
+    for (int i = 0; i < 2; ++i) {
+      Graph g;
+      const ValueId y = g.matmul(g.input(*x), g.input(i ? *tiles : *rows));
+      g.mark_output(y);
+      ASSERT_TRUE(dev.compute(g).ok());
+      got[i] = testing::download_values(dev, g.tensor(y));
+    }
+    std::vector<float> wd(size_t(N * K));
+    for (int64_t n = 0; n < N; ++n) dtype_traits(w).dequantize_row(bytes.data() + n * desc.row_bytes(), &wd[size_t(n * K)], K);
+    std::vector<ActQ8> xq(size_t(K / 32));
+    double err[2] = {0, 0};
+    for (int64_t m = 0; m < M; ++m) {
+      quantize_act_q8(&xs[size_t(m * K)], xq.data(), K);
+      for (int64_t n = 0; n < N; ++n) {
+        double want = 0;
+        for (int64_t k = 0; k < K; ++k) want += double(wd[size_t(n * K + k)]) * xq[size_t(k / 32)].d * xq[size_t(k / 32)].qs[k % 32];
+        for (int i = 0; i < 2; ++i) err[i] = std::max(err[i], std::fabs(got[i][size_t(m * N + n)] - want));
+      }
+    }
+    EXPECT_LE(err[1], 2 * err[0] + 1e-6) << dtype_name(w) << ": tiles " << err[1] << ", rows " << err[0];
+    std::printf("%s: max abs error vs exact, rows %.3g, tiles %.3g\n", dtype_name(w), err[0], err[1]);
   }
 }
 
