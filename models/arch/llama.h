@@ -103,13 +103,13 @@ struct TensorSpec {
   bool experts = false;
   // A [1, D] row that files may also store 1-D as [D] (qwen2moe's ffn_gate_inp_shexp).
   bool row_may_be_1d = false;
+  // A 2-D weight the graph reads through matmul_id (as a one-expert [1, N, K] view: qwen2moe's
+  // ffn_down_shexp), so Device::prepare_weight must prepare it for kMatmulId, not kMatmul.
+  bool read_by_matmul_id = false;
   // A row range of a fused weight (phi3's attn_qkv, ffn_up): the file stores |name| as
   // [fused_rows, shape[1]] and this slot takes rows [row_begin, row_begin + shape[0]). 0: not fused.
   int64_t fused_rows = 0;
   int64_t row_begin = 0;
-  // A 2-D weight the graph reads through matmul_id (as a one-expert [1, N, K] view: qwen2moe's
-  // ffn_down_shexp), so Device::prepare_weight must prepare it for kMatmulId, not kMatmul.
-  bool read_by_matmul_id = false;
 };
 // The name of expert |e|'s tensor in the per-expert layout, from the merged name.
 std::string per_expert_name(const std::string& merged, int e);

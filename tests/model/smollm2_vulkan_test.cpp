@@ -81,13 +81,19 @@ TEST(SmolLM2Vulkan, Q4KRequantisedModelMatchesTheCpuBackend) {
 // Measured (these prompts, 12 steps): logit NRMSE 0.040/0.044 with fp8_e4m3, 0.023/0.019 with
 // int8_pc, 0.025/0.023 with f16 caches; the chat-templated "The capital of France is" over 20
 // steps reached 0.087 with fp8_e4m3 (0.035 with f16), so the FP8 margin is thin: a CPU kernel
-// change that moves K by int8-activation noise can move these numbers.
+// change that moves K by int8-activation noise can move these numbers. It did: with the CPU's
+// tiled Q4_1 kernels (more accurate than its row kernels) the CPU's token 5 of the first prompt
+// is " answer" by 0.48 logits, the float64 reference device's choice (by 0.22), while Vulkan with
+// an FP8 cache picks " United"; the near-tie bound of 2 * 0.05 * rms (0.41) was then below the two
+// devices' combined error. FP8 E4M3 is therefore held to 0.1 (nrmse and near-tie scale), INT8_PC
+// to the f16 caches' 0.05.
 TEST(SmolLM2Vulkan, EightBitKvCachesMatchTheCpuBackend) {
   if (!std::filesystem::exists(model_path())) TESSERA_SKIP_MISSING() << "SmolLM2 not found at " << model_path();
-  for (DType kv : {DType::kFP8_E4M3, DType::kINT8_PC}) {
+  for (auto [kv, tol] : {std::pair{DType::kFP8_E4M3, 0.1}, std::pair{DType::kINT8_PC, 0.05}}) {
     SCOPED_TRACE(std::string("kv ") + dtype_name(kv));
     expect_vulkan_matches_cpu(model_path(),
-                              {"The capital of France is", "Once upon a time, in a small village by the sea,"}, 12, kv);
+                              {"The capital of France is", "Once upon a time, in a small village by the sea,"}, 12, kv,
+                              tol);
   }
 }
 
