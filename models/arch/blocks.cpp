@@ -113,4 +113,18 @@ ValueId attention_block(Graph& g, const ModelConfig& c, const LlamaLayer& L, Val
   return linear(g, a, L.wo);
 }
 
+ValueId decoder_output(Graph& g, const ModelConfig& c, const LlamaWeights& w, const StepTensors& in, ValueId x,
+                       ValueId* hidden) {
+  if (hidden) {
+    *hidden = g.rms_norm(x, g.input(w.output_norm), c.rms_eps);
+    g.mark_output(*hidden);
+  }
+  // Only the rows that sample need the (large) output head.
+  x = g.embed(x, g.input(in.logit_rows), DType::kF32);
+  x = g.rms_norm(x, g.input(w.output_norm), c.rms_eps);
+  const ValueId logits = linear(g, x, w.head(c));
+  g.mark_output(logits);
+  return logits;
+}
+
 }  // namespace tessera

@@ -46,4 +46,10 @@ StepValues step_values(Graph& g, const StepTensors& in);
 ValueId attention_block(Graph& g, const ModelConfig& c, const LlamaLayer& L, ValueId h, int l, const RopeParams& rope,
                         ValueId freq_factors, const AttentionParams& ap, const StepValues& in, const KvCache& kv);
 
+// A decoder's end, shared by the families: the final norm of every row as |*hidden| (marked as
+// output, when |hidden| is not null: pooled embeddings), then the logits [R, vocab] f32 of the
+// sampled rows (in.logit_rows), gathered back to f32, normed and projected by the output head.
+ValueId decoder_output(Graph& g, const ModelConfig& c, const LlamaWeights& w, const StepTensors& in, ValueId x,
+                       ValueId* hidden);
+
 }  // namespace tessera

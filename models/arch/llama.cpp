@@ -169,16 +169,7 @@ ValueId build_llama_graph(Graph& g, const ModelConfig& c, const LlamaWeights& w,
     h = g.rms_norm(x, g.input(L.ffn_norm), c.rms_eps);
     x = g.add(x, c.is_moe() ? moe_ffn(g, c, L, h, route_ids) : dense_ffn(g, L, h));
   }
-  if (hidden) {
-    *hidden = g.rms_norm(x, g.input(w.output_norm), c.rms_eps);
-    g.mark_output(*hidden);
-  }
-  // Only the rows that sample need the (large) output head.
-  x = g.embed(x, g.input(in.logit_rows), DType::kF32);
-  x = g.rms_norm(x, g.input(w.output_norm), c.rms_eps);
-  const ValueId logits = linear(g, x, w.head(c));
-  g.mark_output(logits);
-  return logits;
+  return decoder_output(g, c, w, in, x, hidden);
 }
 
 }  // namespace tessera

@@ -78,16 +78,7 @@ ValueId build_phi3_graph(Graph& g, const ModelConfig& c, const LlamaWeights& w, 
     h = g.rms_norm(x, g.input(L.ffn_norm), c.rms_eps);
     x = g.add(x, linear(g, g.swiglu(linear(g, h, L.w_gate), linear(g, h, L.w_up)), L.w_down));
   }
-  if (hidden) {
-    *hidden = g.rms_norm(x, g.input(w.output_norm), c.rms_eps);
-    g.mark_output(*hidden);
-  }
-  // Only the rows that sample need the (large) output head.
-  x = g.embed(x, g.input(in.logit_rows), DType::kF32);
-  x = g.rms_norm(x, g.input(w.output_norm), c.rms_eps);
-  const ValueId logits = linear(g, x, w.head(c));
-  g.mark_output(logits);
-  return logits;
+  return decoder_output(g, c, w, in, x, hidden);
 }
 
 }  // namespace tessera
