@@ -35,6 +35,12 @@ struct DeviceInfo {
   // Any float dtype works on every device (the conformance suite covers all three); this is the
   // default a model picks (LoadOptions::activation_dtype overrides it).
   DType activation_dtype = DType::kF32;
+  // Whether models pad a decode-only step to a bucket of sequences (core/exec/bucket.h) with
+  // rows that write nothing, so a batch that grows or shrinks reuses its bucket's executable:
+  // worth it where recording an executable costs more than computing a few extra rows (GPUs:
+  // command buffers, CUDA graphs). The CPU and lavapipe compute every padding row on the host
+  // and re-plan cheaply, so they do not. LoadOptions::pad_decode_batches overrides it.
+  bool pads_decode_batches = false;
   // Roofline ceilings, filled by tessera-bench measurements when known (0 = not measured).
   double peak_read_gbs = 0.0;
   std::map<DType, double> peak_flops;  // per activation/weight dtype
@@ -133,6 +139,12 @@ class Device {
   // this device's own Executor, which caches one executable per graph key (shapes, params,
   // buffers), so a recurring step shape re-submits a recorded executable. Decorators override it.
   virtual Status compute(Graph& graph);
+  // compute() without the wait: queues |graph| through the Executor and returns its event, so
+  // the host can queue more (the outputs' copy to host-pinned memory) or do other work while the
+  // device runs. The graph's tensors name its outputs' memory as soon as it returns; they stay
+  // valid until the next compute on this device. Decorators that observe a graph's outputs
+  // (quantize/calibrate) override it too; they may run synchronously and return Event{}.
+  virtual Result<Event> compute_async(Graph& graph);
   // The executor compute() runs on (its cache statistics); created on first use.
   Executor& executor();
 

@@ -112,6 +112,8 @@ Status Model::finish_load(const std::string& path, const TensorGetter& get, cons
     return InvalidArgument(path + ": the token embedding has " + std::to_string(cfg_.n_vocab) + " rows but the tokenizer has " +
                            std::to_string(tokenizer_->vocab_size()) + " tokens");
   act_ = opts.activation_dtype.value_or(device_->info().activation_dtype);
+  pad_decode_ = opts.pad_decode_batches.value_or(device_->info().pads_decode_batches);
+  max_seqs_ = opts.max_seqs;
   if (act_ != DType::kF32 && act_ != DType::kF16 && act_ != DType::kBF16)
     return InvalidArgument(std::string("activation dtype must be f32, f16 or bf16, got ") + dtype_name(act_));
   TS_RETURN_IF_ERROR(load_weights(path, get, opts));
@@ -429,6 +431,16 @@ StepCostCoefficients Model::cost_prior() const {
 
 Status Model::upload_step(const StepPlan& p, const std::vector<int32_t>& rows, StepTensors* t) {
   const int64_t T = p.n_tokens(), S = p.n_seqs(), R = int64_t(rows.size());
+  // The staging slot written two steps ago: its copy was queued ahead of work the engine has
+  // since collected, so there is nothing to wait for unless steps are pipelined deeper.
+  const int slot = staging_next_;
+  staging_next_ = 1 - staging_next_;
+  if (!staging_[slot]) {
+    TS_ASSIGN_OR_RETURN(staging_[slot], device_->alloc(step_capacity_, MemoryKind::kHostPinned));
+  } else if (staging_done_[slot].value > collected_.value) {
+    TS_RETURN_IF_ERROR(device_->wait(staging_done_[slot]));
+  }
+  char* image = static_cast<char*>(staging_[slot]->host_ptr());
   size_t offset = 0;
   auto put = [&](Tensor* dst, std::initializer_list<int64_t> shape, const std::vector<int32_t>& data) -> Status {
     *dst = Tensor::make(DType::kI32, shape);
@@ -439,7 +451,8 @@ Status Model::upload_step(const StepPlan& p, const std::vector<int32_t>& rows, S
     if (offset > step_capacity_)
       return ResourceExhausted("step of " + std::to_string(T) + " tokens and " + std::to_string(S) +
                                " sequences exceeds the step buffer (raise LoadOptions::max_batch_tokens / max_seqs)");
-    return device_->upload(*dst, data.data(), data.size() * 4);
+    std::memcpy(image + dst->offset, data.data(), data.size() * 4);
+    return OkStatus();
   };
   TS_RETURN_IF_ERROR(put(&t->tokens, {T}, p.tokens));
   TS_RETURN_IF_ERROR(put(&t->positions, {T}, p.positions));
@@ -459,12 +472,54 @@ Status Model::upload_step(const StepPlan& p, const std::vector<int32_t>& rows, S
     TS_RETURN_IF_ERROR(put(&t->block_tables, {S, width}, padded_tables_));
   }
   TS_RETURN_IF_ERROR(put(&t->logit_rows, {R}, rows));
+  // One queued copy of the whole image: the device reads the inputs in queue order, after the
+  // previous step has finished with the step buffer, and the host does not wait for it.
+  const CopyRegion region{staging_[slot].get(), 0, step_buffer_.get(), 0, offset};
+  TS_ASSIGN_OR_RETURN(staging_done_[slot], device_->copy(std::span<const CopyRegion>(&region, 1)));
   return OkStatus();
 }
 
+const StepPlan& Model::pad_decode(const StepPlan& plan) {
+  const int32_t S = plan.n_seqs();
+  if (!pad_decode_ || !plan.pool_seqs.empty() || plan.n_tokens() != S || plan.logit_rows.size() != size_t(S) || S == 0)
+    return plan;
+  for (int32_t s = 0; s <= S; ++s)
+    if (plan.query_start[size_t(s)] != s) return plan;  // not one row per sequence
+  const int32_t padded = std::min(bucket_up(S), std::max(S, max_seqs_));
+  if (padded == S) return plan;
+  StepPlan& p = padded_plan_;
+  p = plan;
+  p.block_copies.clear();
+  p.swap_out.clear();
+  p.swap_in.clear();
+  const std::vector<int32_t> first_table(plan.block_tables.begin(), plan.block_tables.begin() + plan.max_blocks);
+  for (int32_t s = S; s < padded; ++s) {
+    p.tokens.push_back(plan.tokens[0]);
+    p.positions.push_back(0);
+    p.slot_mapping.push_back(-1);  // writes nothing
+    p.query_start.push_back(s + 1);
+    p.seq_lens.push_back(1);       // attends to the first sequence's token 0, which is cached
+    p.block_tables.insert(p.block_tables.end(), first_table.begin(), first_table.end());
+    p.logit_rows.push_back(s);
+  }
+  return p;
+}
+
 Status Model::forward(const StepPlan& plan, KvCache& kv, std::vector<float>* logits) {
-  logits->clear();
-  if (plan.n_tokens() == 0) return OkStatus();
+  TS_RETURN_IF_ERROR(submit(plan, kv));
+  return collect(logits);
+}
+
+Status Model::submit(const StepPlan& plan, KvCache& kv) {
+  if (pending_.active) return Internal("Model::submit: the previous step was not collected");
+  pending_.status = OkStatus();
+  pending_.logits_floats = 0;
+  pending_.plan = {};
+  if (plan.n_tokens() == 0) {
+    pending_.active = true;
+    pending_.done = Event{};
+    return OkStatus();
+  }
   for (int32_t t : plan.tokens)
     if (t < 0 || t >= cfg_.n_vocab) return InvalidArgument("token id " + std::to_string(t) + " outside the vocabulary");
   if (!plan.pool_seqs.empty() && embedding_dim() == 0) return InvalidArgument(why_no_embeddings());
@@ -472,29 +527,62 @@ Status Model::forward(const StepPlan& plan, KvCache& kv, std::vector<float>* log
     return InvalidArgument(cfg_.arch + " is an encoder: it produces embeddings, not next-token logits");
   // A step where nothing samples (a prefill chunk) still runs every layer to fill the KV cache;
   // the graph then computes one logits row, which is discarded.
-  const std::vector<int32_t> last_row = {plan.n_tokens() - 1};
-  const std::vector<int32_t>& rows = plan.logit_rows.empty() ? last_row : plan.logit_rows;
+  const StepPlan& run = pad_decode(plan);
+  const std::vector<int32_t> last_row = {run.n_tokens() - 1};
+  const std::vector<int32_t>& rows = run.logit_rows.empty() ? last_row : run.logit_rows;
   StepTensors in;
   in.act = act_;
-  TS_RETURN_IF_ERROR(upload_step(plan, rows, &in));
-  Graph g;
-  std::vector<ValueId> route_ids;
+  TS_RETURN_IF_ERROR(upload_step(run, rows, &in));
+  Pending& p = pending_;
+  p.rows = plan.n_tokens();
+  p.graph = Graph();
+  p.route_ids.clear();
+  p.hidden = kNoValue;
   const bool stats = collect_expert_stats_ && cfg_.is_moe();
-  ValueId hidden = kNoValue;
-  const ValueId out = arch_build_graph(g, cfg_, weights_, in, kv, stats ? &route_ids : nullptr,
-                                       plan.pool_seqs.empty() ? nullptr : &hidden);
-  TS_RETURN_IF_ERROR(g.status());
-  TS_RETURN_IF_ERROR(device_->compute(g));
-  if (stats) {
-    TS_RETURN_IF_ERROR(count_experts(g, route_ids));
-  }
+  p.out = arch_build_graph(p.graph, cfg_, weights_, in, kv, stats ? &p.route_ids : nullptr,
+                           plan.pool_seqs.empty() ? nullptr : &p.hidden);
+  TS_RETURN_IF_ERROR(p.graph.status());
+  TS_ASSIGN_OR_RETURN(p.done, device_->compute_async(p.graph));
+  p.active = true;
   if (!plan.logit_rows.empty()) {
-    const Tensor& lt = g.tensor(out);
-    logits->resize(size_t(lt.numel()));
-    TS_RETURN_IF_ERROR(device_->download(lt, logits->data(), logits->size() * 4));
+    // The logits rows go to host-pinned memory on the queue, behind the step: collect() waits
+    // for this copy alone.
+    const Tensor& lt = p.graph.tensor(p.out);  // [rows (padded), vocab]: the step's own rows first
+    const size_t bytes = plan.logit_rows.size() * size_t(lt.cols()) * 4;
+    if (!logits_host_ || logits_host_->size() < bytes) {
+      logits_host_.reset();
+      auto grown = device_->alloc(std::max(bytes, size_t(cfg_.n_vocab) * 4 * 8), MemoryKind::kHostPinned);
+      if (!grown.ok()) {
+        p.status = grown.status();
+        return OkStatus();
+      }
+      logits_host_ = *std::move(grown);
+    }
+    const CopyRegion region{lt.buffer.get(), lt.offset, logits_host_.get(), 0, bytes};
+    auto copied = device_->copy(std::span<const CopyRegion>(&region, 1));
+    if (!copied.ok()) p.status = copied.status();
+    else p.done = *copied;
+    p.logits_floats = bytes / 4;
   }
-  if (plan.pool_seqs.empty()) return OkStatus();
-  return pool(plan, g, hidden, logits);
+  if (!plan.pool_seqs.empty()) p.plan = plan;
+  return OkStatus();
+}
+
+Status Model::collect(std::vector<float>* logits) {
+  logits->clear();
+  if (!pending_.active) return Internal("Model::collect: no step was submitted");
+  Pending& p = pending_;
+  p.active = false;
+  TS_RETURN_IF_ERROR(p.status);
+  TS_RETURN_IF_ERROR(device_->executor().wait(p.done));
+  collected_ = p.done;
+  if (p.logits_floats > 0) {
+    const float* src = static_cast<const float*>(logits_host_->host_ptr());
+    logits->assign(src, src + p.logits_floats);
+  }
+  if (!p.route_ids.empty()) TS_RETURN_IF_ERROR(count_experts(p.graph, p.route_ids, p.rows));
+  if (p.plan.pool_seqs.empty()) return OkStatus();
+  return pool(p.plan, p.graph, p.hidden, logits);
 }
 
 Status Model::pool(const StepPlan& plan, const Graph& g, ValueId hidden, std::vector<float>* out) {
@@ -562,7 +650,7 @@ void Model::reset_expert_stats() {
   expert_stats_.counts.assign(size_t(cfg_.n_layers) * size_t(cfg_.n_experts), 0);
 }
 
-Status Model::count_experts(const Graph& g, const std::vector<ValueId>& route_ids) {
+Status Model::count_experts(const Graph& g, const std::vector<ValueId>& route_ids, int64_t rows) {
   if (int(route_ids.size()) != cfg_.n_layers) return Internal("expert stats: one route per layer expected");
   std::vector<int32_t> ids;
   for (size_t l = 0; l < route_ids.size(); ++l) {
@@ -570,12 +658,15 @@ Status Model::count_experts(const Graph& g, const std::vector<ValueId>& route_id
     ids.resize(size_t(t.numel()));
     TS_RETURN_IF_ERROR(device_->download(t, ids.data(), ids.size() * 4));
     int64_t* row = &expert_stats_.counts[l * size_t(cfg_.n_experts)];
-    for (int32_t e : ids) {
+    // [T, k] routes; rows past |rows| are a padded step's padding.
+    const size_t used = std::min(ids.size(), size_t(rows) * size_t(cfg_.n_experts_used));
+    for (size_t i = 0; i < used; ++i) {
+      const int32_t e = ids[i];
       if (e < 0 || e >= cfg_.n_experts) return Internal("expert stats: expert id " + std::to_string(e) + " out of range");
       ++row[e];
     }
   }
-  expert_stats_.tokens += g.tensor(route_ids[0]).shape[0];
+  expert_stats_.tokens += std::min<int64_t>(rows, g.tensor(route_ids[0]).shape[0]);
   return OkStatus();
 }
 

@@ -48,6 +48,9 @@ struct LoadOptions {
   int max_seqs = 64;
   // The activation dtype (f32, f16 or bf16); unset: the device's DeviceInfo::activation_dtype.
   std::optional<DType> activation_dtype;
+  // Pad decode-only steps to a bucket of sequences (DeviceInfo::pads_decode_batches); unset: the
+  // device's choice.
+  std::optional<bool> pad_decode_batches;
 };
 
 class Model final : public ModelRunner {
@@ -72,7 +75,14 @@ class Model final : public ModelRunner {
 
   int32_t vocab_size() const override { return cfg_.n_vocab; }
   int32_t context_length() const override { return cfg_.n_ctx_train; }
+  // submit() then collect().
   Status forward(const StepPlan& plan, KvCache& kv, std::vector<float>* logits) override;
+  // Writes the step's inputs into a host-pinned staging slot (two, used in turn) and queues
+  // their copy into the step buffer, the step's executable and the copy of its logits rows into
+  // host-pinned memory: the device is never waited for here.
+  Status submit(const StepPlan& plan, KvCache& kv) override;
+  // Waits for the pending step and returns its logits rows (then pooled embeddings).
+  Status collect(std::vector<float>* logits) override;
   int32_t embedding_dim() const override { return cfg_.pooling == Pooling::kNone ? 0 : cfg_.n_embd; }
   std::string why_no_embeddings() const override;
   bool generates() const override { return !cfg_.is_encoder(); }
@@ -103,7 +113,14 @@ class Model final : public ModelRunner {
   static Result<std::optional<HostTensor>> gguf_tensor(const gguf::File& f, const TensorSpec& s);
   Result<Tensor> bind_weight(const HostTensor& h, const std::string& name, const BufferPtr& mapped);
   Result<Tensor> prepare_weight(Tensor t, const TensorSpec& s, const HostTensor& h);
-  Status count_experts(const Graph& g, const std::vector<ValueId>& route_ids);
+  // Counts the first |rows| rows' routes (the step's own tokens, not its padding).
+  Status count_experts(const Graph& g, const std::vector<ValueId>& route_ids, int64_t rows);
+  // |plan| padded to the next bucket of sequences when it is a decode-only step and padding is on
+  // (LoadOptions::pad_decode_batches): each padding sequence is one row that reads the first
+  // sequence's first cached token, writes no KV (slot -1) and computes a logits row nobody reads.
+  // Returns |plan| itself otherwise.
+  const StepPlan& pad_decode(const StepPlan& plan);
+  // Writes the step inputs into the next staging slot and queues their copy into step_buffer_.
   Status upload_step(const StepPlan& plan, const std::vector<int32_t>& rows, StepTensors* t);
   // Pools and normalises the hidden states [T, n_embd] of |plan|'s pool_seqs onto |out|.
   Status pool(const StepPlan& plan, const Graph& g, ValueId hidden, std::vector<float>* out);
@@ -116,9 +133,33 @@ class Model final : public ModelRunner {
   std::vector<BufferPtr> weights_buffers_;  // mapped files / repacked blocks, when the device maps host memory
   BufferPtr step_buffer_;      // per-step inputs (token ids, positions, block tables ...)
   size_t step_capacity_ = 0;
+  // Host-pinned images of the step inputs, written in turn (the one written last may still be
+  // copying), each with the event of its last copy.
+  BufferPtr staging_[2];
+  Event staging_done_[2];
+  int staging_next_ = 0;
+  Event collected_;  // the last event collect() waited for: everything queued before it is done
+  BufferPtr logits_host_;  // host-pinned: the pending step's logits rows, copied there on the queue
+  // The step submitted and not yet collected: its graph (pooling and expert statistics read it
+  // after the wait), plan facts, and the event of its last queued work.
+  struct Pending {
+    bool active = false;
+    Status status;        // a failure after the step was queued: reported by collect()
+    Graph graph;
+    ValueId out = kNoValue, hidden = kNoValue;
+    std::vector<ValueId> route_ids;
+    size_t logits_floats = 0;  // 0: nothing samples
+    int64_t rows = 0;          // the step's own token rows (padding excluded)
+    StepPlan plan;             // only for pooling (pool_seqs non-empty)
+    Event done;
+  };
+  Pending pending_;
   std::vector<int32_t> padded_tables_;  // block tables padded to their bucket width (upload_step)
   size_t prepared_bytes_ = 0;
   DType act_ = DType::kF32;
+  bool pad_decode_ = false;
+  int32_t max_seqs_ = 0;
+  StepPlan padded_plan_;  // pad_decode's output
   bool collect_expert_stats_ = false;
   ExpertStats expert_stats_;
 };

@@ -178,6 +178,7 @@ Status VulkanDevice::init(std::shared_ptr<Instance> instance, VkPhysicalDevice p
   info_.name = props.deviceName;
   info_.kind = DeviceKind::kVulkan;
   info_.emulated = props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+  info_.pads_decode_batches = !info_.emulated;
   caps_.tiled_gemm = !info_.emulated || options.force_tiled_gemm;
   info_.memory_bytes = heap;
   heap_bytes_ = heap;

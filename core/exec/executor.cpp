@@ -218,8 +218,12 @@ Result<Event> Executor::submit_timed(Executable& exe) {
 
 Status Executor::run(Graph& graph) {
   TS_ASSIGN_OR_RETURN(const Event e, submit(graph));
+  return wait(e);
+}
+
+Status Executor::wait(Event event) {
   const auto t0 = std::chrono::steady_clock::now();
-  const Status s = device_.wait(e);
+  const Status s = device_.wait(event);
   stats_.device_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return s;
 }
@@ -235,5 +239,7 @@ Executor& Device::executor() {
 }
 
 Status Device::compute(Graph& graph) { return executor().run(graph); }
+
+Result<Event> Device::compute_async(Graph& graph) { return executor().submit(graph); }
 
 }  // namespace tessera

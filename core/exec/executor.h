@@ -24,7 +24,7 @@ struct ExecutorStats {
   int64_t arena_allocations = 0;  // activation arenas allocated (each growth invalidates the cache)
   int64_t arena_bytes = 0;
   int64_t cached = 0;    // executables held now
-  // Seconds spent in the device's submit() and wait() for run(): its compute as the host sees it
+  // Seconds spent in the device's submit() and wait() for run() and wait(): its compute as the host sees it
   // (what tessera-bench subtracts from a step's wall time to get the host overhead).
   double device_seconds = 0;
 };
@@ -46,6 +46,8 @@ class Executor {
   Result<Event> submit(Graph& graph);
   // submit() and wait.
   Status run(Graph& graph);
+  // Waits for |event| (of a submit()), counting the wait as device time like run() does.
+  Status wait(Event event);
 
   const ExecutorStats& stats() const { return stats_; }
   // Drops every cached executable (each waits for its own work).

@@ -147,7 +147,10 @@ Status Engine::step() {
   const double cpu0 = cfg_.cost_cpu_threads > 0 ? process_cpu_ms() : 0.0;
   Status s = swapped;
   if (s.ok()) s = kv_.copy_blocks(plan_.block_copies);
-  if (s.ok()) s = model_.forward(plan_, kv_, &logits_);
+  // The step is queued whole (inputs, compute, the logits' copy to host memory) before the host
+  // waits for it: host work that does not need this step's logits belongs between the two.
+  if (s.ok()) s = model_.submit(plan_, kv_);
+  if (s.ok()) s = model_.collect(&logits_);
   if (!s.ok()) {
     // A failed step fails the requests in it (the error names why), never silently.
     for (RequestId id : ids)

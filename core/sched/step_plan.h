@@ -48,6 +48,19 @@ class ModelRunner {
   // plan.logit_rows as [R, vocab] f32 in |logits|, followed by the pooled embeddings of
   // plan.pool_seqs as [P, embedding_dim()] f32.
   virtual Status forward(const StepPlan& plan, KvCache& kv, std::vector<float>* logits) = 0;
+  // forward() in two halves, so the host works while the device computes: submit() queues the
+  // step (its inputs, its graph, the copy of its logits to host memory) and returns without
+  // waiting; collect() waits and hands over what forward() would have. One step may be pending
+  // at a time; submit() must be followed by collect() before the next submit(). The defaults run
+  // forward() inside submit(), for runners with nothing to overlap.
+  virtual Status submit(const StepPlan& plan, KvCache& kv) {
+    submitted_ = forward(plan, kv, &submitted_logits_);
+    return OkStatus();
+  }
+  virtual Status collect(std::vector<float>* logits) {
+    logits->swap(submitted_logits_);
+    return std::exchange(submitted_, OkStatus());
+  }
   // The width of a pooled embedding; 0 when the model cannot embed (why_no_embeddings() says why).
   virtual int32_t embedding_dim() const { return 0; }
   virtual std::string why_no_embeddings() const { return "the model has no pooling"; }
@@ -59,6 +72,10 @@ class ModelRunner {
   // The counters of the executor that runs its steps (executables built and reused), or zeros.
   // Called on the engine thread.
   virtual ExecutorStats executor_stats() const { return {}; }
+
+ private:
+  Status submitted_;                     // the default submit()'s forward() status
+  std::vector<float> submitted_logits_;  // and its outputs, until collect()
 };
 
 }  // namespace tessera

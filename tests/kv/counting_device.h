@@ -32,12 +32,19 @@ class CountingDevice final : public Device {
   bool supports(OpKind op, DType act, DType weight) const override { return inner_->supports(op, act, weight); }
   Result<ExecutablePtr> prepare(Graph& graph) override { return inner_->prepare(graph); }
   Result<Event> submit(Executable& exe) override { return inner_->submit(exe); }
-  Status wait(Event event) override { return inner_->wait(event); }
+  Status wait(Event event) override {
+    ++waits;
+    return inner_->wait(event);
+  }
   Status synchronize() override { return inner_->synchronize(); }
   Status compute(Graph& graph) override { return inner_->compute(graph); }
+  Result<Event> compute_async(Graph& graph) override {
+    ++computes;
+    return inner_->compute_async(graph);
+  }
 
-  void reset() { uploads = downloads = copies = regions_copied = 0; }
-  int64_t uploads = 0, downloads = 0, copies = 0, regions_copied = 0;
+  void reset() { uploads = downloads = copies = regions_copied = waits = computes = 0; }
+  int64_t uploads = 0, downloads = 0, copies = 0, regions_copied = 0, waits = 0, computes = 0;
 
  private:
   DevicePtr inner_;
