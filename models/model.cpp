@@ -113,7 +113,7 @@ Status Model::finish_load(const std::string& path, const TensorGetter& get, cons
                            std::to_string(tokenizer_->vocab_size()) + " tokens");
   act_ = opts.activation_dtype.value_or(device_->info().activation_dtype);
   pad_decode_ = opts.pad_decode_batches.value_or(device_->info().pads_decode_batches);
-  max_seqs_ = opts.max_seqs;
+  max_padded_seqs_ = std::min(opts.max_seqs, opts.max_batch_tokens);  // the step buffer's capacity
   if (act_ != DType::kF32 && act_ != DType::kF16 && act_ != DType::kBF16)
     return InvalidArgument(std::string("activation dtype must be f32, f16 or bf16, got ") + dtype_name(act_));
   TS_RETURN_IF_ERROR(load_weights(path, get, opts));
@@ -485,7 +485,7 @@ const StepPlan& Model::pad_decode(const StepPlan& plan) {
     return plan;
   for (int32_t s = 0; s <= S; ++s)
     if (plan.query_start[size_t(s)] != s) return plan;  // not one row per sequence
-  const int32_t padded = std::min(bucket_up(S), std::max(S, max_seqs_));
+  const int32_t padded = std::min(bucket_up(S), std::max(S, max_padded_seqs_));
   if (padded == S) return plan;
   StepPlan& p = padded_plan_;
   p = plan;

@@ -158,7 +158,7 @@ class Model final : public ModelRunner {
   size_t prepared_bytes_ = 0;
   DType act_ = DType::kF32;
   bool pad_decode_ = false;
-  int32_t max_seqs_ = 0;
+  int32_t max_padded_seqs_ = 0;  // sequences (and tokens) the step buffer holds
   StepPlan padded_plan_;  // pad_decode's output
   bool collect_expert_stats_ = false;
   ExpertStats expert_stats_;

@@ -57,7 +57,7 @@ Status record_attention(Recorder& rec, const Graph& g, const Node& n) {
   for (int i : meta) {
     if (!g.input_tensor(n, i).is_contiguous())
       return Unimplemented("vulkan: attention metadata must be contiguous, got " + g.input_tensor(n, i).shape_string());
-    readable = readable && host_readable(g, n, i);
+    readable = readable && host_readable(g, n, i) && rec.host_current(g.input_tensor(n, i));
   }
   if (readable) TS_RETURN_IF_ERROR(ref::check_attention_metadata(g, n));
   const int64_t T = q.shape[0], Hq = q.shape[1], D = q.shape[2], Hkv = k.shape[1];

@@ -68,6 +68,10 @@ class VulkanBuffer final : public Buffer {
   ~VulkanBuffer() override;
   VkBuffer handle() const { return buffer_; }
   VkDeviceAddress address() const { return address_; }
+  // The queue value of the last copy() that writes this buffer: until the queue passes it, what
+  // the host sees through host_ptr() is not yet what the device will read.
+  uint64_t queued_write() const { return queued_write_; }
+  void set_queued_write(uint64_t value) const { queued_write_ = value; }
 
  private:
   std::shared_ptr<Context> ctx_;
@@ -75,6 +79,7 @@ class VulkanBuffer final : public Buffer {
   VkDeviceMemory memory_;
   VkDeviceAddress address_;
   size_t device_bytes_;  // counted in Context::device_bytes (0 for host-visible memory)
+  mutable uint64_t queued_write_ = 0;
 };
 
 // One dispatch's measured time (from timestamp queries), for tessera-bench.

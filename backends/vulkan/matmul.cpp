@@ -21,11 +21,11 @@ uint32_t vec_rows(int64_t m) {
 }
 
 // Ids the shader will index with, checked on the host when they are inputs it can read (mapped
-// memory); ids produced inside the graph (topk_route) are in range by construction and the
-// shaders skip any that are not.
-Status check_ids(const Graph& g, ValueId v, int64_t limit, const char* op, const char* what) {
+// memory, no queued copy pending: Recorder::host_current); ids produced inside the graph
+// (topk_route) are in range by construction and the shaders skip any that are not.
+Status check_ids(const Recorder& rec, const Graph& g, ValueId v, int64_t limit, const char* op, const char* what) {
   const Value& val = g.value(v);
-  if (val.kind == Value::Kind::kIntermediate || !val.tensor.host_data()) return OkStatus();
+  if (val.kind == Value::Kind::kIntermediate || !rec.host_current(val.tensor)) return OkStatus();
   const Tensor& ids = val.tensor;
   for (int64_t i = 0; i < ids.numel(); ++i) {
     const int32_t id = ref::load_i32(ids, i);
@@ -84,7 +84,7 @@ Status record_embed(Recorder& rec, const Graph& g, const Node& n) {
   const Tensor& ids = g.input_tensor(n, in::kEmbedIds);
   const Tensor& out = g.output_tensor(n);
   TS_RETURN_IF_ERROR(check_contiguous_i32(ids, "embed"));
-  TS_RETURN_IF_ERROR(check_ids(g, n.inputs[in::kEmbedIds], w.shape[0], "embed", "id"));
+  TS_RETURN_IF_ERROR(check_ids(rec, g, n.inputs[in::kEmbedIds], w.shape[0], "embed", "id"));
   EmbedParams p;
   p.w = ref_of(w);
   p.ids = address_of(ids);
@@ -142,7 +142,7 @@ Status record_matmul_id(Recorder& rec, const Graph& g, const Node& n) {
   const Tensor& ids = g.input_tensor(n, in::kMatmulIdIds);
   const Tensor& out = g.output_tensor(n);
   TS_RETURN_IF_ERROR(check_contiguous_i32(ids, "matmul_id"));
-  TS_RETURN_IF_ERROR(check_ids(g, n.inputs[in::kMatmulIdIds], w.shape[0], "matmul_id", "expert id"));
+  TS_RETURN_IF_ERROR(check_ids(rec, g, n.inputs[in::kMatmulIdIds], w.shape[0], "matmul_id", "expert id"));
   const bool weighted = g.has_input(n, in::kMatmulIdWeights);
   const int64_t T = ids.shape[0], k = ids.shape[1];
   MatmulParams p;

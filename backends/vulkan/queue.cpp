@@ -85,10 +85,12 @@ Result<Event> VulkanDevice::copy(std::span<const CopyRegion> regions) {
     const VkBuffer dst = static_cast<const VulkanBuffer*>(r.dst)->handle();
     if (r.bytes > 0) by_pair[{src, dst}].push_back({r.src_offset, r.dst_offset, r.bytes});
   }
-  return run_async([&](VkCommandBuffer cmd) {
+  TS_ASSIGN_OR_RETURN(const Event e, run_async([&](VkCommandBuffer cmd) {
     for (const auto& [pair, list] : by_pair)
       ctx_->api.vkCmdCopyBuffer(cmd, pair.first, pair.second, uint32_t(list.size()), list.data());
-  });
+  }));
+  for (const CopyRegion& r : regions) static_cast<const VulkanBuffer*>(r.dst)->set_queued_write(e.value);
+  return e;
 }
 
 Status VulkanDevice::wait(Event event) {

@@ -57,6 +57,13 @@ class Recorder {
 
   OpKind current_op = OpKind::kCount;  // for timings
   const Capabilities& caps() const { return device_.caps_; }
+  // Whether the host reads now what the device will read in |t| (when the recording is first
+  // submitted): mapped memory with no queued copy into it still pending. Step data that arrives
+  // by queued copies (Model::submit) is not, and host-side checks of it are skipped: the shaders
+  // bounds-check every id, slot and block they read.
+  bool host_current(const Tensor& t) const {
+    return t.host_data() != nullptr && static_cast<const VulkanBuffer&>(*t.buffer).queued_write() <= device_.completed_;
+  }
   uint32_t dispatches() const { return n_dispatch_; }
 
  private:
