@@ -13,6 +13,17 @@
 namespace tessera {
 namespace {
 
+// XGrammar's messages begin "[hh:mm:ss] path/to/file.cc:123: "; a client needs only the rest.
+std::string without_origin(const std::string& what) {
+  size_t at = 0;
+  if (what.size() > 11 && what[0] == '[' && what[9] == ']' && what[10] == ' ') {
+    const size_t colon = what.find(": ", 11);
+    const size_t space = what.find(' ', 11);
+    if (colon != std::string::npos && colon <= space) at = colon + 2;
+  }
+  return what.substr(at);
+}
+
 class XGrammarGrammar final : public Grammar {
  public:
   XGrammarGrammar(xgrammar::GrammarMatcher m, int32_t vocab) : m_(std::move(m)), vocab_(vocab) {}
@@ -86,7 +97,7 @@ class XGrammarCompiler final : public GrammarCompiler {
       xgrammar::GrammarMatcher m(*cg, stop_ids_, /*terminate_without_stop_token=*/false);
       return std::shared_ptr<const Grammar>(std::make_shared<XGrammarGrammar>(std::move(m), vocab_));
     } catch (const std::exception& e) {
-      return InvalidArgument(std::string("invalid ") + kind + ": " + e.what());
+      return InvalidArgument(std::string("invalid ") + kind + ": " + without_origin(e.what()));
     }
   }
   int32_t vocab_size() const override { return vocab_; }
