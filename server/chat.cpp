@@ -32,9 +32,24 @@ std::optional<ApiError> read_content(const json& m, const std::string& where, st
     }
     return std::nullopt;
   }
-  if (c.is_null() && m.value("role", "") == "assistant" && (m.contains("tool_calls") || m.contains("function_call")))
-    return ApiError{400, "'" + where + "': tool calls are not supported by this server (an assistant message needs text content)",
-                    where + ".tool_calls"};
+  if (c.is_null() && m.value("role", "") == "assistant" && m.contains("tool_calls")) {
+    // An earlier call, written back as the model was told to write it (server/structured.cpp).
+    const json& calls = m["tool_calls"];
+    if (!calls.is_array()) return ApiError{400, "'" + where + ".tool_calls' must be an array", where + ".tool_calls"};
+    for (const auto& call : calls) {
+      if (!call.is_object() || !call.contains("function") || !call["function"].is_object() || !call["function"].contains("name"))
+        return ApiError{400, "'" + where + ".tool_calls' entries must be {\"function\": {\"name\", \"arguments\"}}", where + ".tool_calls"};
+      const json& f = call["function"];
+      json args = f.contains("arguments") && f["arguments"].is_string() ? json::parse(f["arguments"].get<std::string>(), nullptr, false)
+                                                                         : f.value("arguments", json::object());
+      if (args.is_discarded()) args = f["arguments"];
+      if (!content->empty()) *content += "\n";
+      *content += json{{"name", f["name"]}, {"arguments", args}}.dump();
+    }
+    return std::nullopt;
+  }
+  if (c.is_null() && m.value("role", "") == "assistant" && m.contains("function_call"))
+    return ApiError{400, "'" + where + "': function_call is not supported by this server (use tool_calls)", where + ".function_call"};
   if (c.is_null())
     return ApiError{400, "'" + where + ".content' is required (a string or an array of text parts)", where + ".content"};
   return ApiError{400, "'" + where + ".content' must be a string or an array of text parts, got " + std::string(c.type_name()),
