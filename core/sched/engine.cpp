@@ -267,7 +267,9 @@ void Engine::emit_token(Active& a, Sequence& s, const SampleResult& r) {
   ++generated_tokens_;
   s.tokens.push_back(r.token);
 
-  const bool eog = !a.req.ignore_eos && codec_.is_eog && codec_.is_eog(r.token);
+  // A grammar that accepted an end token has ended: ignore_eos cannot make it go on.
+  const bool ended = a.grammar && a.grammar->terminated();
+  const bool eog = (!a.req.ignore_eos || ended) && codec_.is_eog && codec_.is_eog(r.token);
   std::string text;
   if (!eog && codec_.piece) a.pending_bytes += codec_.piece(r.token);
   const bool stopped = check_stop(a, &text);
