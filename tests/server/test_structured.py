@@ -232,6 +232,19 @@ class Structured(unittest.TestCase):
         self.assertEqual(calls[0].function.name, "get_weather")
         jsonschema.validate(json.loads(calls[0].function.arguments), WEATHER_TOOL["function"]["parameters"])
 
+    def test_tool_choice_auto_is_a_call_or_text(self):
+        r = self.client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "What time is it in UTC?"}], tools=[TIME_TOOL],
+            max_tokens=40, temperature=0)
+        c = r.choices[0]
+        if c.message.tool_calls:  # unconstrained: the model may or may not call
+            self.assertEqual(c.finish_reason, "tool_calls")
+            self.assertEqual(c.message.tool_calls[0].function.name, "get_time")
+            json.loads(c.message.tool_calls[0].function.arguments)
+        else:
+            self.assertIsInstance(c.message.content, str)
+        print("auto:", c.finish_reason, c.message.tool_calls or repr(c.message.content))
+
     def test_regex_and_ebnf_extension(self):
         r = self.client.chat.completions.create(
             model="tiny", messages=[{"role": "user", "content": "A phone number?"}], max_tokens=30, temperature=0.8,
