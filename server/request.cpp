@@ -175,9 +175,9 @@ std::optional<ApiError> parse_request(ServerContext& ctx, const std::string& raw
   if (out->chat) {
     if (!body.contains("messages")) return ApiError{400, "'messages' is required", "messages"};
     json messages = body["messages"];
-    if (auto e = prepare_tools(body, &messages, out)) return e;
+    if (auto e = prepare_tools(*ctx.model, body, &messages, out)) return e;
     RenderedChat chat;
-    if (auto e = render_chat(*ctx.model, messages, &chat)) return e;
+    if (auto e = render_chat(*ctx.model, messages, &chat, out->tools_json)) return e;
     EncodeOptions o;
     o.parse_special = true;
     if (!ctx.opts.parse_special_in_messages) o.literal = std::move(chat.literal);

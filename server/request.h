@@ -37,6 +37,9 @@ struct ParsedRequest {
   std::vector<ToolSpec> tools;
   std::string tool_choice;  // "auto", "required" or "named" (then tool_named); "" without tools
   std::string tool_named;
+  // The tools for a chat template with a tool section of its own (else "": a system turn of
+  // Tessera's describes them).
+  std::string tools_json;
 };
 
 // Parses |raw| (the body) into |out| (whose |chat| says which route): every field type-checked

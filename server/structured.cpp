@@ -1,5 +1,6 @@
 #include "server/structured.h"
 
+#include "models/chat_template/chat_template.h"
 #include "server/errors.h"
 
 namespace tessera::server {
@@ -102,7 +103,7 @@ std::optional<ApiError> read_structured_outputs(const json& body, GrammarSpec* s
 
 }  // namespace
 
-std::optional<ApiError> prepare_tools(const json& body, json* messages, ParsedRequest* out) {
+std::optional<ApiError> prepare_tools(const Model& model, const json& body, json* messages, ParsedRequest* out) {
   auto it = body.find("tools");
   if (it == body.end() || it->is_null()) {
     if (body.contains("tool_choice") && !body["tool_choice"].is_null() && body["tool_choice"] != "none")
@@ -150,6 +151,13 @@ std::optional<ApiError> prepare_tools(const json& body, json* messages, ParsedRe
     return std::nullopt;
   }
   out->tool_choice = choice;
+  if (!model.chat_template().empty()) {
+    auto tpl = ChatTemplate::parse(model.chat_template());
+    if (tpl.ok() && tpl->uses_tools()) {
+      out->tools_json = (*it).dump();
+      return std::nullopt;
+    }
+  }
   // The tools go first, in a system turn of their own; a client's system turn follows.
   json sys = {{"role", "system"}, {"content", tools_prompt(out->tools, choice)}};
   if (messages->is_array()) messages->insert(messages->begin(), sys);
@@ -199,7 +207,14 @@ std::optional<ApiError> prepare_grammar(ServerContext& ctx, const json& body, Pa
 
 json parse_tool_calls(const ParsedRequest& req, const std::string& text, const std::string& id_prefix) {
   if (req.tools.empty()) return nullptr;
-  const json v = json::parse(text, nullptr, false);
+  // Hermes-style templates (Qwen 2.5, many others) wrap a call in <tool_call> tags.
+  std::string body = text;
+  const size_t open = body.find("<tool_call>");
+  if (open != std::string::npos) {
+    const size_t close = body.find("</tool_call>", open);
+    body = body.substr(open + 11, close == std::string::npos ? std::string::npos : close - open - 11);
+  }
+  const json v = json::parse(body, nullptr, false);
   if (v.is_discarded() || !v.is_object() || !v.contains("name") || !v["name"].is_string() || !v.contains("arguments"))
     return nullptr;
   const std::string name = v["name"].get<std::string>();

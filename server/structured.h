@@ -14,11 +14,12 @@
 
 namespace tessera::server {
 
-// Chat only, before the messages are rendered: reads tools and tool_choice, and when tools are
-// in play adds a system turn that describes them and the reply format (a JSON object
-// {"name": ..., "arguments": {...}}) to |messages|, for templates (SmolLM2's, most small
-// models') that have no tool section of their own.
-std::optional<ApiError> prepare_tools(const nlohmann::json& body, nlohmann::json* messages, ParsedRequest* out);
+// Chat only, before the messages are rendered: reads tools and tool_choice. When tools are in
+// play, a template with a tool section of its own gets them as its `tools` variable
+// (out->tools_json); any other (SmolLM2's, most small models') gets a system turn in |messages|
+// that describes them and the reply format (a JSON object {"name": ..., "arguments": {...}}).
+std::optional<ApiError> prepare_tools(const Model& model, const nlohmann::json& body, nlohmann::json* messages,
+                                      ParsedRequest* out);
 
 // After prepare_tools: response_format / structured_outputs, or the grammar that tool_choice
 // "required" or a named function implies, compiled into out->gen.grammar. Without XGrammar in
