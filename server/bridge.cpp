@@ -12,6 +12,7 @@
 #include "server/errors.h"
 #include "server/http.h"
 #include "server/request.h"
+#include "server/structured.h"
 
 namespace tessera::server {
 
@@ -54,6 +55,7 @@ struct RequestState {
 const char* finish_text(FinishReason r) {
   if (r == FinishReason::kLength) return "length";
   if (r == FinishReason::kCancelled) return "abort";
+  if (r == FinishReason::kGrammarDeadEnd) return "grammar_dead_end";  // the grammar allowed no next token
   return "stop";
 }
 
@@ -115,6 +117,16 @@ std::string sse_chunk(const RequestState& st, int index, const std::string& text
   return "data: " + dump(chunk) + "\n\n";
 }
 
+// The streamed tool calls of choice |index|: one delta holding them whole (each with its index).
+std::string sse_tool_chunk(const RequestState& st, int index, json calls) {
+  for (size_t i = 0; i < calls.size(); ++i) calls[i]["index"] = i;
+  json delta = {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", calls}};
+  json choice = {{"index", index}, {"finish_reason", nullptr}, {"logprobs", nullptr}, {"delta", delta}};
+  json chunk = {{"id", st.id}, {"object", "chat.completion.chunk"}, {"created", st.created},
+                {"model", st.ctx->opts.model_name}, {"choices", json::array({choice})}};
+  return "data: " + dump(chunk) + "\n\n";
+}
+
 void record_metrics(ServerContext& ctx, const TokenEvent& ev) {
   std::lock_guard<std::mutex> lock(ctx.mu);
   ++ctx.finished[ev.finish == FinishReason::kCancelled ? "cancelled" : ev.finish == FinishReason::kError ? "error" : finish_text(ev.finish)];
@@ -158,7 +170,9 @@ void on_event(const std::shared_ptr<RequestState>& sp, const TokenEvent& ev) {
   }
   c.text += ev.text;
   if (ev.metrics) st.cached_tokens = std::max(st.cached_tokens, ev.metrics->cached_tokens);
-  if (st.req.stream && (!ev.text.empty() || !lp.is_null() || !c.started)) {
+  // With tools the reply is a call or text, known only at its end: held back until then.
+  const bool hold = st.req.stream && !st.req.tools.empty();
+  if (st.req.stream && !hold && (!ev.text.empty() || !lp.is_null() || !c.started)) {
     st.events.push_back(sse_chunk(st, ev.index, ev.text, lp, nullptr, !c.started));
     c.started = true;
   }
@@ -171,6 +185,16 @@ void on_event(const std::shared_ptr<RequestState>& sp, const TokenEvent& ev) {
     if (ev.finish == FinishReason::kError) {
       json err = {{"error", {{"message", ev.error}, {"type", "server_error"}, {"param", nullptr}, {"code", nullptr}}}};
       st.events.push_back("data: " + dump(err) + "\n\n");
+    } else if (hold) {
+      json calls = ev.finish == FinishReason::kStop ? parse_tool_calls(st.req, c.text, st.id + "-" + std::to_string(ev.index) + "-")
+                                                    : json(nullptr);
+      if (calls.is_null()) {
+        st.events.push_back(sse_chunk(st, ev.index, c.text, nullptr, nullptr, true));
+        st.events.push_back(sse_chunk(st, ev.index, "", nullptr, finish_text(ev.finish), false));
+      } else {
+        st.events.push_back(sse_tool_chunk(st, ev.index, calls));
+        st.events.push_back(sse_chunk(st, ev.index, "", nullptr, "tool_calls", false));
+      }
     } else {
       st.events.push_back(sse_chunk(st, ev.index, "", nullptr, finish_text(ev.finish), !c.started));
     }
@@ -198,8 +222,16 @@ json full_response(const RequestState& st) {
   for (size_t i = 0; i < st.choices.size(); ++i) {
     const ChoiceState& c = st.choices[i];
     json ch = {{"index", i}, {"finish_reason", finish_text(c.finish)}, {"logprobs", choice_logprobs(st, c)}};
-    if (st.req.chat) ch["message"] = {{"role", "assistant"}, {"content", c.text}};
-    else ch["text"] = c.text;
+    json calls = st.req.chat && c.finish == FinishReason::kStop ? parse_tool_calls(st.req, c.text, st.id + "-" + std::to_string(i) + "-")
+                                                                : json(nullptr);
+    if (!calls.is_null()) {
+      ch["message"] = {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", calls}};
+      ch["finish_reason"] = "tool_calls";
+    } else if (st.req.chat) {
+      ch["message"] = {{"role", "assistant"}, {"content", c.text}};
+    } else {
+      ch["text"] = c.text;
+    }
     choices.push_back(ch);
   }
   return {{"id", st.id}, {"object", st.req.chat ? "chat.completion" : "text_completion"}, {"created", st.created},

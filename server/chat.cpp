@@ -32,9 +32,24 @@ std::optional<ApiError> read_content(const json& m, const std::string& where, st
     }
     return std::nullopt;
   }
-  if (c.is_null() && m.value("role", "") == "assistant" && (m.contains("tool_calls") || m.contains("function_call")))
-    return ApiError{400, "'" + where + "': tool calls are not supported by this server (an assistant message needs text content)",
-                    where + ".tool_calls"};
+  if (c.is_null() && m.value("role", "") == "assistant" && m.contains("tool_calls")) {
+    // An earlier call, written back as the model was told to write it (server/structured.cpp).
+    const json& calls = m["tool_calls"];
+    if (!calls.is_array()) return ApiError{400, "'" + where + ".tool_calls' must be an array", where + ".tool_calls"};
+    for (const auto& call : calls) {
+      if (!call.is_object() || !call.contains("function") || !call["function"].is_object() || !call["function"].contains("name"))
+        return ApiError{400, "'" + where + ".tool_calls' entries must be {\"function\": {\"name\", \"arguments\"}}", where + ".tool_calls"};
+      const json& f = call["function"];
+      json args = f.contains("arguments") && f["arguments"].is_string() ? json::parse(f["arguments"].get<std::string>(), nullptr, false)
+                                                                         : f.value("arguments", json::object());
+      if (args.is_discarded()) args = f["arguments"];
+      if (!content->empty()) *content += "\n";
+      *content += json{{"name", f["name"]}, {"arguments", args}}.dump();
+    }
+    return std::nullopt;
+  }
+  if (c.is_null() && m.value("role", "") == "assistant" && m.contains("function_call"))
+    return ApiError{400, "'" + where + "': function_call is not supported by this server (use tool_calls)", where + ".function_call"};
   if (c.is_null())
     return ApiError{400, "'" + where + ".content' is required (a string or an array of text parts)", where + ".content"};
   return ApiError{400, "'" + where + ".content' must be a string or an array of text parts, got " + std::string(c.type_name()),
@@ -90,7 +105,7 @@ bool splice(const std::string& with_sentinels, const std::vector<ChatMessage>& t
 
 }  // namespace
 
-std::optional<ApiError> render_chat(const Model& model, const json& messages, RenderedChat* out) {
+std::optional<ApiError> render_chat(const Model& model, const json& messages, RenderedChat* out, const std::string& tools_json) {
   std::vector<ChatMessage> turns;
   if (auto e = read_turns(messages, &turns)) return e;
   if (model.chat_template().empty()) {
@@ -106,13 +121,13 @@ std::optional<ApiError> render_chat(const Model& model, const json& messages, Re
   std::map<std::string, std::string> extra;
   if (tok.bos() >= 0) extra["bos_token"] = tok.token_to_piece(tok.bos());
   if (tok.eos() >= 0) extra["eos_token"] = tok.token_to_piece(tok.eos());
-  auto rendered = tpl->render(turns, /*add_generation_prompt=*/true, extra);
+  auto rendered = tpl->render(turns, /*add_generation_prompt=*/true, extra, tools_json);
   if (!rendered.ok()) return ApiError{400, "chat template: " + rendered.status().message(), "messages"};
   // The same template over sentinel contents shows where the contents go; the spliced text must
   // be exactly the real rendering (so the template did nothing to the content but place it).
   std::vector<ChatMessage> marked = turns;
   for (size_t i = 0; i < marked.size(); ++i) marked[i].content = sentinel(i);
-  auto with_sentinels = tpl->render(marked, /*add_generation_prompt=*/true, extra);
+  auto with_sentinels = tpl->render(marked, /*add_generation_prompt=*/true, extra, tools_json);
   if (with_sentinels.ok()) {
     for (bool trim : {false, true})
       if (splice(*with_sentinels, turns, trim, out) && out->text == *rendered) return std::nullopt;

@@ -23,6 +23,8 @@ struct RenderedChat {
 // them with the model's chat template (models/chat_template; a model without one gets the
 // contents concatenated). A template that raises (e.g. roles out of order) is the client's
 // error: 400 naming the template's message.
-std::optional<ApiError> render_chat(const Model& model, const nlohmann::json& messages, RenderedChat* out);
+// |tools_json|: OpenAI's tools array for a template with a tool section (ChatTemplate::uses_tools).
+std::optional<ApiError> render_chat(const Model& model, const nlohmann::json& messages, RenderedChat* out,
+                                    const std::string& tools_json = {});
 
 }  // namespace tessera::server

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "core/sched/engine_thread.h"
+#include "grammar/compiler.h"
 #include "models/model.h"
 #include "server/options.h"
 
@@ -31,6 +33,10 @@ struct ServerContext {
   Model* model = nullptr;
   EngineThread* engine = nullptr;
   ServeOptions opts;
+  // Structured output for the model's vocabulary; null (and grammar_why says why) when this
+  // build has no XGrammar or the vocabulary could not be indexed.
+  std::unique_ptr<GrammarCompiler> grammars;
+  std::string grammar_why;
   int32_t max_model_len = 0;  // the longest sequence a request may reach: min(model context, KV capacity)
   int32_t kv_blocks = 0, kv_block_size = 0;
   std::atomic<bool> ready{false};          // loaded: until then every route answers 503

@@ -96,6 +96,14 @@ std::string prometheus(ServerContext& ctx) {
          double(s.exec.built));
   metric("tessera_executables_reused_total", "counter", "Steps that re-submitted a cached executable.", double(s.exec.reused));
   metric("tessera_steps_total", "counter", "Engine steps run.", double(s.sched.steps));
+  metric("tessera_grammar_masks_total", "counter", "Grammar masks computed (one per token sampled under a grammar).",
+         double(s.grammar.masks));
+  metric("tessera_grammar_mask_seconds_total", "counter", "Host time computing grammar masks.", s.grammar.mask_ms_sum / 1e3);
+  metric("tessera_grammar_mask_seconds_p99", "gauge", "99th percentile of one grammar mask's host time (10 us buckets).",
+         s.grammar.mask_ms_p99 / 1e3);
+  metric("tessera_grammar_mask_seconds_max", "gauge", "The slowest grammar mask.", s.grammar.mask_ms_max / 1e3);
+  metric("tessera_grammar_dead_ends_total", "counter", "Requests ended because their grammar allowed no next token.",
+         double(s.grammar.dead_ends));
   metric("tessera_prompt_tokens_total", "counter", "Prompt tokens admitted.", double(s.sched.admitted_tokens));
   metric("tessera_prompt_tokens_cached_total", "counter", "Prompt tokens served from the prefix cache.", double(s.sched.cached_tokens));
   metric("tessera_prefix_cache_hit_rate", "gauge", "Cached over admitted prompt tokens.", s.prefix_hit_rate());

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "server/chat.h"
+#include "server/structured.h"
 
 namespace tessera::server {
 
@@ -173,8 +174,10 @@ std::optional<ApiError> parse_request(ServerContext& ctx, const std::string& raw
   if (auto e = parse_sampling(body, out)) return e;
   if (out->chat) {
     if (!body.contains("messages")) return ApiError{400, "'messages' is required", "messages"};
+    json messages = body["messages"];
+    if (auto e = prepare_tools(*ctx.model, body, &messages, out)) return e;
     RenderedChat chat;
-    if (auto e = render_chat(*ctx.model, body["messages"], &chat)) return e;
+    if (auto e = render_chat(*ctx.model, messages, &chat, out->tools_json)) return e;
     EncodeOptions o;
     o.parse_special = true;
     if (!ctx.opts.parse_special_in_messages) o.literal = std::move(chat.literal);
@@ -182,6 +185,7 @@ std::optional<ApiError> parse_request(ServerContext& ctx, const std::string& raw
   } else if (auto e = parse_prompt(ctx, body, &out->gen.prompt)) {
     return e;
   }
+  if (auto e = prepare_grammar(ctx, body, out)) return e;
   // Generation ends where the sequence reaches max_model_len (finish_reason "length").
   const int64_t room = int64_t(ctx.max_model_len) - int64_t(out->gen.prompt.size());
   if (room > 0) out->gen.max_tokens = int32_t(std::min<int64_t>(out->gen.max_tokens, room));

@@ -3,6 +3,9 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "core/sched/engine.h"
 #include "server/context.h"
@@ -18,12 +21,25 @@ struct ApiError {
   std::string type = "invalid_request_error";
 };
 
+// One function a chat request offers (tools[i].function).
+struct ToolSpec {
+  std::string name, description;
+  nlohmann::json parameters;  // its JSON Schema ({"type": "object"} when absent)
+};
+
 struct ParsedRequest {
   GenerationRequest gen;
   bool chat = false;
   bool stream = false;
   bool include_usage = false;
   bool want_logprobs = false;  // completions: logprobs >= 0; chat: logprobs == true
+  // Tools offered (empty: none, or tool_choice "none"); replies that call one become tool_calls.
+  std::vector<ToolSpec> tools;
+  std::string tool_choice;  // "auto", "required" or "named" (then tool_named); "" without tools
+  std::string tool_named;
+  // The tools for a chat template with a tool section of its own (else "": a system turn of
+  // Tessera's describes them).
+  std::string tools_json;
 };
 
 // Parses |raw| (the body) into |out| (whose |chat| says which route): every field type-checked

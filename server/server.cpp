@@ -116,6 +116,16 @@ void Server::set_ready(Model& model, EngineThread& engine, int32_t kv_blocks, in
   m.ctx.kv_block_size = block_size;
   const int32_t kv_tokens = kv_blocks * block_size;
   m.ctx.max_model_len = kv_tokens > 0 ? std::min(model.context_length(), kv_tokens) : model.context_length();
+  // Indexing the vocabulary for grammars takes tens of ms: once, before the first request.
+  const auto t0 = std::chrono::steady_clock::now();
+  auto grammars = GrammarCompiler::create(grammar_vocab(model.tokenizer(), model.vocab_size()));
+  if (grammars.ok()) {
+    m.ctx.grammars = std::move(grammars).value();
+    std::fprintf(stderr, "serve: structured output: vocabulary indexed for grammars in %.0f ms\n",
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  else if (grammars.status().code() == StatusCode::kUnavailable) m.ctx.grammar_why = grammars.status().message();
+  else m.ctx.grammar_why = "structured output is unavailable: " + grammars.status().message();
   m.ctx.ready = true;  // after the fields above: handlers read them once they see it
   std::fprintf(stderr, "serve: %s (max_model_len %d) on http://%s:%d\n", m.ctx.opts.model_name.c_str(), m.ctx.max_model_len,
                m.ctx.opts.host.c_str(), m.port);

@@ -1,6 +1,7 @@
 #include "core/sched/engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <ctime>
 
 namespace tessera {
@@ -22,6 +23,7 @@ const char* finish_reason_name(FinishReason r) {
     case FinishReason::kLength: return "length";
     case FinishReason::kCancelled: return "cancelled";
     case FinishReason::kError: return "error";
+    case FinishReason::kGrammarDeadEnd: return "grammar_dead_end";
   }
   return "unknown";
 }
@@ -33,6 +35,7 @@ struct Engine::Active {
   int forks_pending = 0; // choices still to fork from this one at its first sample
   GenerationRequest req;
   std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<Grammar> grammar;  // this choice's matcher (a fork of req.grammar), or null
   Clock::time_point submitted, first_token, last_token;
   RequestMetrics metrics;
   std::string pending_bytes;  // bytes not yet emitted: partial UTF-8 or a possible stop prefix
@@ -73,6 +76,9 @@ Status Engine::validate(const GenerationRequest& req) const {
                              std::to_string(model_.vocab_size()) + ")");
   if (req.max_tokens <= 0) return InvalidArgument("max_tokens must be positive, got " + std::to_string(req.max_tokens));
   if (req.n < 1 || req.n > 128) return InvalidArgument("n must be in [1, 128], got " + std::to_string(req.n));
+  if (req.grammar && req.grammar->vocab_size() != model_.vocab_size())
+    return InvalidArgument("the grammar covers " + std::to_string(req.grammar->vocab_size()) + " tokens, the model's vocabulary " +
+                           std::to_string(model_.vocab_size()));
   return req.sampling.validate();
 }
 
@@ -109,6 +115,7 @@ Status Engine::submit_as(RequestId id, GenerationRequest req) {
   a->forks_pending = req.n - 1;
   a->submitted = Clock::now();
   a->sampler = std::make_unique<Sampler>(req.sampling);
+  if (req.grammar) a->grammar = req.grammar->fork();
   a->metrics.prompt_tokens = int32_t(req.prompt.size());
   auto seq = std::make_unique<Sequence>();
   seq->id = id;
@@ -190,8 +197,33 @@ void Engine::sample_and_emit(RequestId seq_id, const float* logits) {
   Active& a = *it->second;
   if (a.forks_pending > 0) fork_choices(a, logits);
   Sequence* seq = scheduler_.find(seq_id);
-  const SampleResult r = a.sampler->sample(logits, model_.vocab_size(), seq->tokens);
+  const uint32_t* mask = nullptr;
+  if (a.grammar) {
+    // NOTE: computed here, after the step's logits: the HAL waits for each step, so there is no
+    // device work yet for the mask to overlap with.
+    mask_.resize(size_t(mask_words(model_.vocab_size())));
+    const auto t0 = Clock::now();
+    const int32_t n_allowed = a.grammar->fill_mask(mask_.data());
+    observe_mask_ms(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    if (n_allowed == 0) {
+      ++grammar_stats_.dead_ends;
+      return finish(a, FinishReason::kGrammarDeadEnd, "the grammar allows no next token after " +
+                                                           std::to_string(a.metrics.generated_tokens) + " generated tokens");
+    }
+    mask = mask_.data();
+  }
+  const SampleResult r = a.sampler->sample(logits, model_.vocab_size(), seq->tokens, mask);
+  if (a.grammar && !a.grammar->accept(r.token))  // the mask allowed it: a bug of the grammar's
+    return finish(a, FinishReason::kError, "the grammar refused token " + std::to_string(r.token) + " that its mask allowed");
   emit_token(a, *seq, r);
+}
+
+void Engine::observe_mask_ms(double ms) {
+  if (mask_hist_.empty()) mask_hist_.assign(2000, 0);
+  ++grammar_stats_.masks;
+  grammar_stats_.mask_ms_sum += ms;
+  grammar_stats_.mask_ms_max = std::max(grammar_stats_.mask_ms_max, ms);
+  ++mask_hist_[std::min<size_t>(mask_hist_.size() - 1, size_t(ms * 100.0))];
 }
 
 void Engine::fork_choices(Active& parent, const float* logits) {
@@ -208,6 +240,7 @@ void Engine::fork_choices(Active& parent, const float* logits) {
     a->req.n = 1;
     if (a->req.sampling.seed != 0) a->req.sampling.seed += uint64_t(k);
     a->sampler = std::make_unique<Sampler>(a->req.sampling);
+    if (parent.grammar) a->grammar = parent.grammar->fork();  // the parent has accepted nothing yet
     a->submitted = parent.submitted;
     a->metrics.prompt_tokens = parent.metrics.prompt_tokens;
     auto seq = std::make_unique<Sequence>();
@@ -237,7 +270,9 @@ void Engine::emit_token(Active& a, Sequence& s, const SampleResult& r) {
   ++generated_tokens_;
   s.tokens.push_back(r.token);
 
-  const bool eog = !a.req.ignore_eos && codec_.is_eog && codec_.is_eog(r.token);
+  // A grammar that accepted an end token has ended: ignore_eos cannot make it go on.
+  const bool ended = a.grammar && a.grammar->terminated();
+  const bool eog = (!a.req.ignore_eos || ended) && codec_.is_eog && codec_.is_eog(r.token);
   std::string text;
   if (!eog && codec_.piece) a.pending_bytes += codec_.piece(r.token);
   const bool stopped = check_stop(a, &text);
@@ -331,6 +366,19 @@ EngineStats Engine::stats() const {
   st.exec = model_.executor_stats();
   st.generated_tokens = generated_tokens_;
   st.requests_finished = requests_finished_;
+  st.grammar = grammar_stats_;
+  // Percentiles from the histogram: the upper edge of the bucket that holds them.
+  auto percentile = [&](double q) {
+    const int64_t want = int64_t(std::ceil(q * double(grammar_stats_.masks)));
+    int64_t seen = 0;
+    for (size_t i = 0; i < mask_hist_.size(); ++i)
+      if ((seen += mask_hist_[i]) >= want) return double(i + 1) / 100.0;
+    return 0.0;
+  };
+  if (grammar_stats_.masks > 0) {
+    st.grammar.mask_ms_p50 = percentile(0.50);
+    st.grammar.mask_ms_p99 = percentile(0.99);
+  }
   st.running = int32_t(scheduler_.n_running());
   st.waiting = int32_t(scheduler_.n_waiting());
   return st;

@@ -13,14 +13,17 @@
 #include <vector>
 
 #include "core/kv/kv_cache.h"
+#include "core/sched/grammar.h"
 #include "core/sched/sampler.h"
 #include "core/sched/scheduler.h"
 #include "core/sched/step_plan.h"
 
 namespace tessera {
 
-enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
-const char* finish_reason_name(FinishReason r);  // "stop", "length", "cancelled", "error"
+// kGrammarDeadEnd: the request's grammar allowed no next token (its text so far is kept).
+enum class FinishReason { kNone, kStop, kLength, kCancelled, kError, kGrammarDeadEnd };
+// "stop", "length", "cancelled", "error", "grammar_dead_end"
+const char* finish_reason_name(FinishReason r);
 
 struct RequestMetrics {
   double ttft_ms = 0;   // submit -> first token
@@ -61,7 +64,20 @@ struct GenerationRequest {
   // the request finishes in that step with TokenEvent::embedding, its KV blocks freed at once.
   // Needs ModelRunner::embedding_dim() > 0 and a prompt within max_batch_tokens.
   bool embed = false;
+  // Structured output: every sampled token must be allowed by this grammar (its state before the
+  // first token; each choice works on its own fork). Its vocab_size() must be the model's.
+  std::shared_ptr<const Grammar> grammar;
   TokenCallback on_token;
+};
+
+// The grammar masks' host time (one mask per token sampled under a grammar).
+struct GrammarStats {
+  int64_t masks = 0;
+  int64_t dead_ends = 0;       // requests finished with FinishReason::kGrammarDeadEnd
+  double mask_ms_sum = 0;
+  double mask_ms_max = 0;
+  double mask_ms_p50 = 0;      // from a 10 us histogram up to 20 ms (beyond: counted as 20 ms)
+  double mask_ms_p99 = 0;
 };
 
 // Engine-wide counters and gauges (a snapshot): the scheduler's and the KV manager's own stats,
@@ -71,6 +87,7 @@ struct EngineStats {
   KvManagerStats kv;     // prefix lookups and hits, copy-on-write, swaps
   KvUsage kv_usage;
   ExecutorStats exec;    // the model's executor: executables built (recorded) and reused
+  GrammarStats grammar;  // structured output: mask time per token
   int64_t generated_tokens = 0;
   int64_t requests_finished = 0;  // choices finished (each of a request's n counts)
   int32_t running = 0;            // sequences holding blocks
@@ -149,6 +166,7 @@ class Engine {
   void emit_token(Active& a, Sequence& s, const SampleResult& r);
   void fork_choices(Active& parent, const float* logits);
   void sample_and_emit(RequestId seq_id, const float* logits);
+  void observe_mask_ms(double ms);
   void finish(Active& a, FinishReason reason, const std::string& error = {}, std::vector<float> embedding = {});
   bool check_stop(Active& a, std::string* text);
 
@@ -165,6 +183,9 @@ class Engine {
   StepPlan plan_;
   std::vector<float> logits_;
   Status swap_status_;  // reserving the swap space
+  std::vector<uint32_t> mask_;  // [mask_words(vocab)]: the grammar mask of the token being sampled
+  GrammarStats grammar_stats_;
+  std::vector<int64_t> mask_hist_;  // mask time in 10 us buckets, [2000]
 };
 
 }  // namespace tessera

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <unordered_map>
 
@@ -29,7 +30,8 @@ void log_softmax(std::vector<float>& x) {
 }
 }  // namespace
 
-SampleResult Sampler::sample(const float* logits_in, int32_t vocab, const std::vector<int32_t>& history) {
+SampleResult Sampler::sample(const float* logits_in, int32_t vocab, const std::vector<int32_t>& history,
+                             const uint32_t* allowed) {
   std::vector<float> logits(logits_in, logits_in + vocab);
   SampleResult out;
   // Log-probabilities as the model gives them (before penalties and temperature), for reporting.
@@ -47,11 +49,20 @@ SampleResult Sampler::sample(const float* logits_in, int32_t vocab, const std::v
       l -= p_.presence_penalty + p_.frequency_penalty * float(c);
     }
   }
-  if (p_.temperature <= 0.0f) {
+  // The grammar's mask: masked logits to -inf, and the candidates below skip them outright (a
+  // zero-probability candidate could still be picked by the draw's rounding).
+  if (allowed)
+    for (int32_t i = 0; i < vocab; ++i)
+      if (!mask_allows(allowed, i)) logits[size_t(i)] = -std::numeric_limits<float>::infinity();
+  if (p_.temperature <= 0.0f && !allowed) {
     out.token = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  } else if (p_.temperature <= 0.0f) {
+    for (int32_t i = 0; i < vocab; ++i)
+      if (mask_allows(allowed, i) && (out.token < 0 || logits[size_t(i)] > logits[size_t(out.token)])) out.token = i;
   } else {
     scratch_.clear();
-    for (int32_t i = 0; i < vocab; ++i) scratch_.push_back({logits[size_t(i)] / p_.temperature, i});
+    for (int32_t i = 0; i < vocab; ++i)
+      if (!allowed || mask_allows(allowed, i)) scratch_.push_back({logits[size_t(i)] / p_.temperature, i});
     auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
     size_t keep = scratch_.size();
     if (p_.top_k > 0 && size_t(p_.top_k) < keep) {

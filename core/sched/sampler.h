@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "core/sched/grammar.h"
 #include "core/status.h"
 
 namespace tessera {
@@ -44,8 +45,12 @@ struct SampleResult {
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
-  // |history|: the sequence's tokens so far (prompt + generated) for the penalties.
-  SampleResult sample(const float* logits, int32_t vocab, const std::vector<int32_t>& history);
+  // |history|: the sequence's tokens so far (prompt + generated) for the penalties. |allowed|:
+  // a token bitmask (core/sched/grammar.h) or null; a masked token's logit counts as -inf, so it
+  // is never drawn (the caller makes sure at least one token is allowed). Reported logprobs are
+  // the model's, before the mask.
+  SampleResult sample(const float* logits, int32_t vocab, const std::vector<int32_t>& history,
+                      const uint32_t* allowed = nullptr);
 
  private:
   SamplingParams p_;

@@ -1,9 +1,12 @@
 // `tessera run` (one prompt -> streamed completion) and `tessera chat` (interactive).
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "examples/cli/commands.h"
 #include "examples/cli/common.h"
+#include "grammar/compiler.h"
 
 namespace tessera::cli {
 
@@ -18,7 +21,38 @@ struct GenerateOptions {
   bool raw = false;      // no chat template
   bool stats = false;
   bool ids = false;      // the generated token ids to stderr (comparisons that text cannot carry)
+  // Structured output (at most one): any JSON object, a JSON Schema file, a GBNF/EBNF file, a regex.
+  bool json = false;
+  std::string json_schema_file, grammar_file, regex;
 };
+
+// The grammar |o| asks for (null when none), compiled for |model|'s vocabulary.
+Result<std::shared_ptr<const Grammar>> request_grammar(const Model& model, const GenerateOptions& o) {
+  GrammarSpec spec;
+  int asked = 0;
+  auto read = [](const std::string& path, std::string* out) -> Status {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) return InvalidArgument(path + ": cannot open");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    *out = ss.str();
+    return OkStatus();
+  };
+  if (o.json) ++asked, spec.kind = GrammarSpec::Kind::kJson;
+  if (!o.json_schema_file.empty()) {
+    ++asked, spec.kind = GrammarSpec::Kind::kJsonSchema;
+    TS_RETURN_IF_ERROR(read(o.json_schema_file, &spec.source));
+  }
+  if (!o.grammar_file.empty()) {
+    ++asked, spec.kind = GrammarSpec::Kind::kEbnf;
+    TS_RETURN_IF_ERROR(read(o.grammar_file, &spec.source));
+  }
+  if (!o.regex.empty()) ++asked, spec.kind = GrammarSpec::Kind::kRegex, spec.source = o.regex;
+  if (asked == 0) return std::shared_ptr<const Grammar>();
+  if (asked > 1) return InvalidArgument("--json, --json-schema, --grammar and --regex: give at most one");
+  TS_ASSIGN_OR_RETURN(auto compiler, GrammarCompiler::create(grammar_vocab(model.tokenizer(), model.vocab_size())));
+  return compiler->compile(spec);
+}
 
 // Streams one completion of |text| to stdout; returns the generated text.
 Result<std::string> generate(Model& model, KvCache& kv, const std::string& text, const GenerateOptions& o, bool stats) {
@@ -27,7 +61,9 @@ Result<std::string> generate(Model& model, KvCache& kv, const std::string& text,
   req.prompt = tok.encode(text, /*add_special=*/true, /*parse_special=*/true);
   req.sampling = o.sampling;
   req.max_tokens = o.max_tokens;
+  TS_ASSIGN_OR_RETURN(req.grammar, request_grammar(model, o));
   std::string out;
+  FinishReason finish = FinishReason::kNone;
   RequestMetrics metrics;
   std::string error;
   std::string ids;
@@ -38,6 +74,7 @@ Result<std::string> generate(Model& model, KvCache& kv, const std::string& text,
     out += ev.text;
     if (ev.metrics) metrics = *ev.metrics;
     if (ev.finish == FinishReason::kError) error = ev.error;
+    if (ev.finish != FinishReason::kNone) finish = ev.finish;
   };
   model.set_collect_expert_stats(stats);
   model.reset_expert_stats();
@@ -49,6 +86,7 @@ Result<std::string> generate(Model& model, KvCache& kv, const std::string& text,
   std::printf("\n");
   std::fflush(stdout);
   if (o.ids) std::fprintf(stderr, "ids: %s\n", ids.c_str());
+  if (finish == FinishReason::kGrammarDeadEnd) std::fprintf(stderr, "finish: grammar_dead_end (no token could continue)\n");
   if (stats) {
     const double prefill_tps = metrics.ttft_ms > 0 ? 1000.0 * metrics.prompt_tokens / metrics.ttft_ms : 0;
     const double decode_tps = metrics.tpot_ms > 0 ? 1000.0 / metrics.tpot_ms : 0;
@@ -57,6 +95,11 @@ Result<std::string> generate(Model& model, KvCache& kv, const std::string& text,
     const ExecutorStats es = engine.stats().exec;
     std::fprintf(stderr, "stats: executables built %lld, reused %lld (one per step shape bucket; a steady decode reuses)\n",
                  static_cast<long long>(es.built), static_cast<long long>(es.reused));
+    const GrammarStats gs = engine.stats().grammar;
+    if (gs.masks > 0)
+      std::fprintf(stderr, "stats: grammar masks %lld, %.3f ms mean, p50 %.2f ms, p99 %.2f ms, max %.3f ms per token (host)\n",
+                   static_cast<long long>(gs.masks), gs.mask_ms_sum / double(gs.masks), gs.mask_ms_p50, gs.mask_ms_p99,
+                   gs.mask_ms_max);
     if (model.config().is_moe()) std::fputs(expert_stats_table(model.expert_stats()).c_str(), stderr);
   }
   return out;
@@ -111,6 +154,12 @@ void add_generate_options(CLI::App* cmd, GenerateOptions* o) {
   add_sampling_options(cmd, &o->sampling);
   cmd->add_option("-n,--max-tokens", o->max_tokens, "tokens to generate at most")->capture_default_str();
   cmd->add_option("-s,--system", o->system, "system prompt");
+  cmd->add_flag("--json", o->json, "structured output: the reply is one JSON object");
+  cmd->add_option("--json-schema", o->json_schema_file, "structured output: the reply follows the JSON Schema in FILE")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--grammar", o->grammar_file, "structured output: the reply follows the GBNF/EBNF grammar in FILE (rule 'root')")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--regex", o->regex, "structured output: the reply matches this regular expression");
   cmd->add_flag("--stats", o->stats, "print prefill and decode speed (and, for MoE models, the expert load per layer) to stderr");
 }
 

@@ -29,14 +29,19 @@ class ChatTemplate {
   static Result<ChatTemplate> parse(std::string_view jinja_source);
 
   // Variables: messages (list of {role, content}), add_generation_prompt, bos_token, eos_token
-  // (empty unless given in |extra|), plus |extra| strings. raise_exception(msg) in the
-  // template returns InvalidArgument(msg); other evaluation errors name line:col.
+  // (empty unless given in |extra|), plus |extra| strings, and `tools` when |tools_json| is a
+  // JSON array (OpenAI's tools, as transformers passes them; absent: undefined). raise_exception(msg)
+  // in the template returns InvalidArgument(msg); other evaluation errors name line:col.
   Result<std::string> render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                             const std::map<std::string, std::string>& extra = {}) const;
+                             const std::map<std::string, std::string>& extra = {},
+                             std::string_view tools_json = {}) const;
+  // Whether the template reads a `tools` variable (so it has a tool section of its own).
+  bool uses_tools() const;
 
  private:
-  explicit ChatTemplate(std::shared_ptr<const jinja::Template> t) : tmpl_(std::move(t)) {}
+  ChatTemplate(std::shared_ptr<const jinja::Template> t, bool uses_tools) : tmpl_(std::move(t)), uses_tools_(uses_tools) {}
   std::shared_ptr<const jinja::Template> tmpl_;
+  bool uses_tools_ = false;
 };
 
 }  // namespace tessera

@@ -1,11 +1,14 @@
 // Evaluator: walks the statement tree with Jinja's scoping (a for loop has its own scope;
 // namespace() objects carry values out of it) and Python value semantics.
 #include <algorithm>
+#include <cctype>
 #include <limits>
 #include <unordered_map>
 
 #include "models/chat_template/chat_template.h"
 #include "models/chat_template/jinja.h"
+
+#include <nlohmann/json.hpp>
 
 namespace tessera {
 namespace jinja {
@@ -390,15 +393,53 @@ Result<Value> Renderer::eval_binary(const Expr& e) {
 }  // namespace
 }  // namespace jinja
 
+namespace {
+
+// The identifier |name| as a whole word anywhere in |src| (templates name `tools` only to read it).
+bool mentions(std::string_view src, std::string_view name) {
+  auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  for (size_t at = src.find(name); at != std::string_view::npos; at = src.find(name, at + 1))
+    if ((at == 0 || !ident(src[at - 1])) && (at + name.size() == src.size() || !ident(src[at + name.size()]))) return true;
+  return false;
+}
+
+jinja::Value from_json(const nlohmann::json& j) {
+  using jinja::Value;
+  switch (j.type()) {
+    case nlohmann::json::value_t::null: return Value::none();
+    case nlohmann::json::value_t::boolean: return Value::boolean(j.get<bool>());
+    case nlohmann::json::value_t::number_integer:
+    case nlohmann::json::value_t::number_unsigned: return Value::integer(j.get<int64_t>());
+    case nlohmann::json::value_t::number_float: return Value::number(j.get<double>());
+    case nlohmann::json::value_t::string: return Value::string(j.get<std::string>());
+    case nlohmann::json::value_t::array: {
+      jinja::List items;
+      for (const auto& v : j) items.push_back(from_json(v));
+      return Value::make_list(std::move(items));
+    }
+    case nlohmann::json::value_t::object: {
+      jinja::Dict items;
+      for (auto it = j.begin(); it != j.end(); ++it) items.emplace_back(it.key(), from_json(it.value()));
+      return Value::make_dict(std::move(items));
+    }
+    default: return Value::none();
+  }
+}
+
+}  // namespace
+
 Result<ChatTemplate> ChatTemplate::parse(std::string_view jinja_source) {
   TS_ASSIGN_OR_RETURN(auto tokens, jinja::lex(jinja_source));
   TS_ASSIGN_OR_RETURN(auto tmpl, jinja::parse_template(std::move(tokens)));
-  return ChatTemplate(std::shared_ptr<const jinja::Template>(std::move(tmpl)));
+  return ChatTemplate(std::shared_ptr<const jinja::Template>(std::move(tmpl)), mentions(jinja_source, "tools"));
 }
+
+bool ChatTemplate::uses_tools() const { return uses_tools_; }
 
 Result<std::string> ChatTemplate::render(const std::vector<ChatMessage>& messages,
                                          bool add_generation_prompt,
-                                         const std::map<std::string, std::string>& extra) const {
+                                         const std::map<std::string, std::string>& extra,
+                                         std::string_view tools_json) const {
   using jinja::Value;
   jinja::List list;
   for (const ChatMessage& m : messages)
@@ -409,6 +450,11 @@ Result<std::string> ChatTemplate::render(const std::vector<ChatMessage>& message
   globals["bos_token"] = Value::string("");
   globals["eos_token"] = Value::string("");
   for (const auto& [k, v] : extra) globals[k] = Value::string(v);
+  if (!tools_json.empty()) {
+    const nlohmann::json tools = nlohmann::json::parse(tools_json, nullptr, /*allow_exceptions=*/false);
+    if (tools.is_discarded() || !tools.is_array()) return InvalidArgument("chat template: tools must be a JSON array");
+    globals["tools"] = from_json(tools);
+  }
   jinja::Renderer renderer(std::move(globals));
   std::string out;
   TS_RETURN_IF_ERROR(renderer.exec_body(tmpl_->body, out));

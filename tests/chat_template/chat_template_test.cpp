@@ -353,3 +353,28 @@ TEST(ChatTemplate, ValuesPastTheSizeLimitsAreErrors) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// OpenAI's tools reach a template with a tool section as a `tools` list of dicts, as
+// transformers passes them (server/structured.cpp relies on uses_tools to choose this path).
+TEST(ChatTemplate, ToolsAreAListOfDictsForTemplatesThatReadThem) {
+  auto tmpl = ChatTemplate::parse(
+      "{% for t in tools %}[{{ t.function.name }}:{{ t.function.parameters.required | length }}:"
+      "{{ t.function.parameters.properties.n.maximum }}:{{ t.function.strict }}]{% endfor %}{{ messages[0].content }}");
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status().to_string();
+  EXPECT_TRUE(tmpl->uses_tools());
+  const std::string tools = R"([{"type": "function", "function": {"name": "f", "strict": true,
+      "parameters": {"type": "object", "properties": {"n": {"type": "integer", "maximum": 9}}, "required": ["n"]}}}])";
+  auto out = tmpl->render({{"user", "hi"}}, true, {}, tools);
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_EQ(*out, "[f:1:9:True]hi");
+  EXPECT_EQ(tmpl->render({{"user", "hi"}}, true, {}, "{not json").status().code(), StatusCode::kInvalidArgument);
+  auto plain = ChatTemplate::parse("{{ messages[0].content }}{# toolset, my_tools #}");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->uses_tools()) << "only the identifier itself counts";
+}
+
+}  // namespace
+}  // namespace tessera

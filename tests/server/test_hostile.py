@@ -460,8 +460,11 @@ class Smaller(unittest.TestCase):
         status, _, r = chat([{"role": "user", "content": "hi"},
                              {"role": "assistant", "content": None, "tool_calls": [{"id": "1", "type": "function",
                                                                                       "function": {"name": "f", "arguments": "{}"}}]}])
+        self.assertEqual(status, 200, r)  # an earlier tool call in the history (docs/structured-output.md)
+        status, _, r = chat([{"role": "user", "content": "hi"},
+                             {"role": "assistant", "content": None, "tool_calls": {"name": "f"}}])
         self.assertEqual((status, r["error"]["param"]), (400, "messages[1].tool_calls"))
-        self.assertIn("tool calls are not supported", r["error"]["message"])
+        self.assertIn("must be an array", r["error"]["message"])
         status, _, r = chat([{"role": "system", "content": "be brief"}, {"role": "user", "content": [{"type": "text", "text": "hi"}]}])
         self.assertEqual(status, 200, r)
 

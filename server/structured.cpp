@@ -1,0 +1,230 @@
+#include "server/structured.h"
+
+#include "models/chat_template/chat_template.h"
+#include "server/errors.h"
+
+namespace tessera::server {
+
+using nlohmann::json;
+
+namespace {
+
+// The JSON Schema of a call of |tool|: {"name": <its name>, "arguments": <its parameters>}.
+json call_schema(const ToolSpec& tool) {
+  return {{"type", "object"},
+          {"properties", {{"name", {{"type", "string"}, {"enum", json::array({tool.name})}}}, {"arguments", tool.parameters}}},
+          {"required", json::array({"name", "arguments"})},
+          {"additionalProperties", false}};
+}
+
+std::string tools_prompt(const std::vector<ToolSpec>& tools, const std::string& choice) {
+  std::string s = "You can call these functions:\n";
+  for (const ToolSpec& t : tools) {
+    json f = {{"name", t.name}, {"parameters", t.parameters}};
+    if (!t.description.empty()) f["description"] = t.description;
+    s += dump(f) + "\n";
+  }
+  s += "To call a function, reply with only a JSON object: {\"name\": <function name>, \"arguments\": <an object of its "
+       "parameters>}.";
+  if (choice == "auto") s += " Otherwise reply with text.";
+  return s;
+}
+
+std::optional<ApiError> read_schema(const json& v, const char* param, GrammarSpec* spec) {
+  if (v.is_string()) {
+    const json parsed = json::parse(v.get<std::string>(), nullptr, false);
+    if (parsed.is_discarded()) return ApiError{400, std::string("'") + param + "' is not valid JSON", param, "invalid_schema"};
+    spec->source = parsed.dump();
+  } else if (v.is_object() || v.is_boolean()) {
+    spec->source = v.dump();
+  } else {
+    return ApiError{400, std::string("'") + param + "' must be a JSON Schema object", param, "invalid_schema"};
+  }
+  spec->kind = GrammarSpec::Kind::kJsonSchema;
+  return std::nullopt;
+}
+
+// response_format: text, json_object or json_schema. |asked| is set when it constrains.
+std::optional<ApiError> read_response_format(const json& body, GrammarSpec* spec, std::string* param, bool* asked) {
+  auto it = body.find("response_format");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  const json& rf = *it;
+  if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
+    return ApiError{400, "'response_format' must be an object with a string 'type'", "response_format"};
+  const std::string type = rf["type"].get<std::string>();
+  *param = "response_format";
+  if (type == "text") return std::nullopt;
+  if (type == "json_object") {
+    spec->kind = GrammarSpec::Kind::kJson;
+    *asked = true;
+    return std::nullopt;
+  }
+  if (type != "json_schema")
+    return ApiError{400, "'response_format.type' is '" + type + "'; expected text, json_object or json_schema", "response_format.type"};
+  const json& js = rf.contains("json_schema") ? rf["json_schema"] : json();
+  if (!js.is_object() || !js.contains("schema"))
+    return ApiError{400, "'response_format.json_schema' must be an object with a 'schema'", "response_format.json_schema"};
+  if (auto e = read_schema(js["schema"], "response_format.json_schema.schema", spec)) return e;
+  spec->strict = js.contains("strict") && js["strict"].is_boolean() && js["strict"].get<bool>();
+  *param = "response_format.json_schema.schema";
+  *asked = true;
+  return std::nullopt;
+}
+
+// Tessera's extension, in vLLM's names: structured_outputs {json | regex | grammar | json_object}.
+std::optional<ApiError> read_structured_outputs(const json& body, GrammarSpec* spec, std::string* param, bool* asked) {
+  auto it = body.find("structured_outputs");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_object()) return ApiError{400, "'structured_outputs' must be an object", "structured_outputs"};
+  int n = 0;
+  for (const char* key : {"json", "regex", "grammar", "json_object"})
+    if (it->contains(key) && !(*it)[key].is_null()) ++n;
+  if (n != 1)
+    return ApiError{400, "'structured_outputs' must hold exactly one of json, regex, grammar, json_object", "structured_outputs"};
+  *asked = true;
+  if (it->contains("json") && !(*it)["json"].is_null()) {
+    *param = "structured_outputs.json";
+    spec->strict = true;
+    return read_schema((*it)["json"], "structured_outputs.json", spec);
+  }
+  if (it->contains("json_object")) {
+    *param = "structured_outputs.json_object";
+    spec->kind = GrammarSpec::Kind::kJson;
+    return std::nullopt;
+  }
+  const bool regex = it->contains("regex") && !(*it)["regex"].is_null();
+  *param = regex ? "structured_outputs.regex" : "structured_outputs.grammar";
+  const json& v = (*it)[regex ? "regex" : "grammar"];
+  if (!v.is_string()) return ApiError{400, "'" + *param + "' must be a string", *param};
+  spec->kind = regex ? GrammarSpec::Kind::kRegex : GrammarSpec::Kind::kEbnf;
+  spec->source = v.get<std::string>();
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ApiError> prepare_tools(const Model& model, const json& body, json* messages, ParsedRequest* out) {
+  auto it = body.find("tools");
+  if (it == body.end() || it->is_null()) {
+    if (body.contains("tool_choice") && !body["tool_choice"].is_null() && body["tool_choice"] != "none")
+      return ApiError{400, "'tool_choice' needs 'tools'", "tool_choice"};
+    return std::nullopt;
+  }
+  if (!it->is_array() || it->empty()) return ApiError{400, "'tools' must be a non-empty array", "tools"};
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& t = (*it)[i];
+    const std::string where = "tools[" + std::to_string(i) + "]";
+    if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object())
+      return ApiError{400, "'" + where + "' must be {\"type\": \"function\", \"function\": {...}}", where};
+    const json& f = t["function"];
+    if (!f.contains("name") || !f["name"].is_string() || f["name"].get<std::string>().empty())
+      return ApiError{400, "'" + where + ".function.name' must be a non-empty string", where + ".function.name"};
+    ToolSpec spec;
+    spec.name = f["name"].get<std::string>();
+    if (f.contains("description") && f["description"].is_string()) spec.description = f["description"].get<std::string>();
+    spec.parameters = f.contains("parameters") && !f["parameters"].is_null() ? f["parameters"] : json{{"type", "object"}};
+    if (!spec.parameters.is_object())
+      return ApiError{400, "'" + where + ".function.parameters' must be a JSON Schema object", where + ".function.parameters"};
+    out->tools.push_back(std::move(spec));
+  }
+  std::string choice = "auto";
+  if (auto c = body.find("tool_choice"); c != body.end() && !c->is_null()) {
+    if (c->is_string()) {
+      choice = c->get<std::string>();
+      if (choice != "none" && choice != "auto" && choice != "required")
+        return ApiError{400, "'tool_choice' is '" + choice + "'; expected none, auto, required or a named function", "tool_choice"};
+    } else if (c->is_object() && c->value("type", "") == "function" && c->contains("function") && (*c)["function"].is_object() &&
+               (*c)["function"].contains("name") && (*c)["function"]["name"].is_string()) {
+      const std::string name = (*c)["function"]["name"].get<std::string>();
+      bool found = false;
+      for (const ToolSpec& t : out->tools) found |= t.name == name;
+      if (!found) return ApiError{400, "'tool_choice' names the function '" + name + "', which 'tools' does not offer", "tool_choice"};
+      choice = "named";
+      out->tool_named = name;
+    } else {
+      return ApiError{400, "'tool_choice' must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                      "tool_choice"};
+    }
+  }
+  if (choice == "none") {
+    out->tools.clear();
+    return std::nullopt;
+  }
+  out->tool_choice = choice;
+  if (!model.chat_template().empty()) {
+    auto tpl = ChatTemplate::parse(model.chat_template());
+    if (tpl.ok() && tpl->uses_tools()) {
+      out->tools_json = (*it).dump();
+      return std::nullopt;
+    }
+  }
+  // The tools go first, in a system turn of their own; a client's system turn follows.
+  json sys = {{"role", "system"}, {"content", tools_prompt(out->tools, choice)}};
+  if (messages->is_array()) messages->insert(messages->begin(), sys);
+  return std::nullopt;
+}
+
+std::optional<ApiError> prepare_grammar(ServerContext& ctx, const json& body, ParsedRequest* out) {
+  GrammarSpec spec;
+  std::string param;
+  bool asked = false;
+  if (auto e = read_response_format(body, &spec, &param, &asked)) return e;
+  bool asked_ext = false;
+  GrammarSpec ext;
+  std::string ext_param;
+  if (auto e = read_structured_outputs(body, &ext, &ext_param, &asked_ext)) return e;
+  if (asked && asked_ext)
+    return ApiError{400, "'response_format' and 'structured_outputs' both constrain the output: give one", "structured_outputs"};
+  if (asked_ext) spec = ext, param = ext_param, asked = true;
+  const bool forced_tool = out->tool_choice == "required" || out->tool_choice == "named";
+  if (forced_tool && asked)
+    return ApiError{400, "'tool_choice' " + out->tool_choice + " and '" + param + "' both constrain the output: give one", param};
+  if (forced_tool) {
+    json schema;
+    if (out->tool_choice == "named") {
+      for (const ToolSpec& t : out->tools)
+        if (t.name == out->tool_named) schema = call_schema(t);
+    } else {
+      json any = json::array();
+      for (const ToolSpec& t : out->tools) any.push_back(call_schema(t));
+      schema = any.size() == 1 ? any[0] : json{{"anyOf", any}};
+    }
+    spec.kind = GrammarSpec::Kind::kJsonSchema;
+    spec.source = schema.dump();
+    spec.strict = true;
+    param = "tools";
+    asked = true;
+  }
+  if (!asked) return std::nullopt;
+  if (!ctx.grammars)
+    return ApiError{400, ctx.grammar_why.empty() ? "structured output is unavailable: this server has no grammar compiler" : ctx.grammar_why,
+                    param, "structured_output_unavailable"};
+  auto g = ctx.grammars->compile(spec);
+  if (!g.ok()) return ApiError{400, "'" + param + "': " + g.status().message(), param, "invalid_grammar"};
+  out->gen.grammar = std::move(g).value();
+  return std::nullopt;
+}
+
+json parse_tool_calls(const ParsedRequest& req, const std::string& text, const std::string& id_prefix) {
+  if (req.tools.empty()) return nullptr;
+  // Hermes-style templates (Qwen 2.5, many others) wrap a call in <tool_call> tags.
+  std::string body = text;
+  const size_t open = body.find("<tool_call>");
+  if (open != std::string::npos) {
+    const size_t close = body.find("</tool_call>", open);
+    body = body.substr(open + 11, close == std::string::npos ? std::string::npos : close - open - 11);
+  }
+  const json v = json::parse(body, nullptr, false);
+  if (v.is_discarded() || !v.is_object() || !v.contains("name") || !v["name"].is_string() || !v.contains("arguments"))
+    return nullptr;
+  const std::string name = v["name"].get<std::string>();
+  bool offered = false;
+  for (const ToolSpec& t : req.tools) offered |= t.name == name;
+  if (!offered) return nullptr;
+  const json& args = v["arguments"];
+  json call = {{"id", id_prefix + "0"}, {"type", "function"},
+               {"function", {{"name", name}, {"arguments", args.is_string() ? args.get<std::string>() : dump(args)}}}};
+  return json::array({call});
+}
+
+}  // namespace tessera::server

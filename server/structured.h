@@ -1,0 +1,34 @@
+// Structured output on the OpenAI routes: response_format (json_object, json_schema with
+// strict), Tessera's structured_outputs extension (json / regex / grammar, as vLLM names them),
+// and tools with tool_choice. Requests become a Grammar (grammar/compiler.h) on the engine
+// request; tool-call replies are parsed back into OpenAI's tool_calls. No I/O; any thread.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "server/context.h"
+#include "server/request.h"
+
+namespace tessera::server {
+
+// Chat only, before the messages are rendered: reads tools and tool_choice. When tools are in
+// play, a template with a tool section of its own gets them as its `tools` variable
+// (out->tools_json); any other (SmolLM2's, most small models') gets a system turn in |messages|
+// that describes them and the reply format (a JSON object {"name": ..., "arguments": {...}}).
+std::optional<ApiError> prepare_tools(const Model& model, const nlohmann::json& body, nlohmann::json* messages,
+                                      ParsedRequest* out);
+
+// After prepare_tools: response_format / structured_outputs, or the grammar that tool_choice
+// "required" or a named function implies, compiled into out->gen.grammar. Without XGrammar in
+// the build any of them is a 400 that says why; an invalid schema, grammar or regex is a 400
+// naming XGrammar's error.
+std::optional<ApiError> prepare_grammar(ServerContext& ctx, const nlohmann::json& body, ParsedRequest* out);
+
+// A reply of a request with tools, as OpenAI's tool_calls (null when the text is not a call of
+// one of the offered functions: the reply is then ordinary content). |id_prefix| names the calls.
+nlohmann::json parse_tool_calls(const ParsedRequest& req, const std::string& text, const std::string& id_prefix);
+
+}  // namespace tessera::server
