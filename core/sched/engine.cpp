@@ -1,4 +1,5 @@
 #include "core/sched/engine.h"
+#include "core/sched/engine_active.h"
 
 #include <algorithm>
 #include <ctime>
@@ -26,17 +27,6 @@ const char* finish_reason_name(FinishReason r) {
   return "unknown";
 }
 
-struct Engine::Active {
-  RequestId id;          // the sequence
-  RequestId request;     // the user's request (== id for choice 0)
-  int index = 0;         // choice index
-  int forks_pending = 0; // choices still to fork from this one at its first sample
-  GenerationRequest req;
-  std::unique_ptr<Sampler> sampler;
-  Clock::time_point submitted, first_token, last_token;
-  RequestMetrics metrics;
-  std::string pending_bytes;  // bytes not yet emitted: partial UTF-8 or a possible stop prefix
-};
 
 Engine::Engine(ModelRunner& model, KvCache& kv, TextCodec codec, EngineConfig cfg)
     : model_(model), kv_(kv), codec_(std::move(codec)), cfg_(cfg), scheduler_([&] {
@@ -124,6 +114,7 @@ Status Engine::submit_as(RequestId id, GenerationRequest req) {
 }
 
 Status Engine::step() {
+  propose_drafts();
   const auto scheduled = scheduler_.plan(&plan_);
   // Swaps first, even in a step that schedules nothing: a swapped-out block may be reused at once.
   // Each list is one batched device copy, queued before the step's compute (stream order).
@@ -157,8 +148,16 @@ Status Engine::step() {
   scheduler_.commit(scheduled);
   const size_t vocab = size_t(model_.vocab_size());
   size_t row = 0;
-  for (size_t i = 0; i < scheduled.size(); ++i)
-    if (scheduled[i].samples) sample_and_emit(ids[i], logits_.data() + row++ * vocab);
+  bool drafted = false;
+  for (size_t i = 0; i < scheduled.size(); ++i) {
+    if (!scheduled[i].samples) continue;
+    const int32_t d = scheduled[i].n_draft;
+    if (d > 0) verify_and_emit(ids[i], logits_.data() + row * vocab, d);
+    else sample_and_emit(ids[i], logits_.data() + row * vocab);
+    row += size_t(1 + d);
+    drafted = drafted || d > 0;
+  }
+  if (drafted) ++spec_.steps;
   // The pooled embeddings follow the logits rows (ModelRunner::forward), in plan order.
   const size_t dim = size_t(std::max(0, model_.embedding_dim()));
   const float* pooled = logits_.data() + row * vocab;
@@ -218,7 +217,7 @@ void Engine::fork_choices(Active& parent, const float* logits) {
   }
 }
 
-void Engine::emit_token(Active& a, Sequence& s, const SampleResult& r) {
+bool Engine::emit_token(Active& a, Sequence& s, const SampleResult& r) {
   const auto now = Clock::now();
   const bool first = a.metrics.generated_tokens == 0;
   if (first) {
@@ -240,9 +239,15 @@ void Engine::emit_token(Active& a, Sequence& s, const SampleResult& r) {
   const bool stopped = check_stop(a, &text);
   TokenEvent ev{a.request, a.index, r.token, std::move(text), r.logprob, r.top};
   if (a.req.on_token) a.req.on_token(ev);
-  if (eog || stopped) return finish(a, FinishReason::kStop);
-  if (a.metrics.generated_tokens >= a.req.max_tokens || int32_t(s.tokens.size()) >= model_.context_length())
-    return finish(a, FinishReason::kLength);
+  if (eog || stopped) {
+    finish(a, FinishReason::kStop);
+    return false;
+  }
+  if (a.metrics.generated_tokens >= a.req.max_tokens || int32_t(s.tokens.size()) >= model_.context_length()) {
+    finish(a, FinishReason::kLength);
+    return false;
+  }
+  return true;
 }
 
 namespace {
@@ -296,6 +301,7 @@ void Engine::finish(Active& a, FinishReason reason, const std::string& error, st
   const RequestId id = a.id;
   auto cb = a.req.on_token;
   scheduler_.finish(id);
+  if (cfg_.spec.proposer) cfg_.spec.proposer->release(id);
   ++requests_finished_;
   if (cb) cb(ev);
   // Choices never forked (the request ended before its prompt was computed) finish too, so
@@ -326,6 +332,7 @@ EngineStats Engine::stats() const {
   st.kv = scheduler_.kv().stats();
   st.kv_usage = scheduler_.kv().usage();
   st.exec = model_.executor_stats();
+  st.spec = spec_;
   st.generated_tokens = generated_tokens_;
   st.requests_finished = requests_finished_;
   st.running = int32_t(scheduler_.n_running());
