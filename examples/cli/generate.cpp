@@ -4,6 +4,7 @@
 
 #include "examples/cli/commands.h"
 #include "examples/cli/common.h"
+#include "examples/cli/spec_options.h"
 
 namespace tessera::cli {
 
@@ -18,6 +19,7 @@ struct GenerateOptions {
   bool raw = false;      // no chat template
   bool stats = false;
   bool ids = false;      // the generated token ids to stderr (comparisons that text cannot carry)
+  SpecOptions spec;
 };
 
 // Streams one completion of |text| to stdout; returns the generated text.
@@ -41,7 +43,9 @@ Result<std::string> generate(Model& model, KvCache& kv, const std::string& text,
   };
   model.set_collect_expert_stats(stats);
   model.reset_expert_stats();
-  Engine engine(model, kv, model.codec());
+  EngineConfig ec;
+  TS_ASSIGN_OR_RETURN(ec.spec, spec_config(o.spec));
+  Engine engine(model, kv, model.codec(), ec);
   TS_ASSIGN_OR_RETURN(RequestId id, engine.submit(std::move(req)));
   (void)id;
   TS_RETURN_IF_ERROR(engine.run_until_idle());
@@ -57,6 +61,13 @@ Result<std::string> generate(Model& model, KvCache& kv, const std::string& text,
     const ExecutorStats es = engine.stats().exec;
     std::fprintf(stderr, "stats: executables built %lld, reused %lld (one per step shape bucket; a steady decode reuses)\n",
                  static_cast<long long>(es.built), static_cast<long long>(es.reused));
+    const SpecStats sp = engine.stats().spec;
+    if (ec.spec.proposer)
+      std::fprintf(stderr, "stats: speculative (%s, k %d): %lld steps with drafts, %lld drafted, %lld accepted (%.1f%%), %.2f accepted per "
+                   "verification; steps off: %lld batch, %lld cost\n",
+                   ec.spec.proposer->name(), ec.spec.k, static_cast<long long>(sp.steps), static_cast<long long>(sp.drafted),
+                   static_cast<long long>(sp.accepted), 100.0 * sp.acceptance_rate(), sp.mean_accepted(),
+                   static_cast<long long>(sp.steps_off_batch), static_cast<long long>(sp.steps_off_cost));
     if (model.config().is_moe()) std::fputs(expert_stats_table(model.expert_stats()).c_str(), stderr);
   }
   return out;
@@ -111,7 +122,9 @@ void add_generate_options(CLI::App* cmd, GenerateOptions* o) {
   add_sampling_options(cmd, &o->sampling);
   cmd->add_option("-n,--max-tokens", o->max_tokens, "tokens to generate at most")->capture_default_str();
   cmd->add_option("-s,--system", o->system, "system prompt");
-  cmd->add_flag("--stats", o->stats, "print prefill and decode speed (and, for MoE models, the expert load per layer) to stderr");
+  cmd->add_flag("--stats", o->stats, "print prefill and decode speed (and, for MoE models, the expert load per layer; with "
+                "--spec, the drafts' acceptance) to stderr");
+  add_spec_options(cmd, &o->spec);
 }
 
 }  // namespace
