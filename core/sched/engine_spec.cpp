@@ -10,6 +10,10 @@
 
 namespace tessera {
 
+namespace {
+constexpr int64_t kSpecGateWarmup = 16;  // steps with drafts before the cost gate may turn them off
+}  // namespace
+
 void Engine::propose_drafts() {
   const std::vector<Sequence*> seqs = scheduler_.decoding();
   for (Sequence* s : seqs) {
@@ -38,7 +42,9 @@ void Engine::propose_drafts() {
     return;
   }
   sc.proposer->propose(batch);
-  if (sc.cost_gate && !drafts_pay(seqs, batch)) {
+  // The gate trusts the fit only once it has seen steps with drafts: until then decodes are all
+  // one token wide and the fit cannot tell the per-token cost from the fixed one.
+  if (sc.cost_gate && spec_.steps >= kSpecGateWarmup && !drafts_pay(seqs, batch)) {
     if (++spec_gated_in_row_ < std::max(1, sc.probe_every)) {
       ++spec_.steps_off_cost;
       return;
