@@ -1,8 +1,9 @@
 #include "core/sched/engine.h"
-#include "core/sched/engine_active.h"
 
 #include <algorithm>
 #include <ctime>
+
+#include "core/sched/engine_active.h"
 
 namespace tessera {
 
@@ -26,7 +27,6 @@ const char* finish_reason_name(FinishReason r) {
   }
   return "unknown";
 }
-
 
 Engine::Engine(ModelRunner& model, KvCache& kv, TextCodec codec, EngineConfig cfg)
     : model_(model), kv_(kv), codec_(std::move(codec)), cfg_(cfg), scheduler_([&] {
