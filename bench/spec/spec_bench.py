@@ -34,6 +34,7 @@ TASKS = [
     "Rewrite this Python code with type hints and a docstring for each function. Keep everything else the same.",
     "Add a comment above every line of this Python code. Keep the code itself unchanged.",
     "Rewrite this Python code so that `top_words` takes `min_count` as well. Keep everything else the same.",
+    "Repeat this Python code exactly as it is.",
 ]
 
 
@@ -78,7 +79,7 @@ def metrics(url):
 
 def run(args, url, concurrency):
     bodies = [{
-        "messages": [{"role": "user", "content": TASKS[i % len(TASKS)] + "\n\n```python\n" + CODE + "```"}],
+        "messages": [{"role": "user", "content": TASKS[args.task if args.task >= 0 else i % (len(TASKS) - 1)] + "\n\n```python\n" + CODE + "```"}],
         "max_tokens": args.max_tokens, "ignore_eos": True, "temperature": args.temp, "seed": 1 + i,
     } for i in range(concurrency * args.rounds)]
     post(url, dict(bodies[0], max_tokens=8))  # warm-up
@@ -114,6 +115,7 @@ def main():
     ap.add_argument("--temp", type=float, default=0.0)
     ap.add_argument("--rounds", type=int, default=1, help="requests per client")
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
+    ap.add_argument("--task", type=int, default=-1, help="the task of every request (index into TASKS; -1: the rewrites in turn)")
     ap.add_argument("--spec-args", default="", help="more server flags with --spec, e.g. --spec-no-cost-gate")
     args = ap.parse_args()
     results = {}
