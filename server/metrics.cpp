@@ -62,6 +62,9 @@ void write_vllm_metrics(std::ostringstream& o, ServerContext& ctx, const EngineS
   metric("vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in prompt tokens taken from the cache.", double(s.sched.cached_tokens));
   metric("vllm:num_preemptions_total", "counter", "Sequences preempted for KV space.", double(s.sched.preemptions));
   metric("vllm:generation_tokens_total", "counter", "Tokens generated.", double(s.generated_tokens));
+  metric("vllm:spec_decode_num_drafts_total", "counter", "Speculative drafts verified.", double(s.spec.verifications));
+  metric("vllm:spec_decode_num_draft_tokens_total", "counter", "Draft tokens verified.", double(s.spec.drafted));
+  metric("vllm:spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.", double(s.spec.accepted));
   std::lock_guard<std::mutex> lock(ctx.mu);
   metric("vllm:prompt_tokens_total", "counter", "Prompt tokens of finished requests.", double(ctx.prompt_tokens));
   write_histogram(o, "vllm:time_to_first_token_seconds", "Time to first token: submit to first token.", labels, ctx.ttft_hist);
@@ -108,6 +111,15 @@ std::string prometheus(ServerContext& ctx) {
   metric("tessera_prompt_tokens_cached_total", "counter", "Prompt tokens served from the prefix cache.", double(s.sched.cached_tokens));
   metric("tessera_prefix_cache_hit_rate", "gauge", "Cached over admitted prompt tokens.", s.prefix_hit_rate());
   metric("tessera_generation_tokens_total", "counter", "Tokens generated.", double(s.generated_tokens));
+  metric("tessera_spec_steps_total", "counter", "Engine steps that verified speculative drafts.", double(s.spec.steps));
+  metric("tessera_spec_steps_off_batch_total", "counter", "Steps whose decodes did not speculate: too many of them.",
+         double(s.spec.steps_off_batch));
+  metric("tessera_spec_steps_off_cost_total", "counter", "Steps whose decodes did not speculate: the step cost model said it would not pay.",
+         double(s.spec.steps_off_cost));
+  metric("tessera_spec_draft_tokens_total", "counter", "Draft tokens scored by the target.", double(s.spec.drafted));
+  metric("tessera_spec_accepted_tokens_total", "counter", "Draft tokens accepted.", double(s.spec.accepted));
+  metric("tessera_spec_acceptance_rate", "gauge", "Accepted over drafted tokens.", s.spec.acceptance_rate());
+  metric("tessera_spec_mean_accepted_length", "gauge", "Accepted draft tokens per verification.", s.spec.mean_accepted());
   metric("tessera_step_tokens", "gauge", "Tokens in the latest engine step.", s.sched.step.last_step_tokens);
   metric("tessera_step_prefill_tokens", "gauge", "Prefill chunk tokens in the latest engine step.", s.sched.step.last_prefill_tokens);
   metric("tessera_step_seconds", "gauge", "Measured time of the latest engine step.", s.sched.step.last_step_ms / 1e3);

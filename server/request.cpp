@@ -171,6 +171,10 @@ std::optional<ApiError> parse_request(ServerContext& ctx, const std::string& raw
   if (auto e = read_field(body, "ignore_eos", "a boolean", &out->gen.ignore_eos)) return e;
   // Another: higher runs first and is preempted last.
   if (auto e = read_field(body, "priority", "an integer", &out->gen.priority)) return e;
+  // Another: speculative decoding's draft tokens per step for this request (0: off; absent: the
+  // server's --spec-k, when it runs with --spec).
+  if (auto e = read_field(body, "spec_k", "an integer", &out->gen.spec_k)) return e;
+  if (auto e = range_error("spec_k", out->gen.spec_k >= -1 && out->gen.spec_k <= 32, "must be in [0, 32]")) return e;
   if (auto e = parse_sampling(body, out)) return e;
   if (out->chat) {
     if (!body.contains("messages")) return ApiError{400, "'messages' is required", "messages"};

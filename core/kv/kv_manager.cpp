@@ -88,6 +88,18 @@ void KvManager::commit(SeqId id, std::span<const int32_t> tokens, int32_t n_comp
   }
 }
 
+void KvManager::truncate(SeqId id, int32_t n_tokens) {
+  auto it = tables_.find(id);
+  if (it == tables_.end()) return;
+  Table& t = it->second;
+  const size_t keep = size_t((std::max(n_tokens, 0) + cfg_.block_size - 1) / cfg_.block_size);
+  assert(keep >= t.hashes.size());
+  while (t.blocks.size() > keep) {
+    pool_.release(t.blocks.back());
+    t.blocks.pop_back();
+  }
+}
+
 void KvManager::fork(SeqId parent, SeqId child) {
   assert(parent != child && !tables_.count(child));
   const Table& p = tables_[parent];

@@ -83,6 +83,12 @@ class KvManager {
   // A step computed |id|'s tokens up to |n_computed| (of |tokens|): its blocks that became full
   // are registered in the prefix cache under their hash chain.
   void commit(SeqId id, std::span<const int32_t> tokens, int32_t n_computed);
+  // Speculative decoding: |id| keeps only the blocks that cover its first |n_tokens| tokens; the
+  // blocks beyond (which held rejected draft positions) go back to the pool. Positions past its
+  // computed tokens were never registered (commit registers only computed full blocks), so no
+  // rejected draft is hashed into the prefix cache or reported as a KV event. O(blocks released):
+  // at most ceil(k / block_size) + 1 for a draft of k tokens, nothing copied or rehashed.
+  void truncate(SeqId id, int32_t n_tokens);
   // |child| (unknown so far) shares every block of |parent| (each retained once more), its
   // registered hashes and its computed tokens. The first write into a shared partial block
   // copies it (allocate).

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <ctime>
 
+#include "core/sched/engine_active.h"
+
 namespace tessera {
 
 using Clock = std::chrono::steady_clock;
@@ -27,19 +29,6 @@ const char* finish_reason_name(FinishReason r) {
   }
   return "unknown";
 }
-
-struct Engine::Active {
-  RequestId id;          // the sequence
-  RequestId request;     // the user's request (== id for choice 0)
-  int index = 0;         // choice index
-  int forks_pending = 0; // choices still to fork from this one at its first sample
-  GenerationRequest req;
-  std::unique_ptr<Sampler> sampler;
-  std::unique_ptr<Grammar> grammar;  // this choice's matcher (a fork of req.grammar), or null
-  Clock::time_point submitted, first_token, last_token;
-  RequestMetrics metrics;
-  std::string pending_bytes;  // bytes not yet emitted: partial UTF-8 or a possible stop prefix
-};
 
 Engine::Engine(ModelRunner& model, KvCache& kv, TextCodec codec, EngineConfig cfg)
     : model_(model), kv_(kv), codec_(std::move(codec)), cfg_(cfg), scheduler_([&] {
@@ -131,6 +120,7 @@ Status Engine::submit_as(RequestId id, GenerationRequest req) {
 }
 
 Status Engine::step() {
+  propose_drafts();
   const auto scheduled = scheduler_.plan(&plan_);
   // Swaps first, even in a step that schedules nothing: a swapped-out block may be reused at once.
   // Each list is one batched device copy, queued before the step's compute (stream order).
@@ -155,9 +145,14 @@ Status Engine::step() {
   Status s = swapped;
   if (s.ok()) s = kv_.copy_blocks(plan_.block_copies);
   // The step is queued whole (inputs, compute, the logits' copy to host memory) before the host
-  // waits for it: host work that does not need this step's logits belongs between the two.
+  // waits for it: host work that does not need this step's logits belongs between the two. The
+  // grammar masks of the rows it samples depend only on the tokens accepted so far.
   if (s.ok()) s = model_.submit(plan_, kv_);
-  if (s.ok()) s = model_.collect(&logits_);
+  if (s.ok()) {
+    for (size_t i = 0; i < scheduled.size(); ++i)
+      if (scheduled[i].samples && scheduled[i].n_draft == 0) prepare_mask(ids[i]);
+    s = model_.collect(&logits_);
+  }
   if (!s.ok()) {
     // A failed step fails the requests in it (the error names why), never silently.
     for (RequestId id : ids)
@@ -167,8 +162,16 @@ Status Engine::step() {
   scheduler_.commit(scheduled);
   const size_t vocab = size_t(model_.vocab_size());
   size_t row = 0;
-  for (size_t i = 0; i < scheduled.size(); ++i)
-    if (scheduled[i].samples) sample_and_emit(ids[i], logits_.data() + row++ * vocab);
+  bool drafted = false;
+  for (size_t i = 0; i < scheduled.size(); ++i) {
+    if (!scheduled[i].samples) continue;
+    const int32_t d = scheduled[i].n_draft;
+    if (d > 0) verify_and_emit(ids[i], logits_.data() + row * vocab, d);
+    else sample_and_emit(ids[i], logits_.data() + row * vocab);
+    row += size_t(1 + d);
+    drafted = drafted || d > 0;
+  }
+  if (drafted) ++spec_.steps;
   // The pooled embeddings follow the logits rows (ModelRunner::forward), in plan order.
   const size_t dim = size_t(std::max(0, model_.embedding_dim()));
   const float* pooled = logits_.data() + row * vocab;
@@ -199,23 +202,30 @@ void Engine::sample_and_emit(RequestId seq_id, const float* logits) {
   Sequence* seq = scheduler_.find(seq_id);
   const uint32_t* mask = nullptr;
   if (a.grammar) {
-    // NOTE: computed here, after the step's logits: the HAL waits for each step, so there is no
-    // device work yet for the mask to overlap with.
-    mask_.resize(size_t(mask_words(model_.vocab_size())));
-    const auto t0 = Clock::now();
-    const int32_t n_allowed = a.grammar->fill_mask(mask_.data());
-    observe_mask_ms(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    prepare_mask(seq_id);  // normally filled while the device ran the step; a new fork's is not
+    const int32_t n_allowed = a.mask_allowed;
+    a.mask_allowed = -1;  // used now: the next token needs the grammar's next state
     if (n_allowed == 0) {
       ++grammar_stats_.dead_ends;
       return finish(a, FinishReason::kGrammarDeadEnd, "the grammar allows no next token after " +
                                                            std::to_string(a.metrics.generated_tokens) + " generated tokens");
     }
-    mask = mask_.data();
+    mask = a.mask.data();
   }
   const SampleResult r = a.sampler->sample(logits, model_.vocab_size(), seq->tokens, mask);
   if (a.grammar && !a.grammar->accept(r.token))  // the mask allowed it: a bug of the grammar's
     return finish(a, FinishReason::kError, "the grammar refused token " + std::to_string(r.token) + " that its mask allowed");
   emit_token(a, *seq, r);
+}
+
+void Engine::prepare_mask(RequestId seq_id) {
+  auto it = active_.find(seq_id);
+  if (it == active_.end() || !it->second->grammar || it->second->mask_allowed >= 0) return;
+  Active& a = *it->second;
+  a.mask.resize(size_t(mask_words(model_.vocab_size())));
+  const auto t0 = Clock::now();
+  a.mask_allowed = a.grammar->fill_mask(a.mask.data());
+  observe_mask_ms(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
 }
 
 void Engine::observe_mask_ms(double ms) {
@@ -254,7 +264,7 @@ void Engine::fork_choices(Active& parent, const float* logits) {
   }
 }
 
-void Engine::emit_token(Active& a, Sequence& s, const SampleResult& r) {
+bool Engine::emit_token(Active& a, Sequence& s, const SampleResult& r) {
   const auto now = Clock::now();
   const bool first = a.metrics.generated_tokens == 0;
   if (first) {
@@ -278,9 +288,15 @@ void Engine::emit_token(Active& a, Sequence& s, const SampleResult& r) {
   const bool stopped = check_stop(a, &text);
   TokenEvent ev{a.request, a.index, r.token, std::move(text), r.logprob, r.top};
   if (a.req.on_token) a.req.on_token(ev);
-  if (eog || stopped) return finish(a, FinishReason::kStop);
-  if (a.metrics.generated_tokens >= a.req.max_tokens || int32_t(s.tokens.size()) >= model_.context_length())
-    return finish(a, FinishReason::kLength);
+  if (eog || stopped) {
+    finish(a, FinishReason::kStop);
+    return false;
+  }
+  if (a.metrics.generated_tokens >= a.req.max_tokens || int32_t(s.tokens.size()) >= model_.context_length()) {
+    finish(a, FinishReason::kLength);
+    return false;
+  }
+  return true;
 }
 
 namespace {
@@ -334,6 +350,7 @@ void Engine::finish(Active& a, FinishReason reason, const std::string& error, st
   const RequestId id = a.id;
   auto cb = a.req.on_token;
   scheduler_.finish(id);
+  if (cfg_.spec.proposer) cfg_.spec.proposer->release(id);
   ++requests_finished_;
   if (cb) cb(ev);
   // Choices never forked (the request ended before its prompt was computed) finish too, so
@@ -364,6 +381,7 @@ EngineStats Engine::stats() const {
   st.kv = scheduler_.kv().stats();
   st.kv_usage = scheduler_.kv().usage();
   st.exec = model_.executor_stats();
+  st.spec = spec_;
   st.generated_tokens = generated_tokens_;
   st.requests_finished = requests_finished_;
   st.grammar = grammar_stats_;

@@ -14,6 +14,7 @@
 
 #include "core/kv/kv_cache.h"
 #include "core/sched/grammar.h"
+#include "core/sched/proposer.h"
 #include "core/sched/sampler.h"
 #include "core/sched/scheduler.h"
 #include "core/sched/step_plan.h"
@@ -67,6 +68,9 @@ struct GenerationRequest {
   // Structured output: every sampled token must be allowed by this grammar (its state before the
   // first token; each choice works on its own fork). Its vocab_size() must be the model's.
   std::shared_ptr<const Grammar> grammar;
+  // Speculative decoding: draft tokens per step for this request. -1: the engine's default
+  // (EngineConfig::spec.k, 0 when the engine has no proposer); 0: off; > 0: at most this many.
+  int32_t spec_k = -1;
   TokenCallback on_token;
 };
 
@@ -80,6 +84,20 @@ struct GrammarStats {
   double mask_ms_p99 = 0;
 };
 
+// Speculative decoding counters (EngineConfig::spec). A verification is one sequence's draft
+// scored in one step; it emits accepted + 1 tokens.
+struct SpecStats {
+  int64_t steps = 0;            // steps that carried at least one draft
+  int64_t steps_off_batch = 0;  // steps whose decodes did not speculate: more than max_batch of them
+  int64_t steps_off_cost = 0;   // ... the step cost model predicted the drafts would not pay
+  int64_t verifications = 0;
+  int64_t drafted = 0;          // draft tokens scored
+  int64_t accepted = 0;         // of which accepted
+  double acceptance_rate() const { return drafted ? double(accepted) / double(drafted) : 0.0; }
+  // Accepted draft tokens per verification (each verification also emits one more token).
+  double mean_accepted() const { return verifications ? double(accepted) / double(verifications) : 0.0; }
+};
+
 // Engine-wide counters and gauges (a snapshot): the scheduler's and the KV manager's own stats,
 // the KV occupancy, and the engine's counters.
 struct EngineStats {
@@ -88,6 +106,7 @@ struct EngineStats {
   KvUsage kv_usage;
   ExecutorStats exec;    // the model's executor: executables built (recorded) and reused
   GrammarStats grammar;  // structured output: mask time per token
+  SpecStats spec;        // speculative decoding
   int64_t generated_tokens = 0;
   int64_t requests_finished = 0;  // choices finished (each of a request's n counts)
   int32_t running = 0;            // sequences holding blocks
@@ -117,8 +136,23 @@ struct StepRecord {
   StepCostCoefficients cost;  // the fit after it
 };
 
+// Speculative decoding (core/sched/proposer.h): off without a proposer.
+struct SpecConfig {
+  std::shared_ptr<Proposer> proposer;
+  int32_t k = 4;           // draft tokens per step, unless the request says otherwise
+  // Auto-off: no drafts in a step with more decoding sequences than this (batched decodes use
+  // the device well already; drafts then cost more than they save).
+  int32_t max_batch = 8;
+  // Auto-off: no drafts when the step cost model predicts fewer tokens per millisecond with
+  // them, given the acceptance rate seen so far (every probe_every-th such step drafts anyway,
+  // so the acceptance estimate can recover).
+  bool cost_gate = true;
+  int32_t probe_every = 16;
+};
+
 struct EngineConfig {
   SchedulerConfig scheduler;
+  SpecConfig spec;
   // Called on the engine thread after every step that computed something; must not block.
   std::function<void(const StepRecord&)> on_step;
   // > 0: the step cost model is fitted to this process's CPU time per step divided by this many
@@ -163,9 +197,15 @@ class Engine {
  private:
   struct Active;
   Status validate_embed(const GenerationRequest& req) const;
-  void emit_token(Active& a, Sequence& s, const SampleResult& r);
+  bool emit_token(Active& a, Sequence& s, const SampleResult& r);
+  void propose_drafts();
+  bool drafts_pay(const std::vector<Sequence*>& seqs, const std::vector<DraftRequest>& batch) const;
+  void verify_and_emit(RequestId seq_id, const float* logits, int32_t n_draft);
   void fork_choices(Active& parent, const float* logits);
   void sample_and_emit(RequestId seq_id, const float* logits);
+  // Fills the grammar mask of |seq_id|'s next token (Active::mask) unless it is filled already;
+  // a no-op without a grammar. Called while the device runs the step that samples it.
+  void prepare_mask(RequestId seq_id);
   void observe_mask_ms(double ms);
   void finish(Active& a, FinishReason reason, const std::string& error = {}, std::vector<float> embedding = {});
   bool check_stop(Active& a, std::string* text);
@@ -183,9 +223,13 @@ class Engine {
   StepPlan plan_;
   std::vector<float> logits_;
   Status swap_status_;  // reserving the swap space
-  std::vector<uint32_t> mask_;  // [mask_words(vocab)]: the grammar mask of the token being sampled
   GrammarStats grammar_stats_;
   std::vector<int64_t> mask_hist_;  // mask time in 10 us buckets, [2000]
+  SpecStats spec_;
+  // Acceptance seen by the cost gate: exponentially weighted draft tokens accepted and tried
+  // (a token after a rejection is not tried), so alpha = accepted / tried.
+  double spec_accepted_ewma_ = 1.0, spec_tried_ewma_ = 2.0;
+  int32_t spec_gated_in_row_ = 0;
 };
 
 }  // namespace tessera

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <string>
 #include <unordered_map>
 
@@ -30,13 +29,15 @@ void log_softmax(std::vector<float>& x) {
 }
 }  // namespace
 
-SampleResult Sampler::sample(const float* logits_in, int32_t vocab, const std::vector<int32_t>& history,
-                             const uint32_t* allowed) {
+double Candidates::prob(int32_t token) const {
+  for (const auto& [t, q] : items)
+    if (t == token) return mass > 0 ? q / mass : 0.0;
+  return 0.0;
+}
+
+Candidates Sampler::candidates(const float* logits_in, int32_t vocab, const std::vector<int32_t>& history,
+                               const uint32_t* allowed) {
   std::vector<float> logits(logits_in, logits_in + vocab);
-  SampleResult out;
-  // Log-probabilities as the model gives them (before penalties and temperature), for reporting.
-  std::vector<float> model_lp = logits;
-  log_softmax(model_lp);
   // Penalties over the recent history.
   if (p_.repetition_penalty != 1.0f || p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f) {
     std::unordered_map<int32_t, int> counts;
@@ -49,68 +50,92 @@ SampleResult Sampler::sample(const float* logits_in, int32_t vocab, const std::v
       l -= p_.presence_penalty + p_.frequency_penalty * float(c);
     }
   }
-  // The grammar's mask: masked logits to -inf, and the candidates below skip them outright (a
-  // zero-probability candidate could still be picked by the draw's rounding).
-  if (allowed)
-    for (int32_t i = 0; i < vocab; ++i)
-      if (!mask_allows(allowed, i)) logits[size_t(i)] = -std::numeric_limits<float>::infinity();
-  if (p_.temperature <= 0.0f && !allowed) {
-    out.token = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  } else if (p_.temperature <= 0.0f) {
-    for (int32_t i = 0; i < vocab; ++i)
-      if (mask_allows(allowed, i) && (out.token < 0 || logits[size_t(i)] > logits[size_t(out.token)])) out.token = i;
-  } else {
-    scratch_.clear();
-    for (int32_t i = 0; i < vocab; ++i)
-      if (!allowed || mask_allows(allowed, i)) scratch_.push_back({logits[size_t(i)] / p_.temperature, i});
-    auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
-    size_t keep = scratch_.size();
-    if (p_.top_k > 0 && size_t(p_.top_k) < keep) {
-      keep = size_t(p_.top_k);
-      std::partial_sort(scratch_.begin(), scratch_.begin() + long(keep), scratch_.end(), by_logit);
-    } else {
-      std::sort(scratch_.begin(), scratch_.end(), by_logit);
-    }
-    scratch_.resize(keep);
-    // Softmax over the kept candidates.
-    const float mx = scratch_[0].first;
-    std::vector<double> prob(keep);
-    double sum = 0.0;
-    for (size_t i = 0; i < keep; ++i) { prob[i] = std::exp(double(scratch_[i].first - mx)); sum += prob[i]; }
-    for (double& q : prob) q /= sum;
-    // top-p: the smallest prefix whose mass reaches top_p (at least one token).
-    if (p_.top_p < 1.0f) {
-      double acc = 0.0;
-      size_t n = 0;
-      while (n < keep) { acc += prob[n++]; if (acc >= p_.top_p) break; }
-      keep = std::max<size_t>(1, n);
-    }
-    // min-p: drop tokens below min_p times the best one's probability.
-    if (p_.min_p > 0.0f) {
-      size_t n = 1;
-      while (n < keep && prob[n] >= p_.min_p * prob[0]) ++n;
-      keep = n;
-    }
-    double mass = 0.0;
-    for (size_t i = 0; i < keep; ++i) mass += prob[i];
-    std::uniform_real_distribution<double> u(0.0, mass);
-    double r = u(rng_);
-    size_t pick = 0;
-    for (; pick + 1 < keep; ++pick) {
-      r -= prob[pick];
-      if (r <= 0.0) break;
-    }
-    out.token = scratch_[pick].second;
+  // The grammar's mask: masked tokens are never candidates (a zero-probability candidate could
+  // still be picked by the draw's rounding).
+  Candidates c;
+  if (p_.temperature <= 0.0f) {
+    int32_t best = -1;
+    if (!allowed) best = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    else
+      for (int32_t i = 0; i < vocab; ++i)
+        if (mask_allows(allowed, i) && (best < 0 || logits[size_t(i)] > logits[size_t(best)])) best = i;
+    c.items.push_back({best, 1.0});
+    c.mass = 1.0;
+    return c;
   }
-  out.logprob = model_lp[size_t(out.token)];
+  scratch_.clear();
+  for (int32_t i = 0; i < vocab; ++i)
+    if (!allowed || mask_allows(allowed, i)) scratch_.push_back({logits[size_t(i)] / p_.temperature, i});
+  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  size_t keep = scratch_.size();
+  if (p_.top_k > 0 && size_t(p_.top_k) < keep) {
+    keep = size_t(p_.top_k);
+    std::partial_sort(scratch_.begin(), scratch_.begin() + long(keep), scratch_.end(), by_logit);
+  } else {
+    std::sort(scratch_.begin(), scratch_.end(), by_logit);
+  }
+  scratch_.resize(keep);
+  // Softmax over the kept candidates.
+  const float mx = scratch_[0].first;
+  std::vector<double> prob(keep);
+  double sum = 0.0;
+  for (size_t i = 0; i < keep; ++i) { prob[i] = std::exp(double(scratch_[i].first - mx)); sum += prob[i]; }
+  for (double& q : prob) q /= sum;
+  // top-p: the smallest prefix whose mass reaches top_p (at least one token).
+  if (p_.top_p < 1.0f) {
+    double acc = 0.0;
+    size_t n = 0;
+    while (n < keep) { acc += prob[n++]; if (acc >= p_.top_p) break; }
+    keep = std::max<size_t>(1, n);
+  }
+  // min-p: drop tokens below min_p times the best one's probability.
+  if (p_.min_p > 0.0f) {
+    size_t n = 1;
+    while (n < keep && prob[n] >= p_.min_p * prob[0]) ++n;
+    keep = n;
+  }
+  for (size_t i = 0; i < keep; ++i) {
+    c.items.push_back({scratch_[i].second, prob[i]});
+    c.mass += prob[i];
+  }
+  return c;
+}
+
+int32_t Sampler::draw(const Candidates& c) {
+  if (p_.temperature <= 0.0f) return c.items.front().first;
+  std::uniform_real_distribution<double> u(0.0, c.mass);
+  double r = u(rng_);
+  size_t pick = 0;
+  for (; pick + 1 < c.items.size(); ++pick) {
+    r -= c.items[pick].second;
+    if (r <= 0.0) break;
+  }
+  return c.items[pick].first;
+}
+
+double Sampler::uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
+
+void Sampler::describe(const float* logits, int32_t vocab, int32_t token, SampleResult* out) const {
+  // Log-probabilities as the model gives them (before penalties and temperature), for reporting.
+  std::vector<float> model_lp(logits, logits + vocab);
+  log_softmax(model_lp);
+  out->token = token;
+  out->logprob = model_lp[size_t(token)];
+  out->top.clear();
   if (p_.logprobs > 0) {
     std::vector<int32_t> idx(static_cast<size_t>(vocab));
     for (int32_t i = 0; i < vocab; ++i) idx[size_t(i)] = i;
     const size_t k = std::min<size_t>(size_t(p_.logprobs), size_t(vocab));
     std::partial_sort(idx.begin(), idx.begin() + long(k), idx.end(),
                       [&](int32_t a, int32_t b) { return model_lp[size_t(a)] > model_lp[size_t(b)]; });
-    for (size_t i = 0; i < k; ++i) out.top.push_back({idx[i], model_lp[size_t(idx[i])]});
+    for (size_t i = 0; i < k; ++i) out->top.push_back({idx[i], model_lp[size_t(idx[i])]});
   }
+}
+
+SampleResult Sampler::sample(const float* logits, int32_t vocab, const std::vector<int32_t>& history,
+                             const uint32_t* allowed) {
+  SampleResult out;
+  describe(logits, vocab, draw(candidates(logits, vocab, history, allowed)), &out);
   return out;
 }
 

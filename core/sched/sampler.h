@@ -42,6 +42,16 @@ struct SampleResult {
   std::vector<TokenLogprob> top;     // the |logprobs| most likely tokens
 };
 
+// The distribution a Sampler draws from for one row: the tokens that survive the penalties,
+// temperature, top-k, top-p and min-p, with probabilities proportional to |prob| (sum: |mass|).
+// Greedy: one token with probability 1.
+struct Candidates {
+  std::vector<std::pair<int32_t, double>> items;  // (token, unnormalised probability), most likely first
+  double mass = 0.0;
+  // The normalised probability of |token| (0 when it did not survive).
+  double prob(int32_t token) const;
+};
+
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
@@ -51,6 +61,19 @@ class Sampler {
   // the model's, before the mask.
   SampleResult sample(const float* logits, int32_t vocab, const std::vector<int32_t>& history,
                       const uint32_t* allowed = nullptr);
+
+  // The pieces of sample, for speculative verification (core/sched/spec_verify.h), which must
+  // draw from exactly the distribution sample draws from.
+  Candidates candidates(const float* logits, int32_t vocab, const std::vector<int32_t>& history,
+                        const uint32_t* allowed = nullptr);
+  // A token drawn from |c| (one uniform draw; none for a single candidate).
+  int32_t draw(const Candidates& c);
+  // A uniform draw in [0, 1).
+  double uniform();
+  // The logprob of |token| under the model's own distribution of |logits| (before penalties and
+  // temperature) and, when params.logprobs > 0, the top ones: fills all of |r| but the draw.
+  void describe(const float* logits, int32_t vocab, int32_t token, SampleResult* r) const;
+  bool greedy() const { return p_.temperature <= 0.0f; }
 
  private:
   SamplingParams p_;

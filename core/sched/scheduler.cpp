@@ -79,6 +79,8 @@ void Scheduler::preempt(Sequence& s) {
     kv_.free(s.id);
     s.n_computed = 0;
   }
+  s.draft.clear();
+  s.draft_q.clear();
   ++s.n_preemptions;
   ++stats_.preemptions;
   auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& r) { return r.get() == &s; });
@@ -100,7 +102,14 @@ void Scheduler::schedule_running(std::vector<ScheduledSeq>* out, int32_t* budget
     Sequence& s = *running_[i];
     const int32_t n = chunk_size(s, *budget);
     if (n <= 0) continue;
-    bool ok = kv_.allocate(s.id, s.n_computed, s.n_computed + n);
+    // A decode's draft rides along when the budget and the pool allow; it never preempts anyone.
+    int32_t d = n == 1 && s.n_pending() == 1 ? std::min(int32_t(s.draft.size()), *budget - 1) : 0;
+    bool ok = kv_.allocate(s.id, s.n_computed, s.n_computed + n + d);
+    if (!ok && d > 0) {
+      d = 0;
+      ok = kv_.allocate(s.id, s.n_computed, s.n_computed + n);
+    }
+    trim_draft(s, d);
     while (!ok) {
       Sequence* victim = pick_victim(&s);
       if (!victim || before(*victim, s)) break;  // never preempt someone more important
@@ -116,8 +125,14 @@ void Scheduler::schedule_running(std::vector<ScheduledSeq>* out, int32_t* budget
       if (running_.size() > 1) { preempt(s); --i; }
       continue;
     }
-    take(out, budget, s, n);
+    take(out, budget, s, n + d, d);
   }
+}
+
+void Scheduler::trim_draft(Sequence& s, int32_t d) {
+  if (int32_t(s.draft.size()) <= d) return;
+  if (!s.draft_q.empty()) s.draft_q.resize(s.draft_q.size() / s.draft.size() * size_t(d));  // rows of q
+  s.draft.resize(size_t(d));
 }
 
 void Scheduler::admit_waiting(std::vector<ScheduledSeq>* out, int32_t* budget) {
@@ -152,9 +167,9 @@ void Scheduler::admit_waiting(std::vector<ScheduledSeq>* out, int32_t* budget) {
   }
 }
 
-void Scheduler::take(std::vector<ScheduledSeq>* out, int32_t* budget, Sequence& s, int32_t n) {
-  const bool done = s.n_computed + n == int32_t(s.tokens.size());
-  out->push_back({&s, n, done && !s.embed, done && s.embed});
+void Scheduler::take(std::vector<ScheduledSeq>* out, int32_t* budget, Sequence& s, int32_t n, int32_t n_draft) {
+  const bool done = s.n_computed + n - n_draft == int32_t(s.tokens.size());
+  out->push_back({&s, n, done && !s.embed, done && s.embed, n_draft});
   const bool samples = done && !s.embed;
   *budget -= n;
   // A prefill chunk counts against the step's cost limit (the decodes are in it already).
@@ -167,7 +182,9 @@ StepShape Scheduler::decodes() const {
   int32_t n = 0;
   for (const auto& r : running_)
     if (r->n_pending() == 1 && n < cfg_.max_seqs) {
-      shape.add(r->n_computed, 1, true);
+      const int32_t d = int32_t(r->draft.size());
+      shape.add(r->n_computed, 1 + d, true);
+      shape.n_logits += d;  // every draft position is scored
       ++n;
     }
   return shape;
@@ -207,6 +224,7 @@ void Scheduler::end_step(const std::vector<ScheduledSeq>& scheduled) {
   int32_t prefill_tokens = 0;
   for (const auto& sc : scheduled) {
     planned.add(sc.seq->n_computed, sc.n_new, sc.samples);
+    planned.n_logits += sc.n_draft;
     if (sc.seq->n_pending() > 1) prefill_tokens += sc.n_new;
   }
   cost_.end_step(planned, prefill_tokens);
@@ -222,9 +240,10 @@ void Scheduler::fill(StepPlan* plan, const std::vector<ScheduledSeq>& scheduled)
   for (const auto& sc : scheduled) {
     const Sequence& s = *sc.seq;
     const std::span<const BlockId> blocks = kv_.blocks(s.id);
+    const int32_t n_tokens = int32_t(s.tokens.size());
     for (int32_t i = 0; i < sc.n_new; ++i) {
       const int32_t pos = s.n_computed + i;
-      plan->tokens.push_back(s.tokens[size_t(pos)]);
+      plan->tokens.push_back(pos < n_tokens ? s.tokens[size_t(pos)] : s.draft[size_t(pos - n_tokens)]);
       plan->positions.push_back(pos);
       plan->slot_mapping.push_back(blocks[size_t(pos / bs)] * bs + pos % bs);
     }
@@ -232,16 +251,37 @@ void Scheduler::fill(StepPlan* plan, const std::vector<ScheduledSeq>& scheduled)
     plan->seq_lens.push_back(s.n_computed + sc.n_new);
     for (int32_t b = 0; b < max_blocks; ++b)
       plan->block_tables.push_back(b < int32_t(blocks.size()) ? blocks[size_t(b)] : 0);
-    if (sc.samples) plan->logit_rows.push_back(plan->query_start.back() - 1);
+    // A speculating sequence is scored at its pending token and at each draft token.
+    if (sc.samples)
+      for (int32_t r = plan->query_start.back() - 1 - sc.n_draft; r < plan->query_start.back(); ++r)
+        plan->logit_rows.push_back(r);
     if (sc.pools) plan->pool_seqs.push_back(plan->n_seqs() - 1);
   }
 }
 
 void Scheduler::commit(const std::vector<ScheduledSeq>& scheduled) {
   for (const auto& sc : scheduled) {
-    sc.seq->n_computed += sc.n_new;
+    sc.seq->n_computed += sc.n_new - sc.n_draft;
     kv_.commit(sc.seq->id, sc.seq->tokens, sc.seq->n_computed);
   }
+}
+
+std::vector<Sequence*> Scheduler::decoding() {
+  std::vector<Sequence*> out;
+  for (auto& r : running_)
+    if (r->n_pending() == 1 && !r->embed) out.push_back(r.get());
+  return out;
+}
+
+void Scheduler::accept_draft(RequestId id, int32_t n_accepted) {
+  auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& r) { return r->id == id; });
+  if (it == running_.end()) return;
+  Sequence& s = **it;
+  s.n_computed += n_accepted;
+  kv_.commit(s.id, s.tokens, s.n_computed);
+  kv_.truncate(s.id, int32_t(s.tokens.size()));
+  s.draft.clear();
+  s.draft_q.clear();
 }
 
 void Scheduler::finish(RequestId id) {

@@ -41,6 +41,11 @@ struct Sequence {
   int32_t n_preemptions = 0;
   bool finished = false;
   bool embed = false;        // prefill only, whole in one step, no prefix cache (GenerationRequest::embed)
+  // Speculative decoding: tokens drafted for this step after the pending one (the engine sets
+  // them before planning; the plan may shorten them), and the draft's probabilities
+  // ([draft.size(), vocab], empty for a one-hot draft). Never part of |tokens|.
+  std::vector<int32_t> draft;
+  std::vector<float> draft_q;
 
   int32_t n_generated() const { return int32_t(tokens.size()) - n_prompt; }
   int32_t n_pending() const { return int32_t(tokens.size()) - n_computed; }
@@ -73,6 +78,7 @@ struct ScheduledSeq {
   int32_t n_new;       // tokens computed this step
   bool samples;        // the step completes its pending tokens: sample the next one
   bool pools = false;  // an embedding request computed whole this step: pool it (StepPlan::pool_seqs)
+  int32_t n_draft = 0; // of n_new, draft tokens after the pending one (each has a logits row)
 };
 
 struct SchedulerStats {
@@ -92,8 +98,15 @@ class Scheduler {
   void add(std::unique_ptr<Sequence> seq);
   // Plans one step into |plan|; returns the scheduled sequences (empty when idle).
   std::vector<ScheduledSeq> plan(StepPlan* plan);
-  // After the step ran: marks the computed tokens.
+  // After the step ran: marks the computed tokens (of a speculating sequence, only its pending
+  // token: accept_draft adds the accepted draft tokens).
   void commit(const std::vector<ScheduledSeq>& scheduled);
+  // Running sequences with exactly one pending token (decodes): the ones that may speculate.
+  std::vector<Sequence*> decoding();
+  // After verification: |n_accepted| draft tokens of |id|, now appended to its tokens, are
+  // computed; the KV slots of the rejected ones are dropped (KvManager::truncate) and its draft
+  // is cleared. No-op for an unknown id (it finished while emitting).
+  void accept_draft(RequestId id, int32_t n_accepted);
   // The planned step took |ms| (the engine times it): fits the step cost model.
   void observe(double ms);
   // Frees the blocks of a finished or cancelled sequence and forgets it.
@@ -120,7 +133,8 @@ class Scheduler {
   void admit_waiting(std::vector<ScheduledSeq>* out, int32_t* budget);
   StepShape decodes() const;
   int32_t chunk_size(const Sequence& s, int32_t budget);
-  void take(std::vector<ScheduledSeq>* out, int32_t* budget, Sequence& s, int32_t n);
+  void take(std::vector<ScheduledSeq>* out, int32_t* budget, Sequence& s, int32_t n, int32_t n_draft = 0);
+  void trim_draft(Sequence& s, int32_t d);
   void preempt(Sequence& s);
   Sequence* pick_victim(const Sequence* keep);
   void fill(StepPlan* plan, const std::vector<ScheduledSeq>& scheduled) const;

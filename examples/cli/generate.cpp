@@ -7,6 +7,7 @@
 #include "examples/cli/commands.h"
 #include "examples/cli/common.h"
 #include "grammar/compiler.h"
+#include "examples/cli/spec_options.h"
 
 namespace tessera::cli {
 
@@ -24,6 +25,7 @@ struct GenerateOptions {
   // Structured output (at most one): any JSON object, a JSON Schema file, a GBNF/EBNF file, a regex.
   bool json = false;
   std::string json_schema_file, grammar_file, regex;
+  SpecOptions spec;
 };
 
 // The grammar |o| asks for (null when none), compiled for |model|'s vocabulary.
@@ -78,7 +80,9 @@ Result<std::string> generate(Model& model, KvCache& kv, const std::string& text,
   };
   model.set_collect_expert_stats(stats);
   model.reset_expert_stats();
-  Engine engine(model, kv, model.codec());
+  EngineConfig ec;
+  TS_ASSIGN_OR_RETURN(ec.spec, spec_config(o.spec));
+  Engine engine(model, kv, model.codec(), ec);
   TS_ASSIGN_OR_RETURN(RequestId id, engine.submit(std::move(req)));
   (void)id;
   TS_RETURN_IF_ERROR(engine.run_until_idle());
@@ -100,6 +104,13 @@ Result<std::string> generate(Model& model, KvCache& kv, const std::string& text,
       std::fprintf(stderr, "stats: grammar masks %lld, %.3f ms mean, p50 %.2f ms, p99 %.2f ms, max %.3f ms per token (host)\n",
                    static_cast<long long>(gs.masks), gs.mask_ms_sum / double(gs.masks), gs.mask_ms_p50, gs.mask_ms_p99,
                    gs.mask_ms_max);
+    const SpecStats sp = engine.stats().spec;
+    if (ec.spec.proposer)
+      std::fprintf(stderr, "stats: speculative (%s, k %d): %lld steps with drafts, %lld drafted, %lld accepted (%.1f%%), %.2f accepted per "
+                   "verification; steps off: %lld batch, %lld cost\n",
+                   ec.spec.proposer->name(), ec.spec.k, static_cast<long long>(sp.steps), static_cast<long long>(sp.drafted),
+                   static_cast<long long>(sp.accepted), 100.0 * sp.acceptance_rate(), sp.mean_accepted(),
+                   static_cast<long long>(sp.steps_off_batch), static_cast<long long>(sp.steps_off_cost));
     if (model.config().is_moe()) std::fputs(expert_stats_table(model.expert_stats()).c_str(), stderr);
   }
   return out;
@@ -161,6 +172,9 @@ void add_generate_options(CLI::App* cmd, GenerateOptions* o) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--regex", o->regex, "structured output: the reply matches this regular expression");
   cmd->add_flag("--stats", o->stats, "print prefill and decode speed (and, for MoE models, the expert load per layer) to stderr");
+  cmd->add_flag("--stats", o->stats, "print prefill and decode speed (and, for MoE models, the expert load per layer; with "
+                "--spec, the drafts' acceptance) to stderr");
+  add_spec_options(cmd, &o->spec);
 }
 
 }  // namespace

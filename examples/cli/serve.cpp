@@ -10,6 +10,7 @@
 #include "core/registry.h"
 #include "core/sched/scheduler.h"
 #include "examples/cli/commands.h"
+#include "examples/cli/spec_options.h"
 #include "server/kv_events.h"
 #include "server/server.h"
 
@@ -33,6 +34,7 @@ struct ServeCommandOptions {
   std::string step_log;  // CSV trace of every engine step ("" none)
   server::ServeOptions serve;
   server::KvEventsOptions kv_events;  // endpoint "" : off
+  SpecOptions spec;
   int load_delay_ms = 0;  // a test hook: stay in the loading state this long after binding
 };
 
@@ -83,6 +85,9 @@ void serve_command(const ServeCommandOptions& o) {
   }
 
   EngineConfig ec;
+  auto spec = spec_config(o.spec);
+  if (!spec.ok()) return serve_fail(spec.status().to_string(), 2);
+  ec.spec = std::move(spec).value();
   ec.scheduler = o.scheduler;
   ec.scheduler.prefix_caching = !o.no_prefix_caching;
   ec.scheduler.swap = o.preemption == "swap";
@@ -197,6 +202,7 @@ void add_serve_command(CLI::App& app) {
                   "bind a ZeroMQ ROUTER socket here that resends buffered KV-event batches from a requested sequence number "
                   "(for subscribers that joined late or missed some)");
   cmd->add_option("--kv-events-topic", o->kv_events.topic, "the topic frame of every KV-event message (default: empty)");
+  add_spec_options(cmd, &o->spec);
   cmd->add_option("--debug-load-delay-ms", o->load_delay_ms, "tests: stay in the loading state this long after binding")
       ->group("")->check(CLI::Range(0, 600000));
   cmd->callback([o] { serve_command(*o); });

@@ -61,6 +61,24 @@ TEST(KvManager, AllocateUntilThePoolIsFullThenFails) {
   EXPECT_TRUE(kv.take_transfers().copies.empty()) << "no block is shared: nothing to copy";
 }
 
+TEST(KvManager, TruncateDropsDraftBlocksAndKeepsTheRegisteredOnes) {
+  BlockPool pool(16);
+  KvManager kv(config(4, true, 0), pool);
+  const auto toks = iota_tokens(6);
+  ASSERT_TRUE(kv.allocate(1, 5, 6 + 7));  // 6 tokens and a speculative draft of 7: 4 blocks
+  EXPECT_EQ(table(kv, 1).size(), 4u);
+  kv.commit(1, toks, 6);  // block 0 is full and registered; nothing past token 6 is
+  kv.truncate(1, 7);      // one draft token accepted: 7 tokens, 2 blocks
+  ASSERT_EQ(table(kv, 1).size(), 2u);
+  EXPECT_EQ(pool.n_used(), 2);
+  EXPECT_TRUE(pool.is_cached(table(kv, 1)[0]));
+  EXPECT_FALSE(pool.is_cached(table(kv, 1)[1]));
+  kv.truncate(1, 7);  // idempotent
+  EXPECT_EQ(pool.n_used(), 2);
+  kv.free(1);
+  EXPECT_EQ(pool.n_used(), 0);
+}
+
 TEST(KvManager, UsageCountsWasteInPartialBlocks) {
   BlockPool pool(8);
   KvManager kv(config(4, false, 0), pool);

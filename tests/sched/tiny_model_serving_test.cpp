@@ -12,6 +12,7 @@
 
 #include "core/registry.h"
 #include "core/sched/engine.h"
+#include "core/sched/ngram_proposer.h"
 #include "models/model.h"
 #include "tests/support/test_support.h"
 
@@ -86,11 +87,15 @@ class TinyModelServing : public ::testing::TestWithParam<std::string> {
   // Runs |prompts| through one engine, each submitted after the previous one finished (so later
   // ones may hit the prefix cache), or all at once when |together| (one batch).
   std::vector<std::map<int, Output>> run(const std::vector<std::vector<int32_t>>& prompts, bool caching, int n = 1,
-                                         int max_tokens = 8, bool together = false, DType kv_dtype = DType::kF32) {
+                                         int max_tokens = 8, bool together = false, DType kv_dtype = DType::kF32,
+                                         std::shared_ptr<Proposer> proposer = nullptr, SpecStats* spec = nullptr) {
     auto kv = model_->create_kv_cache(1024, kv_dtype);
     EXPECT_TRUE(kv.ok());
     EngineConfig ec;
     ec.scheduler.prefix_caching = caching;
+    ec.spec.proposer = std::move(proposer);
+    ec.spec.max_batch = 1 << 20;  // the test speculates whatever the batch and the step cost
+    ec.spec.cost_gate = false;
     Engine engine(*model_, **kv, model_->codec(), ec);
     std::vector<std::map<int, Output>> outs(prompts.size());
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -115,6 +120,7 @@ class TinyModelServing : public ::testing::TestWithParam<std::string> {
       }
     }
     EXPECT_TRUE(engine.run_until_idle().ok());
+    if (spec) *spec = engine.stats().spec;
     return outs;
   }
 
@@ -125,6 +131,24 @@ std::vector<int32_t> tokens(int n, int seed) {
   std::vector<int32_t> t;
   for (int i = 0; i < n; ++i) t.push_back((seed * 37 + i * 11 + (i * i) % 13) % 250);
   return t;
+}
+
+TEST_P(TinyModelServing, SpeculativeGreedyGivesTheNonSpeculativeTokens) {
+  // Drafts are scored as extra query rows of a decode (the varlen path of chunked prefill) on
+  // this device: the greedy tokens must be the one-row decode's, batched or alone.
+  const std::vector<std::vector<int32_t>> prompts = {tokens(20, 1), tokens(33, 2), tokens(9, 3), tokens(50, 4)};
+  SpecStats st;
+  for (bool together : {false, true}) {
+    const auto plain = run(prompts, true, 1, 40, together);
+    const auto spec = run(prompts, true, 1, 40, together, DType::kF32, std::make_shared<NgramProposer>(), &st);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EXPECT_EQ(spec[i].at(0).tokens, plain[i].at(0).tokens) << "prompt " << i << (together ? " (batched)" : "");
+      ASSERT_EQ(spec[i].at(0).logprobs.size(), plain[i].at(0).logprobs.size());
+      for (size_t t = 0; t < plain[i].at(0).logprobs.size(); ++t)
+        EXPECT_NEAR(spec[i].at(0).logprobs[t], plain[i].at(0).logprobs[t], 1e-3) << "prompt " << i << " token " << t;
+    }
+    EXPECT_GT(st.accepted, 0) << "no draft accepted: the test would not exercise multi-row verification";
+  }
 }
 
 TEST_P(TinyModelServing, APrefixCacheHitGivesTheSameTokensAndLogprobsAsComputingAfresh) {

@@ -357,5 +357,27 @@ class Lifecycle(unittest.TestCase):
         server.stop()
 
 
+
+class Speculative(unittest.TestCase):
+    def test_ngram_greedy_equals_off_and_spec_k_is_checked(self):
+        server = Server("-c", "4096", "--spec", "ngram", "--spec-no-cost-gate")
+        try:
+            prompt = "a b c d a b c d a b c d"
+            def run(spec_k):
+                return server.client.completions.create(model="tiny", prompt=prompt, max_tokens=48, temperature=0,
+                                                        extra_body={"ignore_eos": True, "spec_k": spec_k})
+            off = run(0)
+            self.assertEqual(server.metric("tessera_spec_draft_tokens_total"), 0)
+            on = run(4)
+            self.assertEqual(on.choices[0].text, off.choices[0].text)
+            self.assertEqual(on.usage.completion_tokens, 48)
+            self.assertGreater(server.metric("tessera_spec_draft_tokens_total"), 0)
+            self.assertIn("vllm:spec_decode_num_accepted_tokens_total", server.raw("GET", "/metrics")[2])
+            with self.assertRaises(openai.BadRequestError) as e:
+                run(99)
+            self.assertEqual(e.exception.body["param"], "spec_k")
+        finally:
+            server.stop()
+
 if __name__ == "__main__":
     unittest.main(argv=[sys.argv[0], "-v"])

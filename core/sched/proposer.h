@@ -1,0 +1,38 @@
+// Proposer: drafts the next tokens of running sequences for speculative decoding. The engine asks
+// it once per step, before planning, for every sequence that speculates this step; the target
+// model then scores each sequence's pending token and its draft in one step (k + 1 query rows,
+// the varlen path chunked prefill uses) and core/sched/spec_verify.h accepts a prefix of the
+// draft by rejection sampling, so the output follows the target's distribution exactly.
+// Implementations: NgramProposer (prompt lookup, core/sched/ngram_proposer.h). A draft model or
+// EAGLE/MTP heads implement the same interface; they return the draft's distributions in |q|
+// (a one-hot draft, as n-gram's, leaves it empty) and keep per-sequence state until release().
+// Not thread-safe: called on the engine thread.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace tessera {
+
+struct DraftRequest {
+  int64_t seq = 0;                    // the scheduler's sequence id
+  std::span<const int32_t> tokens;    // prompt + generated; the last one is not computed yet
+  int32_t k = 0;                      // draft at most this many tokens (> 0)
+  // Outputs: the drafted tokens (0..k of them), and either nothing (a one-hot q: the draft is
+  // certain) or the draft's probabilities, [draft.size(), vocab] row-major, each row a
+  // distribution over the vocabulary from which that draft token was sampled.
+  std::vector<int32_t> draft;
+  std::vector<float> q;
+};
+
+class Proposer {
+ public:
+  virtual ~Proposer() = default;
+  // Fills each request's draft (and q). May leave a draft empty (nothing worth proposing).
+  virtual void propose(std::span<DraftRequest> batch) = 0;
+  // |seq| finished or was preempted: drop any state kept for it.
+  virtual void release(int64_t seq) { (void)seq; }
+  virtual const char* name() const = 0;
+};
+
+}  // namespace tessera

@@ -1,0 +1,223 @@
+// The engine with n-gram speculation on the Markov fake (tests/sched/spec_fake_model.h): greedy
+// output equals non-speculative output, stop conditions hold inside a multi-token step, rejected
+// drafts never reach the prefix cache or its events, and the auto-off rules.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "core/sched/ngram_proposer.h"
+#include "tests/sched/spec_fake_model.h"
+
+namespace tessera::spec_test {
+namespace {
+
+std::shared_ptr<Proposer> ngram() { return std::make_shared<NgramProposer>(); }
+
+// Drafts the model's own greedy continuation, so every draft is accepted under greedy sampling:
+// each step emits k + 1 tokens, and a stop condition lands inside a step for sure.
+class OracleProposer final : public Proposer {
+ public:
+  explicit OracleProposer(const MarkovModel& m) : m_(m) {}
+  void propose(std::span<DraftRequest> batch) override {
+    for (DraftRequest& r : batch) {
+      std::vector<int32_t> t(r.tokens.begin(), r.tokens.end());
+      r.draft.clear();
+      for (int32_t i = 0; i < r.k; ++i) {
+        const int32_t pos = int32_t(t.size()) - 1;
+        const float* l = m_.row(pos, pos > 0 ? t[t.size() - 2] : 0, t.back());
+        t.push_back(int32_t(std::max_element(l, l + kVocab) - l));
+        r.draft.push_back(t.back());
+      }
+    }
+  }
+  const char* name() const override { return "oracle"; }
+
+ private:
+  const MarkovModel& m_;
+};
+
+// Runs |prompts| (all at once) and returns each one's output, in order.
+std::vector<SpecHarness::Output> run(SpecHarness& h, const std::vector<std::vector<int32_t>>& prompts, int max_tokens,
+                                     SamplingParams sp, std::vector<std::string> stop = {}) {
+  std::vector<RequestId> ids;
+  for (const auto& p : prompts) ids.push_back(h.submit(p, max_tokens, sp, stop));
+  EXPECT_TRUE(h.engine->run_until_idle().ok());
+  std::vector<SpecHarness::Output> outs;
+  for (RequestId id : ids) outs.push_back(h.out[id]);
+  return outs;
+}
+
+std::vector<std::vector<int32_t>> prompts(int n, int len) {
+  std::vector<std::vector<int32_t>> ps;
+  for (int i = 0; i < n; ++i) ps.push_back(random_prompt(len + i, uint32_t(100 + i)));
+  return ps;
+}
+
+TEST(SpecEngine, GreedyOutputEqualsNonSpeculativeAndDraftsAreAccepted) {
+  for (float penalty : {1.0f, 1.3f}) {
+    SamplingParams sp = SamplingParams::greedy();
+    sp.repetition_penalty = penalty;  // the penalties of each draft row see the accepted drafts before it
+    SpecHarness base(nullptr, 0), spec(ngram(), 4);
+    const auto ps = prompts(6, 9);
+    const auto want = run(base, ps, 60, sp);
+    const auto got = run(spec, ps, 60, sp);
+    for (size_t i = 0; i < ps.size(); ++i) {
+      EXPECT_EQ(got[i].tokens, want[i].tokens) << "prompt " << i << " penalty " << penalty;
+      EXPECT_EQ(got[i].finish, FinishReason::kLength);
+    }
+    const SpecStats st = spec.engine->stats().spec;
+    EXPECT_GT(st.accepted, 0) << "no draft was accepted: the test would not exercise multi-token steps";
+    EXPECT_LT(st.accepted, st.drafted) << "no draft was rejected: the test would not exercise the rejection path";
+    EXPECT_LT(spec.engine->stats().sched.steps, base.engine->stats().sched.steps);
+    EXPECT_EQ(spec.kv->pool().n_free(), 512) << "every block, draft slots included, returns to the pool";
+  }
+}
+
+// |h|'s engine again, drafting with the oracle.
+std::unique_ptr<Engine> oracle_engine(SpecHarness& h, int32_t k, int32_t eog = -1) {
+  EngineConfig ec;
+  ec.scheduler.max_batch_tokens = 512;
+  ec.spec.proposer = std::make_shared<OracleProposer>(h.model);
+  ec.spec.k = k;
+  ec.spec.max_batch = 1 << 20;
+  ec.spec.cost_gate = false;
+  TextCodec codec;
+  codec.piece = [](int32_t t) { return std::string(1, char('a' + t)); };
+  if (eog >= 0) codec.is_eog = [eog](int32_t t) { return t == eog; };
+  return std::make_unique<Engine>(h.model, *h.kv, codec, ec);
+}
+
+TEST(SpecEngine, MaxTokensEosAndStopStringsHoldInsideAMultiTokenStep) {
+  const auto ps = prompts(8, 11);
+  SpecHarness probe(nullptr, 0);
+  const auto free_run = run(probe, ps, 40, SamplingParams::greedy());
+  // max_tokens that end in the middle of a step, EOS, and a stop string taken from the output.
+  for (int max_tokens : {1, 2, 7, 13}) {
+    SpecHarness base(nullptr, 0), spec(nullptr, 5);
+    spec.engine = oracle_engine(spec, 5);
+    const auto want = run(base, ps, max_tokens, SamplingParams::greedy());
+    const auto got = run(spec, ps, max_tokens, SamplingParams::greedy());
+    for (size_t i = 0; i < ps.size(); ++i) {
+      EXPECT_EQ(got[i].tokens, want[i].tokens) << "max_tokens " << max_tokens;
+      EXPECT_EQ(int(got[i].tokens.size()), max_tokens);
+    }
+  }
+  {
+    // The end-of-generation token and prompt: the pair whose first appearance is latest among
+    // 64 greedy runs, so that run speculates (and accepts drafts) before it ends.
+    const auto many = prompts(64, 11);
+    SpecHarness scan(nullptr, 0);
+    scan.model.phases = 1;
+    const auto scanned = run(scan, many, 40, SamplingParams::greedy());
+    int32_t eog = -1;
+    size_t latest = 0, which = 0;
+    for (size_t i = 0; i < many.size(); ++i)
+      for (int32_t t = 0; t < kVocab; ++t) {
+        const auto& toks = scanned[i].tokens;
+        const size_t at = size_t(std::find(toks.begin(), toks.end(), t) - toks.begin());
+        if (at < toks.size() && at > latest) { latest = at; eog = t; which = i; }
+      }
+    ASSERT_GE(latest, 8u);
+    const std::vector<std::vector<int32_t>> eog_prompts = {many[which], ps[0], ps[1], ps[2]};
+    SpecHarness base(nullptr, 0, 512, eog), spec(nullptr, 5, 512, eog);
+    base.model.phases = spec.model.phases = 1;
+    spec.engine = oracle_engine(spec, 5, eog);
+    const auto want = run(base, eog_prompts, 40, SamplingParams::greedy());
+    const auto got = run(spec, eog_prompts, 40, SamplingParams::greedy());
+    EXPECT_EQ(want[0].finish, FinishReason::kStop);
+    for (size_t i = 0; i < eog_prompts.size(); ++i) {
+      EXPECT_EQ(got[i].tokens, want[i].tokens) << "eog, prompt " << i;
+      EXPECT_EQ(got[i].text, want[i].text);
+      EXPECT_EQ(got[i].finish, want[i].finish);
+    }
+    const SpecStats st = spec.engine->stats().spec;
+    EXPECT_EQ(st.accepted, st.drafted) << "the oracle's drafts are always accepted";
+    EXPECT_GT(st.accepted, 0);
+  }
+  {
+    const std::string stop = free_run[0].text.substr(25, 3);
+    SpecHarness base(nullptr, 0), spec(nullptr, 5);
+    spec.engine = oracle_engine(spec, 5);
+    const auto want = run(base, ps, 40, SamplingParams::greedy(), {stop});
+    const auto got = run(spec, ps, 40, SamplingParams::greedy(), {stop});
+    EXPECT_EQ(want[0].finish, FinishReason::kStop);
+    for (size_t i = 0; i < ps.size(); ++i) {
+      EXPECT_EQ(got[i].text, want[i].text) << "stop '" << stop << "', prompt " << i;
+      EXPECT_EQ(got[i].tokens, want[i].tokens);
+      EXPECT_EQ(got[i].finish, want[i].finish);
+    }
+  }
+}
+
+// Records the blocks the prefix cache reports as stored.
+struct StoredBlocks : BlockEventSink {
+  void on_block_stored(BlockHash, BlockHash, std::span<const int32_t> tokens) override {
+    blocks.emplace_back(tokens.begin(), tokens.end());
+  }
+  void on_block_removed(BlockHash) override {}
+  std::vector<std::vector<int32_t>> blocks;
+};
+
+TEST(SpecEngine, RejectedDraftsAreNeverHashedOrPublished) {
+  SpecHarness h(ngram(), 6, 2048);
+  StoredBlocks sink;
+  h.kv->pool().set_event_sink(&sink);
+  SamplingParams sp;
+  sp.temperature = 0.8f;
+  sp.seed = 9;
+  const auto ps = prompts(12, 10);
+  const auto outs = run(h, ps, 50, sp);
+  // Every stored block is a block-aligned slice of some request's prompt + output.
+  std::set<std::vector<int32_t>> real;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    std::vector<int32_t> all = ps[i];
+    all.insert(all.end(), outs[i].tokens.begin(), outs[i].tokens.end());
+    for (size_t b = 0; b + 4 <= all.size(); b += 4) real.insert(std::vector<int32_t>(all.begin() + long(b), all.begin() + long(b + 4)));
+  }
+  ASSERT_FALSE(sink.blocks.empty());
+  for (const auto& b : sink.blocks) EXPECT_TRUE(real.count(b)) << "a stored block holds tokens no request produced there";
+  const SpecStats st = h.engine->stats().spec;
+  EXPECT_GT(st.drafted - st.accepted, 100) << "too few rejections to exercise truncation";
+  EXPECT_EQ(h.kv->pool().n_used(), 0);
+  h.kv->pool().set_event_sink(nullptr);
+}
+
+TEST(SpecEngine, PerRequestOffAndAutoOffAboveTheBatchLimit) {
+  {
+    SpecHarness h(ngram(), 4);
+    h.submit(random_prompt(10, 1), 40, SamplingParams::greedy(), {}, /*spec_k=*/0);
+    ASSERT_TRUE(h.engine->run_until_idle().ok());
+    EXPECT_EQ(h.engine->stats().spec.drafted, 0) << "spec_k = 0 turns speculation off for the request";
+  }
+  {
+    SpecHarness h(ngram(), 4);
+    h.submit(random_prompt(10, 1), 40, SamplingParams::greedy(), {}, /*spec_k=*/2);
+    ASSERT_TRUE(h.engine->run_until_idle().ok());
+    const SpecStats st = h.engine->stats().spec;
+    EXPECT_GT(st.drafted, 0);
+    EXPECT_LE(st.drafted, 2 * st.verifications) << "at most spec_k draft tokens per step";
+  }
+  {
+    SpecHarness h(ngram(), 4);
+    EngineConfig ec;
+    ec.spec.proposer = ngram();
+    ec.spec.max_batch = 3;
+    ec.spec.cost_gate = false;
+    Engine e(h.model, *h.kv, TextCodec{}, ec);
+    for (int i = 0; i < 4; ++i) {
+      GenerationRequest r;
+      r.prompt = random_prompt(10, uint32_t(i));
+      r.sampling = SamplingParams::greedy();
+      r.max_tokens = 10 + 10 * i;  // they finish at different steps
+      ASSERT_TRUE(e.submit(std::move(r)).ok());
+    }
+    ASSERT_TRUE(e.run_until_idle().ok());
+    const SpecStats st = e.stats().spec;
+    EXPECT_GT(st.steps_off_batch, 0) << "4 decodes > max_batch 3: no drafts";
+    EXPECT_GT(st.steps, 0) << "once 3 or fewer decode, drafts come back";
+  }
+}
+
+}  // namespace
+}  // namespace tessera::spec_test

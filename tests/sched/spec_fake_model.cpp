@@ -1,0 +1,81 @@
+#include "tests/sched/spec_fake_model.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace tessera::spec_test {
+
+MarkovModel::MarkovModel() : table_(size_t(kPhases * kVocab * kVocab * kVocab)) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  for (float& v : table_) v = u(rng);
+}
+
+Status MarkovModel::forward(const StepPlan& p, KvCache& kv, std::vector<float>* logits) {
+  const int32_t bs = kv.config().block_size;
+  // K cache [n_blocks, bs, 1, 2] f32: element 0 of a slot holds its token. Every row's K is
+  // written before any is read, as attention over the paged cache does.
+  float* k = static_cast<float*>(kv.k(0).host_data());
+  for (int32_t r = 0; r < p.n_tokens(); ++r) k[size_t(p.slot_mapping[size_t(r)]) * 2] = float(p.tokens[size_t(r)]);
+  std::vector<int32_t> seq_of(size_t(p.n_tokens()));
+  for (int32_t s = 0; s < p.n_seqs(); ++s)
+    for (int32_t r = p.query_start[size_t(s)]; r < p.query_start[size_t(s + 1)]; ++r) seq_of[size_t(r)] = s;
+  logits->clear();
+  for (int32_t r : p.logit_rows) {
+    const int32_t s = seq_of[size_t(r)], pos = p.positions[size_t(r)];
+    int32_t before = 0;
+    if (pos > 0) {
+      const int32_t block = p.block_tables[size_t(s * p.max_blocks + (pos - 1) / bs)];
+      before = int32_t(k[size_t(block * bs + (pos - 1) % bs) * 2]);
+    }
+    const float* l = row(pos, before, p.tokens[size_t(r)]);
+    logits->insert(logits->end(), l, l + kVocab);
+    ++rows_scored;
+  }
+  return OkStatus();
+}
+
+SpecHarness::SpecHarness(std::shared_ptr<Proposer> proposer, int32_t k_draft, int n_blocks, int32_t eog) {
+  KvCacheConfig c;
+  c.n_layers = 1; c.n_kv_heads = 1; c.head_dim = 2; c.block_size = 4; c.n_blocks = n_blocks; c.dtype = DType::kF32;
+  kv = std::move(KvCache::create(dev, c)).value();
+  EngineConfig ec;
+  ec.scheduler.max_batch_tokens = 512;
+  ec.spec.proposer = std::move(proposer);
+  ec.spec.k = k_draft;
+  ec.spec.max_batch = 1 << 20;  // the tests decide when to speculate, not the auto-off rules
+  ec.spec.cost_gate = false;
+  TextCodec codec;
+  codec.piece = [](int32_t t) { return std::string(1, char('a' + t)); };
+  if (eog >= 0) codec.is_eog = [eog](int32_t t) { return t == eog; };
+  engine = std::make_unique<Engine>(model, *kv, codec, ec);
+}
+
+RequestId SpecHarness::submit(const std::vector<int32_t>& prompt, int max_tokens, SamplingParams sp, std::vector<std::string> stop,
+                              int32_t spec_k) {
+  GenerationRequest r;
+  r.prompt = prompt;
+  r.sampling = sp;
+  r.max_tokens = max_tokens;
+  r.stop = std::move(stop);
+  r.spec_k = spec_k;
+  r.on_token = [this](const TokenEvent& ev) {
+    Output& o = out[ev.id];
+    if (ev.token >= 0) o.tokens.push_back(ev.token);
+    o.text += ev.text;
+    if (ev.finish != FinishReason::kNone) o.finish = ev.finish;
+  };
+  auto id = engine->submit(std::move(r));
+  EXPECT_TRUE(id.ok()) << id.status().to_string();
+  return id.ok() ? *id : -1;
+}
+
+std::vector<int32_t> random_prompt(int len, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> p;
+  for (int i = 0; i < len; ++i) p.push_back(int32_t(rng() % kVocab));
+  return p;
+}
+
+}  // namespace tessera::spec_test

@@ -1,0 +1,60 @@
+// A tiny deterministic model for speculative decoding tests: a second-order Markov chain over
+// kVocab tokens whose transition also depends on the position modulo kPhases. The logits of a
+// row are a fixed random table of (position % kPhases, the token before, the token): the token
+// before is read back from the KV cache through the block table, so a wrong slot, a rejected
+// draft left in the cache or a lost accepted one changes the output. The phase makes an n-gram
+// draft (copied from another position) differ in distribution from the target's, as real drafts
+// do; without it a draft would be an earlier sample of the very same distribution.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/kv/kv_cache.h"
+#include "core/reference/reference.h"
+#include "core/sched/engine.h"
+
+namespace tessera::spec_test {
+
+constexpr int32_t kVocab = 6;
+constexpr int32_t kPhases = 3;
+
+class MarkovModel : public ModelRunner {
+ public:
+  MarkovModel();
+  int32_t vocab_size() const override { return kVocab; }
+  int32_t context_length() const override { return 4096; }
+  Status forward(const StepPlan& p, KvCache& kv, std::vector<float>* logits) override;
+  const float* row(int32_t pos, int32_t before, int32_t token) const {
+    return &table_[size_t(((pos % phases) * kVocab + before) * kVocab + token) * kVocab];
+  }
+  int32_t phases = kPhases;  // 1: a plain second-order chain (greedy runs then cycle soon)
+  int64_t rows_scored = 0;
+
+ private:
+  std::vector<float> table_;  // [kPhases, kVocab (before), kVocab (token), kVocab (next)]
+};
+
+struct SpecHarness {
+  // |proposer| null: no speculation. Stop checks see token t as the letter 'a' + t; |eog| (>= 0)
+  // ends generation.
+  SpecHarness(std::shared_ptr<Proposer> proposer, int32_t k, int n_blocks = 512, int32_t eog = -1);
+  struct Output {
+    std::vector<int32_t> tokens;
+    std::string text;
+    FinishReason finish = FinishReason::kNone;
+  };
+  RequestId submit(const std::vector<int32_t>& prompt, int max_tokens, SamplingParams sp, std::vector<std::string> stop = {},
+                   int32_t spec_k = -1);
+
+  ref::ReferenceDevice dev;
+  MarkovModel model;
+  std::unique_ptr<KvCache> kv;
+  std::unique_ptr<Engine> engine;
+  std::map<RequestId, Output> out;
+};
+
+std::vector<int32_t> random_prompt(int len, uint32_t seed);
+
+}  // namespace tessera::spec_test
