@@ -45,7 +45,7 @@ using BufferPtr = std::shared_ptr<Buffer>;
 // its strides are not meaningful, and the Executor refuses it anywhere else.
 enum class WeightLayout : uint16_t {
   kRows = 0,
-  kCpuTile16 = 1,  // backends/cpu/matmul_tiled.cpp: Q4_0/Q4_1/Q8_0 in tiles of 16 rows
+  kCpuTile16 = 1,  // backends/cpu/matmul_tiled.cpp: Q4_0/Q4_1/Q8_0/Q4_K/Q6_K in tiles of 16 rows
 };
 
 // Shapes are outermost-first, like numpy: a weight matrix is [out_features, in_features] and

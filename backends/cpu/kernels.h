@@ -98,7 +98,8 @@ void gemm_q8_tile(DType w, const ActQ8* x, int64_t ldx, int64_t m0, int64_t m1, 
 void gemm_q8_tile_kq(DType w, const ActQ8* x, int64_t ldx, int64_t m0, int64_t m1, const char* wbase, int64_t ldw,
                      int64_t n0, int64_t n1, int64_t nb, float* out, int64_t ldo);
 // ---- weights repacked into row tiles (matmul_tiled.cpp, WeightLayout::kCpuTile16) --------------
-// Whether |w| [N, K] can be repacked: Q4_0, Q4_1 or Q8_0 with N a multiple of 16 (K of 32).
+// Whether |w| [N, K] can be repacked: Q4_0, Q4_1 or Q8_0 with N a multiple of 16 (K of 32), or
+// Q4_K or Q6_K (K a multiple of 256).
 bool repack_tiles_supported(DType w, int64_t N, int64_t K);
 // Writes the tiles of the rows |rows| (|ldw| bytes apart) into |dst| (N * row bytes), on |pool|.
 void repack_tiles(ThreadPool& pool, DType w, const char* rows, int64_t ldw, int64_t N, int64_t K, char* dst);

@@ -1,6 +1,7 @@
 // Quantised matmul over weights repacked at load (CpuDevice::prepare_weight, layout
-// WeightLayout::kCpuTile16): Q4_0, Q4_1 and Q8_0 as tiles of 16 weight rows, so that one vector
-// of codes feeds 16 output rows at once and a weight load is shared by several activation rows.
+// WeightLayout::kCpuTile16): Q4_0, Q4_1, Q8_0, Q4_K and Q6_K as tiles of 16 weight rows, so that
+// one vector of codes feeds 16 output rows at once and a weight load is shared by several
+// activation rows. The K-quants' tile blocks are described above q4k_scales.
 //
 // Tile layout (the same bytes on every target; a tile block is 16 rows x 32 elements):
 //   tiles[N/16][K/32] of
@@ -20,10 +21,12 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/kernels.h"
 #include "quant/half.h"
+#include "quant/kquants.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backends/cpu/matmul_tiled.cpp"
@@ -41,19 +44,43 @@ namespace tessera::cpu {
 struct TileQ4_0 {
   static constexpr int kHeader = 32, kChunks = 4, kOff = -8;
   static constexpr bool kNibbles = true, kMin = false;
+  static constexpr int kBlocks = 1, kSumPer = 1;
 };
 struct TileQ4_1 {
   static constexpr int kHeader = 64, kChunks = 4, kOff = 0;
   static constexpr bool kNibbles = true, kMin = true;
+  static constexpr int kBlocks = 1, kSumPer = 1;
 };
 struct TileQ8_0 {
   static constexpr int kHeader = 32, kChunks = 8, kOff = -128;  // kOff: VNNI's u8 codes only
   static constexpr bool kNibbles = false, kMin = false;
+  static constexpr int kBlocks = 1, kSumPer = 1;
+};
+// The K-quants: a tile block is 16 rows x one 256-element super-block (8 activation blocks of
+// 32); kBlock is its size in the tile, kTail the bytes per tile block stored after all blocks
+// of the tile (Q6_K's f16 scales, so every block stays 64-byte aligned). kSumPer: int32 offsets
+// per (activation row, block) that the kernels read (Q6_K: -32 * the sum of each 16 codes).
+struct TileQ4_K {
+  static constexpr int kBlocks = 8, kSumPer = 0;
+  static constexpr int64_t kBlock = 16 * 144, kTail = 0;
+};
+struct TileQ6_K {
+  static constexpr int kBlocks = 8, kSumPer = 2;
+  static constexpr int64_t kBlock = 16 * 208, kTail = 32;
 };
 template <class F>
 inline constexpr int64_t kTileBlockBytes = F::kHeader + 64 * F::kChunks;
 static_assert(kTileBlockBytes<TileQ4_0> == 16 * 18 && kTileBlockBytes<TileQ4_1> == 16 * 20 &&
               kTileBlockBytes<TileQ8_0> == 16 * 34);
+
+// Bytes between consecutive tiles of a weight with |nb| activation blocks per row.
+template <class F>
+constexpr int64_t tile_stride(int64_t nb) {
+  if constexpr (F::kBlocks == 1)
+    return nb * kTileBlockBytes<F>;
+  else
+    return nb / F::kBlocks * (F::kBlock + F::kTail);
+}
 
 inline int32_t load_i32(const void* p) {
   int32_t v;
@@ -97,6 +124,40 @@ HWY_INLINE __m512i dpbusd_bcast(__m512i acc, __m512i w, const int8_t* x) {
   asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*reinterpret_cast<const int32_t*>(x)));
   return acc;
 }
+
+// The vector operations the K-quant kernels use (kq_kernel below): 16 rows per vector.
+struct KV {
+  using I = __m512i;
+  using F = __m512;
+  static constexpr int L = 16;
+  static HWY_INLINE I load(const void* p) { return _mm512_loadu_si512(p); }
+  static HWY_INLINE void store(void* p, I v) { _mm512_storeu_si512(p, v); }
+  static HWY_INLINE I bytes(int v) { return _mm512_set1_epi8(char(v)); }
+  static HWY_INLINE I and_(I a, I b) { return _mm512_and_si512(a, b); }
+  static HWY_INLINE I or_(I a, I b) { return _mm512_or_si512(a, b); }
+  template <int S>
+  static HWY_INLINE I srl16(I a) { return _mm512_srli_epi16(a, S); }
+  template <int S>
+  static HWY_INLINE I sll16(I a) { return _mm512_slli_epi16(a, S); }
+  // (a & m) | b in one vpternlogd (bit index a:b:m of the 0xEC table).
+  static HWY_INLINE I and_or(I a, I m, I b) { return _mm512_ternarylogic_epi32(a, b, m, 0xEC); }
+  // acc + the 4-code dots of every row with the 4 activation bytes at |x|.
+  static HWY_INLINE I dot(I acc, I w, const int8_t* x) { return dpbusd_bcast(acc, w, x); }
+  static HWY_INLINE I zero() { return _mm512_setzero_si512(); }
+  static HWY_INLINE I set1(int32_t v) { return _mm512_set1_epi32(v); }
+  static HWY_INLINE I add(I a, I b) { return _mm512_add_epi32(a, b); }
+  static HWY_INLINE I mullo(I a, I b) { return _mm512_mullo_epi32(a, b); }
+  static HWY_INLINE I u8(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static HWY_INLINE I s8(const int8_t* p) { return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static HWY_INLINE F f16(const void* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static HWY_INLINE F cvt(I a) { return _mm512_cvtepi32_ps(a); }
+  static HWY_INLINE F fzero() { return _mm512_setzero_ps(); }
+  static HWY_INLINE F fset1(float v) { return _mm512_set1_ps(v); }
+  static HWY_INLINE F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static HWY_INLINE F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  static HWY_INLINE F fnma(F a, F b, F c) { return _mm512_fnmadd_ps(a, b, c); }
+  static HWY_INLINE void fstore(float* p, F v) { _mm512_storeu_ps(p, v); }
+};
 
 // out[r][16t + i] for MR activation rows and TN consecutive tiles (|ts| bytes apart).
 template <class F, int MR, int TN>
@@ -165,8 +226,46 @@ HWY_INLINE void tile_kernel(const TileAct<MR>& a, const char* tile0, int64_t ts,
 // Prefill: 4 activation rows x 2 tiles (16 int32 + 16 f32 accumulators of the 32 zmm).
 // Decode: 1 row x 4 tiles, four independent vpdpbusd chains.
 inline constexpr int kMR = 4, kTN = 2, kGemvTN = 4;
+// K-quants: Q4_K 4 rows x 2 tiles; Q6_K 4 rows x 1 tile (two int32 accumulators per pair).
+inline constexpr int kQ4KMR = 4, kQ4KTN = 2, kQ6KMR = 8, kQ6KTN = 1, kKqGemvTN = 4;
 
 #elif HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+// The vector operations the K-quant kernels use (kq_kernel below): 8 rows per vector, the
+// 4-code dot as maddubs + madd.
+struct KV {
+  using I = __m256i;
+  using F = __m256;
+  static constexpr int L = 8;
+  static HWY_INLINE I load(const void* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static HWY_INLINE void store(void* p, I v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); }
+  static HWY_INLINE I bytes(int v) { return _mm256_set1_epi8(char(v)); }
+  static HWY_INLINE I and_(I a, I b) { return _mm256_and_si256(a, b); }
+  static HWY_INLINE I or_(I a, I b) { return _mm256_or_si256(a, b); }
+  template <int S>
+  static HWY_INLINE I srl16(I a) { return _mm256_srli_epi16(a, S); }
+  template <int S>
+  static HWY_INLINE I sll16(I a) { return _mm256_slli_epi16(a, S); }
+  static HWY_INLINE I and_or(I a, I m, I b) { return _mm256_or_si256(_mm256_and_si256(a, m), b); }
+  static HWY_INLINE I dot(I acc, I w, const int8_t* x) {
+    const __m256i p = _mm256_maddubs_epi16(w, _mm256_set1_epi32(load_i32(x)));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+  }
+  static HWY_INLINE I zero() { return _mm256_setzero_si256(); }
+  static HWY_INLINE I set1(int32_t v) { return _mm256_set1_epi32(v); }
+  static HWY_INLINE I add(I a, I b) { return _mm256_add_epi32(a, b); }
+  static HWY_INLINE I mullo(I a, I b) { return _mm256_mullo_epi32(a, b); }
+  static HWY_INLINE I u8(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
+  static HWY_INLINE I s8(const int8_t* p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
+  static HWY_INLINE F f16(const void* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static HWY_INLINE F cvt(I a) { return _mm256_cvtepi32_ps(a); }
+  static HWY_INLINE F fzero() { return _mm256_setzero_ps(); }
+  static HWY_INLINE F fset1(float v) { return _mm256_set1_ps(v); }
+  static HWY_INLINE F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static HWY_INLINE F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  static HWY_INLINE F fnma(F a, F b, F c) { return _mm256_fnmadd_ps(a, b, c); }
+  static HWY_INLINE void fstore(float* p, F v) { _mm256_storeu_ps(p, v); }
+};
+
 // The same tiles as 8-row halves (h = 2t + half) through maddubs. Q4: each maddubs pair sum is
 // at most 2 * 15 * 127, so the block's 8 products of a row add up in i16 (8 * 3810 < 32768)
 // before one madd; Q8_0 flips the u8 codes back to s8 and moves their signs onto x.
@@ -246,8 +345,10 @@ HWY_INLINE void tile_kernel(const TileAct<MR>& a, const char* tile0, int64_t ts,
 }
 #if HWY_TARGET == HWY_AVX3
 inline constexpr int kMR = 4, kTN = 1, kGemvTN = 2;  // 32 vector registers
+inline constexpr int kQ4KMR = 4, kQ4KTN = 1, kQ6KMR = 4, kQ6KTN = 1, kKqGemvTN = 2;
 #else
 inline constexpr int kMR = 2, kTN = 1, kGemvTN = 1;  // 16 vector registers
+inline constexpr int kQ4KMR = 2, kQ4KTN = 1, kQ6KMR = 2, kQ6KTN = 1, kKqGemvTN = 1;
 #endif
 
 #else
@@ -285,7 +386,331 @@ HWY_INLINE void tile_kernel(const TileAct<MR>& a, const char* tile0, int64_t ts,
       }
 }
 inline constexpr int kMR = 4, kTN = 1, kGemvTN = 1;
+inline constexpr int kQ4KMR = 4, kQ4KTN = 1, kQ6KMR = 4, kQ6KTN = 1, kKqGemvTN = 1;
 #endif
+
+// ---- K-quant tiles (Q4_K, Q6_K) ----------------------------------------------------------------
+// Q4_K tile block (16 rows x 256 elements, 2304 bytes):
+//   d[16], dmin[16]  f16
+//   P0, P1, P2       64 bytes each: the 8 scales and 8 mins of every row, 6 bits each, arranged
+//                    so that four vector steps unpack them for all 16 rows: with U0 = sc[0..3],
+//                    U1 = sc[4..7], U2 = m[0..3], U3 = m[4..7] as bytes [j][row],
+//                    P0 = lo4(U0) | lo4(U1) << 4, P1 = lo4(U2) | lo4(U3) << 4,
+//                    P2 = hi2(U0) | hi2(U1) << 2 | hi2(U2) << 4 | hi2(U3) << 6.
+//   codes            32 chunks of 64 bytes: chunk 8c + k, bytes 4r..4r+3 = row r's qs[32c+4k..+3]
+//                    (low nibbles: sub-block 2c, elements 4k..4k+3; high nibbles: sub-block 2c+1).
+// Q6_K tile block (3328 bytes; the 16 f16 row scales d of block s are at tile + nsb * 3328 + 32 s):
+//   sc[16][16]       int8 scale of 16-element group g of row r at 16 g + r
+//   per 32-element sub-block j, 384 bytes: 4 chunks of low nibbles (chunk c, bytes 4r..4r+3:
+//                    elements 4c.. in the low nibble, 16+4c.. in the high nibble), then 2 chunks
+//                    of high bit pairs (chunk h, bits 2g..2g+1 of byte 4r+l: element 16h+4g+l).
+// Both decode to unsigned codes (Q4_K 0..15, Q6_K 0..63) for the u8 x s8 dot; per 32 elements
+// Q4_K adds (d sc) dx dot - (dmin m) dx sum(qx); Q6_K takes sc * (dot - 32 sum(qx)) per 16 in
+// int32 and d dx per 32.
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// The 256 six-bit scales and mins of a Q4_K tile block as bytes: sc[j][r] at 16j + r, m at 128 + 16j + r.
+HWY_INLINE void q4k_scales(const char* p, uint8_t* out) {
+  const KV::I m4 = KV::bytes(0x0f), m30 = KV::bytes(0x30);
+#pragma GCC unroll 2
+  for (int o = 0; o < 64; o += int(sizeof(KV::I))) {
+    const KV::I p0 = KV::load(p + o), p1 = KV::load(p + 64 + o), p2 = KV::load(p + 128 + o);
+    KV::store(out + o, KV::or_(KV::and_(p0, m4), KV::and_(KV::sll16<4>(p2), m30)));
+    KV::store(out + 64 + o, KV::or_(KV::and_(KV::srl16<4>(p0), m4), KV::and_(KV::sll16<2>(p2), m30)));
+    KV::store(out + 128 + o, KV::or_(KV::and_(p1, m4), KV::and_(p2, m30)));
+    KV::store(out + 192 + o, KV::or_(KV::and_(KV::srl16<4>(p1), m4), KV::and_(KV::srl16<2>(p2), m30)));
+  }
+}
+
+// Decode (MR = 1) prefetches the part of every tile block it reads next, two blocks ahead.
+template <class F, int TN, int kParts = 1>
+HWY_INLINE void kq_prefetch(const char* tile0, int64_t ts, int64_t sb, int j) {
+  constexpr int64_t part = F::kBlock / 8 * kParts;
+#pragma GCC unroll 4
+  for (int t = 0; t < TN; ++t) {
+    const char* p = tile0 + t * ts + (sb + 2) * F::kBlock + j * part;
+#pragma GCC unroll 8
+    for (int64_t o = 0; o < part + 63; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+  }
+}
+
+// out[r][16t + i] for MR activation rows and TN consecutive Q4_K tiles. A tile is P = 16 / L
+// vectors of L rows (s = P t + half).
+template <int MR, int TN>
+HWY_INLINE void q4k_kernel(const TileAct<MR>& a, const char* tile0, int64_t ts, int64_t nsb) {
+  using I = KV::I;
+  using F = KV::F;
+  constexpr int P = 16 / KV::L, S = TN * P;
+  constexpr int64_t TB = TileQ4_K::kBlock;
+  F acc[MR][S];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s) acc[r][s] = KV::fzero();
+  const I m4 = KV::bytes(0x0f);
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    alignas(64) uint8_t sc[TN][256];
+    F d[S], dm[S];
+#pragma GCC unroll 4
+    for (int t = 0; t < TN; ++t) q4k_scales(tile0 + t * ts + sb * TB + 64, sc[t]);
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s) {
+      const char* blk = tile0 + (s / P) * ts + sb * TB + 2 * KV::L * (s % P);
+      d[s] = KV::f16(blk);
+      dm[s] = KV::f16(blk + 32);
+    }
+#pragma GCC unroll 1
+    for (int c = 0; c < 4; ++c) {
+      // Sub-blocks 2c (low nibbles) and 2c+1 (high): decode (one row) reads each chunk once
+      // for both; prefill reads it twice, so that its MR x S accumulators fit the registers.
+      constexpr int H = MR == 1 ? 2 : 1;
+#pragma GCC unroll 2
+      for (int h0 = 0; h0 < 2; h0 += H) {
+        if constexpr (MR == 1) kq_prefetch<TileQ4_K, TN, 2>(tile0, ts, sb, c);
+        I ia[H][MR][S];
+#pragma GCC unroll 2
+        for (int h = 0; h < H; ++h)
+#pragma GCC unroll 8
+          for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+            for (int s = 0; s < S; ++s) ia[h][r][s] = KV::zero();
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; ++k) {
+          I q[H][S];
+#pragma GCC unroll 4
+          for (int s = 0; s < S; ++s) {
+            const I w = KV::load(tile0 + (s / P) * ts + sb * TB + 256 + 64 * (8 * c + k) + 4 * KV::L * (s % P));
+            if constexpr (H == 2) {
+              q[0][s] = KV::and_(w, m4);
+              q[1][s] = KV::and_(KV::srl16<4>(w), m4);
+            } else {
+              q[0][s] = h0 ? KV::and_(KV::srl16<4>(w), m4) : KV::and_(w, m4);
+            }
+          }
+#pragma GCC unroll 2
+          for (int h = 0; h < H; ++h)
+#pragma GCC unroll 8
+            for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+              for (int s = 0; s < S; ++s)
+                ia[h][r][s] = KV::dot(ia[h][r][s], q[h][s], a.x[r][8 * sb + 2 * c + h0 + h].qs + 4 * k);
+        }
+#pragma GCC unroll 2
+        for (int h = 0; h < H; ++h) {
+          const int j = 2 * c + h0 + h;
+          F dsc[S], dmm[S];
+#pragma GCC unroll 4
+          for (int s = 0; s < S; ++s) {
+            const uint8_t* u = sc[s / P] + 16 * j + KV::L * (s % P);
+            dsc[s] = KV::mul(KV::cvt(KV::u8(u)), d[s]);
+            dmm[s] = KV::mul(KV::cvt(KV::u8(u + 128)), dm[s]);
+          }
+#pragma GCC unroll 8
+          for (int r = 0; r < MR; ++r) {
+            const ActQ8& xb = a.x[r][8 * sb + j];
+            const F dx = KV::fset1(xb.d), xs = KV::fset1(xb.s);
+#pragma GCC unroll 4
+            for (int s = 0; s < S; ++s) {
+              acc[r][s] = KV::fma(KV::cvt(ia[h][r][s]), KV::mul(dsc[s], dx), acc[r][s]);
+              acc[r][s] = KV::fnma(dmm[s], xs, acc[r][s]);
+            }
+          }
+        }
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s) KV::fstore(a.out[r] + KV::L * s, acc[r][s]);
+}
+
+// The high bit pair g of every byte of |qh| at bits 4-5.
+template <int G>
+HWY_INLINE KV::I q6k_high(KV::I qh, KV::I m30) {
+  if constexpr (G == 0) return KV::and_(KV::sll16<4>(qh), m30);
+  if constexpr (G == 1) return KV::and_(KV::sll16<2>(qh), m30);
+  if constexpr (G == 2) return KV::and_(qh, m30);
+  return KV::and_(KV::srl16<2>(qh), m30);
+}
+
+template <int MR, int S, int G>
+HWY_INLINE void q6k_step(const TileAct<MR>& a, int64_t b, const char* const* sub, const KV::I* qh0, const KV::I* qh1,
+                         KV::I m4, KV::I m30, KV::I (*ia)[S], KV::I (*ib)[S]) {
+  constexpr int P = 16 / KV::L;
+  KV::I lo[S], hi[S];
+#pragma GCC unroll 4
+  for (int s = 0; s < S; ++s) {
+    const KV::I w = KV::load(sub[s] + 64 * G + 4 * KV::L * (s % P));
+    lo[s] = KV::and_or(w, m4, q6k_high<G>(qh0[s], m30));
+    hi[s] = KV::and_or(KV::srl16<4>(w), m4, q6k_high<G>(qh1[s], m30));
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    const int8_t* x = a.x[r][b].qs + 4 * G;
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s) {
+      ia[r][s] = KV::dot(ia[r][s], lo[s], x);
+      ib[r][s] = KV::dot(ib[r][s], hi[s], x + 16);
+    }
+  }
+}
+
+// out[r][16t + i] for MR activation rows and TN consecutive Q6_K tiles.
+template <int MR, int TN>
+HWY_INLINE void q6k_kernel(const TileAct<MR>& a, const char* tile0, int64_t ts, int64_t nsb) {
+  using I = KV::I;
+  using F = KV::F;
+  constexpr int P = 16 / KV::L, S = TN * P;
+  constexpr int64_t TB = TileQ6_K::kBlock;
+  F acc[MR][S];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s) acc[r][s] = KV::fzero();
+  const I m4 = KV::bytes(0x0f), m30 = KV::bytes(0x30);
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    F d[S];
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s) d[s] = KV::f16(tile0 + (s / P) * ts + nsb * TB + 32 * sb + 2 * KV::L * (s % P));
+#pragma GCC unroll 1
+    for (int j = 0; j < 8; ++j) {
+      if constexpr (MR == 1) kq_prefetch<TileQ6_K, TN>(tile0, ts, sb, j);
+      const int64_t b = 8 * sb + j;
+      I ia[MR][S], ib[MR][S];
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) {
+        const I oa = KV::set1(a.sum[r][2 * b]), ob = KV::set1(a.sum[r][2 * b + 1]);
+#pragma GCC unroll 4
+        for (int s = 0; s < S; ++s) ia[r][s] = oa, ib[r][s] = ob;
+      }
+      const char* sub[S];
+      I qh0[S], qh1[S];
+#pragma GCC unroll 4
+      for (int s = 0; s < S; ++s) {
+        sub[s] = tile0 + (s / P) * ts + sb * TB + 256 + 384 * j;
+        qh0[s] = KV::load(sub[s] + 256 + 4 * KV::L * (s % P));
+        qh1[s] = KV::load(sub[s] + 320 + 4 * KV::L * (s % P));
+      }
+      q6k_step<MR, S, 0>(a, b, sub, qh0, qh1, m4, m30, ia, ib);
+      q6k_step<MR, S, 1>(a, b, sub, qh0, qh1, m4, m30, ia, ib);
+      q6k_step<MR, S, 2>(a, b, sub, qh0, qh1, m4, m30, ia, ib);
+      q6k_step<MR, S, 3>(a, b, sub, qh0, qh1, m4, m30, ia, ib);
+      I sa[S], sbv[S];
+#pragma GCC unroll 4
+      for (int s = 0; s < S; ++s) {
+        const auto* g = reinterpret_cast<const int8_t*>(tile0 + (s / P) * ts + sb * TB) + 32 * j + KV::L * (s % P);
+        sa[s] = KV::s8(g);
+        sbv[s] = KV::s8(g + 16);
+      }
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) {
+        const F dx = KV::fset1(a.x[r][b].d);
+#pragma GCC unroll 4
+        for (int s = 0; s < S; ++s) {
+          const I v = KV::add(KV::mullo(ia[r][s], sa[s]), KV::mullo(ib[r][s], sbv[s]));
+          acc[r][s] = KV::fma(KV::cvt(v), KV::mul(d[s], dx), acc[r][s]);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s) KV::fstore(a.out[r] + KV::L * s, acc[r][s]);
+}
+
+#else
+// Portable K-quant tiles: plain loops over the same layout (SCALAR under test on x86).
+inline void q4k_scales(const char* p, uint8_t* out) {
+  const auto* u = reinterpret_cast<const uint8_t*>(p);
+  for (int o = 0; o < 64; ++o) {
+    const uint8_t p0 = u[o], p1 = u[64 + o], p2 = u[128 + o];
+    out[o] = uint8_t((p0 & 15) | ((p2 & 3) << 4));
+    out[64 + o] = uint8_t((p0 >> 4) | (((p2 >> 2) & 3) << 4));
+    out[128 + o] = uint8_t((p1 & 15) | (((p2 >> 4) & 3) << 4));
+    out[192 + o] = uint8_t((p1 >> 4) | ((p2 >> 6) << 4));
+  }
+}
+
+inline float f16_at(const char* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return fp16_to_f32(h);
+}
+
+template <int MR, int TN>
+HWY_INLINE void q4k_kernel(const TileAct<MR>& a, const char* tile0, int64_t ts, int64_t nsb) {
+  constexpr int64_t TB = TileQ4_K::kBlock;
+  for (int t = 0; t < TN; ++t)
+    for (int r = 0; r < MR; ++r) {
+      double acc[16] = {};
+      for (int64_t sb = 0; sb < nsb; ++sb) {
+        const char* blk = tile0 + t * ts + sb * TB;
+        uint8_t sc[256];
+        q4k_scales(blk + 64, sc);
+        const auto* codes = reinterpret_cast<const uint8_t*>(blk + 256);
+        for (int j = 0; j < 8; ++j) {
+          const ActQ8& xb = a.x[r][8 * sb + j];
+          const int c = j / 2, h = j % 2;
+          for (int i = 0; i < 16; ++i) {
+            int32_t dot = 0;
+            for (int k = 0; k < 8; ++k)
+              for (int l = 0; l < 4; ++l) dot += ((codes[64 * (8 * c + k) + 4 * i + l] >> (4 * h)) & 15) * xb.qs[4 * k + l];
+            acc[i] += f16_at(blk + 2 * i) * float(sc[16 * j + i]) * xb.d * float(dot) -
+                      f16_at(blk + 32 + 2 * i) * float(sc[128 + 16 * j + i]) * xb.s;
+          }
+        }
+      }
+      for (int i = 0; i < 16; ++i) a.out[r][16 * t + i] = float(acc[i]);
+    }
+}
+
+template <int MR, int TN>
+HWY_INLINE void q6k_kernel(const TileAct<MR>& a, const char* tile0, int64_t ts, int64_t nsb) {
+  constexpr int64_t TB = TileQ6_K::kBlock;
+  for (int t = 0; t < TN; ++t)
+    for (int r = 0; r < MR; ++r) {
+      double acc[16] = {};
+      for (int64_t sb = 0; sb < nsb; ++sb) {
+        const char* blk = tile0 + t * ts + sb * TB;
+        const auto* sc = reinterpret_cast<const int8_t*>(blk);
+        for (int j = 0; j < 8; ++j) {
+          const int64_t b = 8 * sb + j;
+          const ActQ8& xb = a.x[r][b];
+          const auto* sub = reinterpret_cast<const uint8_t*>(blk + 256 + 384 * j);
+          for (int i = 0; i < 16; ++i) {
+            int32_t dot[2] = {a.sum[r][2 * b], a.sum[r][2 * b + 1]};
+            for (int c = 0; c < 4; ++c)
+              for (int l = 0; l < 4; ++l) {
+                const uint8_t w = sub[64 * c + 4 * i + l];
+                const int lo = (w & 15) | (((sub[256 + 4 * i + l] >> (2 * c)) & 3) << 4);
+                const int hi = (w >> 4) | (((sub[320 + 4 * i + l] >> (2 * c)) & 3) << 4);
+                dot[0] += lo * xb.qs[4 * c + l];
+                dot[1] += hi * xb.qs[16 + 4 * c + l];
+              }
+            const int32_t v = sc[32 * j + i] * dot[0] + sc[32 * j + 16 + i] * dot[1];
+            acc[i] += f16_at(tile0 + t * ts + nsb * TB + 32 * sb + 2 * i) * xb.d * float(v);
+          }
+        }
+      }
+      for (int i = 0; i < 16; ++i) a.out[r][16 * t + i] = float(acc[i]);
+    }
+}
+#endif
+
+// Rows and tiles per kernel call for format F: prefill MR x TN, decode 1 x GTN.
+template <class F>
+struct Blocking {
+  static constexpr int MR = kMR, TN = kTN, GTN = kGemvTN;
+};
+template <>
+struct Blocking<TileQ4_K> {
+  static constexpr int MR = kQ4KMR, TN = kQ4KTN, GTN = kKqGemvTN;
+};
+template <>
+struct Blocking<TileQ6_K> {
+  static constexpr int MR = kQ6KMR, TN = kQ6KTN, GTN = kKqGemvTN > 2 ? 2 : kKqGemvTN;
+};
 
 // MR activation rows from row |m| against TN tiles from tile |t|.
 template <class F, int MR, int TN>
@@ -294,11 +719,16 @@ HWY_INLINE void run_block(const ActQ8* x, int64_t ldx, const int32_t* xsum, int6
   TileAct<MR> a;
   for (int r = 0; r < MR; ++r) {
     a.x[r] = x + (m + r) * ldx;
-    a.sum[r] = xsum + (m + r) * nb;
+    a.sum[r] = xsum + (m + r) * nb * F::kSumPer;
     a.out[r] = out + (m + r) * ldo + 16 * t;
   }
-  const int64_t ts = nb * kTileBlockBytes<F>;
-  tile_kernel<F, MR, TN>(a, tiles + t * ts, ts, nb);
+  const int64_t ts = tile_stride<F>(nb);
+  if constexpr (std::is_same_v<F, TileQ4_K>)
+    q4k_kernel<MR, TN>(a, tiles + t * ts, ts, nb / 8);
+  else if constexpr (std::is_same_v<F, TileQ6_K>)
+    q6k_kernel<MR, TN>(a, tiles + t * ts, ts, nb / 8);
+  else
+    tile_kernel<F, MR, TN>(a, tiles + t * ts, ts, nb);
 }
 
 // out[m, 16 t0 .. 16 t1) for m in [m0, m1): per group of tiles, every activation row passes
@@ -306,21 +736,22 @@ HWY_INLINE void run_block(const ActQ8* x, int64_t ldx, const int32_t* xsum, int6
 template <class F>
 void tiled_range(const ActQ8* x, int64_t ldx, const int32_t* xsum, int64_t m0, int64_t m1, const char* tiles,
                  int64_t t0, int64_t t1, int64_t nb, float* out, int64_t ldo) {
+  constexpr int MR = Blocking<F>::MR, TN = Blocking<F>::TN, GTN = Blocking<F>::GTN;
   if (m1 - m0 == 1) {  // decode GEMV: several tiles per call for independent dot chains
     int64_t t = t0;
-    for (; t + kGemvTN <= t1; t += kGemvTN) run_block<F, 1, kGemvTN>(x, ldx, xsum, m0, tiles, t, nb, out, ldo);
+    for (; t + GTN <= t1; t += GTN) run_block<F, 1, GTN>(x, ldx, xsum, m0, tiles, t, nb, out, ldo);
     for (; t < t1; ++t) run_block<F, 1, 1>(x, ldx, xsum, m0, tiles, t, nb, out, ldo);
     return;
   }
-  for (int64_t t = t0; t < t1; t += kTN) {
-    if (t + kTN <= t1) {
+  for (int64_t t = t0; t < t1; t += TN) {
+    if (t + TN <= t1) {
       int64_t m = m0;
-      for (; m + kMR <= m1; m += kMR) run_block<F, kMR, kTN>(x, ldx, xsum, m, tiles, t, nb, out, ldo);
-      for (; m < m1; ++m) run_block<F, 1, kTN>(x, ldx, xsum, m, tiles, t, nb, out, ldo);
+      for (; m + MR <= m1; m += MR) run_block<F, MR, TN>(x, ldx, xsum, m, tiles, t, nb, out, ldo);
+      for (; m < m1; ++m) run_block<F, 1, TN>(x, ldx, xsum, m, tiles, t, nb, out, ldo);
     } else {
       for (int64_t tt = t; tt < t1; ++tt) {
         int64_t m = m0;
-        for (; m + kMR <= m1; m += kMR) run_block<F, kMR, 1>(x, ldx, xsum, m, tiles, tt, nb, out, ldo);
+        for (; m + MR <= m1; m += MR) run_block<F, MR, 1>(x, ldx, xsum, m, tiles, tt, nb, out, ldo);
         for (; m < m1; ++m) run_block<F, 1, 1>(x, ldx, xsum, m, tiles, tt, nb, out, ldo);
       }
     }
@@ -333,6 +764,8 @@ void GemmTiledRange(DType w, const ActQ8* x, int64_t ldx, const int32_t* xsum, i
     case DType::kQ4_0: return tiled_range<TileQ4_0>(x, ldx, xsum, m0, m1, tiles, t0, t1, nb, out, ldo);
     case DType::kQ4_1: return tiled_range<TileQ4_1>(x, ldx, xsum, m0, m1, tiles, t0, t1, nb, out, ldo);
     case DType::kQ8_0: return tiled_range<TileQ8_0>(x, ldx, xsum, m0, m1, tiles, t0, t1, nb, out, ldo);
+    case DType::kQ4_K: return tiled_range<TileQ4_K>(x, ldx, xsum, m0, m1, tiles, t0, t1, nb, out, ldo);
+    case DType::kQ6_K: return tiled_range<TileQ6_K>(x, ldx, xsum, m0, m1, tiles, t0, t1, nb, out, ldo);
     default: return;  // repack_tiles_supported() admits only these
   }
 }
@@ -366,14 +799,73 @@ void repack_tile(const char* rows, int64_t ldw, int64_t t, int64_t nb, char* dst
   }
 }
 
+// Q4_K: rows' 144-byte super-blocks to tile blocks (layout above q4k_scales).
+void repack_tile_q4k(const char* rows, int64_t ldw, int64_t t, int64_t nsb, char* dst) {
+  constexpr int64_t TB = TileQ4_K::kBlock;
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    auto* tb = reinterpret_cast<uint8_t*>(dst + (t * nsb + sb) * TB);
+    uint8_t u[256];  // sc[j][r] at 16j + r, m[j][r] at 128 + 16j + r
+    for (int i = 0; i < 16; ++i) {
+      const auto* blk = reinterpret_cast<const BlockQ4_K*>(rows + (16 * t + i) * ldw + sb * int64_t(sizeof(BlockQ4_K)));
+      std::memcpy(tb + 2 * i, &blk->d, 2);
+      std::memcpy(tb + 32 + 2 * i, &blk->dmin, 2);
+      uint8_t sc[8], m[8];
+      unpack_k_scales(blk->scales, sc, m);
+      for (int j = 0; j < 8; ++j) u[16 * j + i] = sc[j], u[128 + 16 * j + i] = m[j];
+      for (int c = 0; c < 4; ++c)
+        for (int k = 0; k < 8; ++k) std::memcpy(tb + 256 + 64 * (8 * c + k) + 4 * i, blk->qs + 32 * c + 4 * k, 4);
+    }
+    for (int o = 0; o < 64; ++o) {
+      tb[64 + o] = uint8_t((u[o] & 15) | (u[64 + o] & 15) << 4);
+      tb[128 + o] = uint8_t((u[128 + o] & 15) | (u[192 + o] & 15) << 4);
+      tb[192 + o] = uint8_t((u[o] >> 4) | (u[64 + o] >> 4) << 2 | (u[128 + o] >> 4) << 4 | (u[192 + o] >> 4) << 6);
+    }
+  }
+}
+
+// Q6_K: rows' 210-byte super-blocks to tile blocks, the f16 scales after the tile's blocks.
+void repack_tile_q6k(const char* rows, int64_t ldw, int64_t t, int64_t nsb, char* dst) {
+  constexpr int64_t TB = TileQ6_K::kBlock;
+  char* tile = dst + t * nsb * (TB + TileQ6_K::kTail);
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    auto* tb = reinterpret_cast<uint8_t*>(tile + sb * TB);
+    for (int i = 0; i < 16; ++i) {
+      const auto* blk = reinterpret_cast<const BlockQ6_K*>(rows + (16 * t + i) * ldw + sb * int64_t(sizeof(BlockQ6_K)));
+      std::memcpy(tile + nsb * TB + 32 * sb + 2 * i, &blk->d, 2);
+      for (int g = 0; g < 16; ++g) tb[16 * g + i] = uint8_t(blk->scales[g]);
+      uint8_t q[256];
+      for (int e = 0; e < 256; ++e) {
+        const int h = e / 128, r = e % 128;
+        const int lo = (blk->ql[64 * h + r % 64] >> (4 * (r / 64))) & 15;
+        const int hi = (blk->qh[32 * h + r % 32] >> (2 * (r / 32))) & 3;
+        q[e] = uint8_t(lo | hi << 4);
+      }
+      for (int j = 0; j < 8; ++j) {
+        uint8_t* sub = tb + 256 + 384 * j;
+        const uint8_t* qj = q + 32 * j;
+        for (int c = 0; c < 4; ++c)
+          for (int l = 0; l < 4; ++l) sub[64 * c + 4 * i + l] = uint8_t((qj[4 * c + l] & 15) | (qj[16 + 4 * c + l] & 15) << 4);
+        for (int h = 0; h < 2; ++h)
+          for (int l = 0; l < 4; ++l) {
+            uint8_t v = 0;
+            for (int g = 0; g < 4; ++g) v = uint8_t(v | (qj[16 * h + 4 * g + l] >> 4) << (2 * g));
+            sub[256 + 64 * h + 4 * i + l] = v;
+          }
+      }
+    }
+  }
+}
+
 // How far apart the tiles of a prefill work unit's M range are: enough activation rows per pass
 // over a tile group that the group's decode is amortised, few enough that they stay in L2.
 constexpr int64_t kTiledMChunk = 64, kTiledTileChunk = 4;
 }  // namespace
 
 bool repack_tiles_supported(DType w, int64_t N, int64_t K) {
-  if (w != DType::kQ4_0 && w != DType::kQ4_1 && w != DType::kQ8_0) return false;
-  return N > 0 && K > 0 && N % 16 == 0 && K % 32 == 0;
+  if (N <= 0 || K <= 0 || N % 16 != 0) return false;
+  if (w == DType::kQ4_0 || w == DType::kQ4_1 || w == DType::kQ8_0) return K % 32 == 0;
+  if (w == DType::kQ4_K || w == DType::kQ6_K) return K % 256 == 0;
+  return false;
 }
 
 void repack_tiles(ThreadPool& pool, DType w, const char* rows, int64_t ldw, int64_t N, int64_t K, char* dst) {
@@ -385,6 +877,8 @@ void repack_tiles(ThreadPool& pool, DType w, const char* rows, int64_t ldw, int6
         case DType::kQ4_0: repack_tile<TileQ4_0>(rows, ldw, t, nb, dst); break;
         case DType::kQ4_1: repack_tile<TileQ4_1>(rows, ldw, t, nb, dst); break;
         case DType::kQ8_0: repack_tile<TileQ8_0>(rows, ldw, t, nb, dst); break;
+        case DType::kQ4_K: repack_tile_q4k(rows, ldw, t, nb / 8, dst); break;
+        case DType::kQ6_K: repack_tile_q6k(rows, ldw, t, nb / 8, dst); break;
         default: break;
       }
     }
@@ -400,11 +894,22 @@ void gemm_tiled(ThreadPool& pool, const PackedAct& act, DType w, const char* til
                 int64_t ldo) {
   const int64_t M = act.M, nb = act.K / 32, nt = N / 16;
   const ActQ8* x = act.q8.data();
-  // sum(qx) per (row, block), for the integer offset of unsigned codes (from c8 = 8 * sum4).
-  std::vector<int32_t> xsum(size_t(M * nb));
-  for (int64_t i = 0; i < M * nb; ++i) {
-    const int32_t* c8 = act.q8[size_t(i)].c8;
-    xsum[size_t(i)] = (c8[0] + c8[1] + c8[2] + c8[3] + c8[4] + c8[5] + c8[6] + c8[7]) / 8;
+  // The integer offsets of unsigned codes per (row, block), from c8 = 8 * the sums of 4 codes:
+  // sum(qx) (Q4_0/Q4_1/Q8_0), -32 * the sum of each 16 (Q6_K); Q4_K's mins use ActQ8::s.
+  std::vector<int32_t> xsum;
+  if (w == DType::kQ6_K) {
+    xsum.resize(size_t(M * nb * 2));
+    for (int64_t i = 0; i < M * nb; ++i) {
+      const int32_t* c8 = act.q8[size_t(i)].c8;
+      xsum[size_t(2 * i)] = -4 * (c8[0] + c8[1] + c8[2] + c8[3]);
+      xsum[size_t(2 * i + 1)] = -4 * (c8[4] + c8[5] + c8[6] + c8[7]);
+    }
+  } else if (w != DType::kQ4_K) {
+    xsum.resize(size_t(M * nb));
+    for (int64_t i = 0; i < M * nb; ++i) {
+      const int32_t* c8 = act.q8[size_t(i)].c8;
+      xsum[size_t(i)] = (c8[0] + c8[1] + c8[2] + c8[3] + c8[4] + c8[5] + c8[6] + c8[7]) / 8;
+    }
   }
   const auto range = gemm_tiled_range;
   // Few rows (decode, small batches): each thread streams its own contiguous tiles once.

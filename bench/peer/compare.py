@@ -43,9 +43,9 @@ def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
-def run(cmd, what):
+def run(cmd, what, env=None):
     """Runs |cmd|, returns its stdout; a failure raises with the command and its output's tail."""
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     if p.returncode != 0:
         tail = "\n".join((p.stdout + p.stderr).strip().splitlines()[-15:])
         raise CompareError(f"{what} failed (exit {p.returncode}): {' '.join(cmd)}\n{tail}")
@@ -111,10 +111,14 @@ def loadavg():
         return " ".join(f.read().split()[:3])
 
 
-def make_models(cache, make_tiny_model, quantize, smollm, quick):
-    """Returns [(label, path)]; files already in |cache| are reused (delete them to remake)."""
+def make_models(cache, make_tiny_model, quantize, smollm, quick, only=()):
+    """Returns [(label, path)] (those whose label contains a text of |only|, when given); files
+    already in |cache| are reused (delete them to remake)."""
+    def wanted(label):
+        return not only or any(t in label for t in only)
+
     models = []
-    if not quick:
+    if not quick and any(wanted(label) for label, _, _ in QUANTS_1B):
         f16 = os.path.join(cache, "1b-f16.gguf")
         if not os.path.isfile(f16):
             log(f"making {f16} (make_tiny_model, 1B shape, F16: ~2.2 GB)")
@@ -125,6 +129,8 @@ def make_models(cache, make_tiny_model, quantize, smollm, quick):
             run(args, "make_tiny_model")
             os.replace(part, f16)
         for label, name, qtype in QUANTS_1B:
+            if not wanted(label):
+                continue
             out = os.path.join(cache, name)
             if not os.path.isfile(out):
                 log(f"quantising {out} (llama-quantize {qtype})")
@@ -132,15 +138,16 @@ def make_models(cache, make_tiny_model, quantize, smollm, quick):
                 run([quantize, f16, part, qtype, str(THREADS)], "llama-quantize")
                 os.replace(part, out)
             models.append((label, out))
-    models.append(("SmolLM2-135M Q4_1", smollm))
+    if wanted("SmolLM2-135M Q4_1"):
+        models.append(("SmolLM2-135M Q4_1", smollm))
     return models
 
 
-def tessera_once(bench, model, prompt, decode, reps):
+def tessera_once(bench, model, prompt, decode, reps, env=None):
     """(prefill t/s, decode t/s) of one request (2 threads, concurrency 1), tessera-bench's median
     of |reps| runs."""
     out = run([bench, "model", model, "--threads", str(THREADS), "--concurrency", "1", "--prompt", str(prompt),
-               "--decode", str(decode), "--repeats", str(reps)], "tessera-bench model")
+               "--decode", str(decode), "--repeats", str(reps)], "tessera-bench model", env)
     lines = out.splitlines()
     for i, line in enumerate(lines):
         if "prefill t/s" in line and i + 1 < len(lines):
@@ -150,9 +157,9 @@ def tessera_once(bench, model, prompt, decode, reps):
     raise CompareError(f"tessera-bench model printed no row for {THREADS} threads:\n{out}")
 
 
-def tessera_round(bench, model, reps):
-    pp128, tg64 = tessera_once(bench, model, 128, 64, reps)
-    pp512, _ = tessera_once(bench, model, 512, 1, reps)  # one token: prefill only
+def tessera_round(bench, model, reps, env=None):
+    pp128, tg64 = tessera_once(bench, model, 128, 64, reps, env)
+    pp512, _ = tessera_once(bench, model, 512, 1, reps, env)  # one token: prefill only
     return {"pp128": pp128, "pp512": pp512, "tg64": tg64}
 
 
@@ -198,6 +205,11 @@ def main():
                     help="folder for the generated models and raw results (default ~/.cache/tessera-compare)")
     ap.add_argument("--smollm", default=os.path.join(ROOT, "models-cache", SMOLLM_NAME),
                     help="SmolLM2-135M-Instruct Q4_1 GGUF (default: models-cache/, fetched by .ci/fetch-model)")
+    ap.add_argument("--only", action="append", default=[], metavar="TEXT",
+                    help="run only the models whose row label contains TEXT (repeatable; e.g. --only Q4_K_M)")
+    ap.add_argument("--rows", action="store_true",
+                    help="also run Tessera with TESSERA_CPU_REPACK=0 (weights in the file's rows) as a third "
+                         "engine in every round, with its ratios to llama.cpp")
     a = ap.parse_args()
     rounds = 1 if a.quick else a.rounds
     if rounds < 1 or a.reps < 1:
@@ -211,7 +223,11 @@ def main():
         log("fetching SmolLM2 with .ci/fetch-model")
         run(["bash", os.path.join(ROOT, ".ci", "fetch-model")], ".ci/fetch-model")
     os.makedirs(a.cache, exist_ok=True)
-    models = make_models(a.cache, make_tiny_model, quantize, a.smollm, a.quick)
+    models = make_models(a.cache, make_tiny_model, quantize, a.smollm, a.quick, a.only)
+    if a.only:
+        if not models:
+            raise CompareError(f"--only {a.only} matches no model")
+    rows_env = dict(os.environ, TESSERA_CPU_REPACK="0")
 
     isa = cpu_isa(tessera)
     start = datetime.datetime.now(datetime.timezone.utc)
@@ -222,9 +238,14 @@ def main():
     for rnd in range(rounds):
         # Round 0: Tessera first; round 1: llama.cpp first; ...
         engines = ["tessera", "llama.cpp"] if rnd % 2 == 0 else ["llama.cpp", "tessera"]
+        if a.rows:
+            engines.insert(1, "rows")
         for label, path in models:
             for eng in engines:
-                r = tessera_round(bench, path, a.reps) if eng == "tessera" else llama_round(llama_bench, path, a.reps)
+                if eng == "llama.cpp":
+                    r = llama_round(llama_bench, path, a.reps)
+                else:
+                    r = tessera_round(bench, path, a.reps, rows_env if eng == "rows" else None)
                 log(f"round {rnd + 1}/{rounds} {label:24s} {eng:9s} " +
                     "  ".join(f"{t} {r[t]:7.1f}" for t in TESTS) + f"   (load {loadavg()})")
                 raw += [(rnd + 1, label, eng, t, r[t]) for t in TESTS]
@@ -251,6 +272,19 @@ def main():
         ratios = [f"{x / y:.2f}" if y > 0 else "-" for x, y in zip(ts, ls)]
         print(f"| {label} | {' / '.join(fmt(x) for x in ts)} | {' / '.join(fmt(x) for x in ls)} | "
               + " | ".join(ratios) + " |")
+    if a.rows:
+        print()
+        print("Tessera with TESSERA_CPU_REPACK=0 (rows), the same rounds:")
+        print()
+        print("| model | rows pp128 / pp512 / tg64 | rows / llama.cpp pp128 / pp512 / tg64 | tiles / rows |")
+        print("|---|---|---|---|")
+        for label, _ in models:
+            rs = [med(label, "rows", t) for t in TESTS]
+            ts = [med(label, "tessera", t) for t in TESTS]
+            ls = [med(label, "llama.cpp", t) for t in TESTS]
+            print(f"| {label} | {' / '.join(fmt(x) for x in rs)} | "
+                  + " / ".join(f"{x / y:.2f}" for x, y in zip(rs, ls)) + " | "
+                  + " / ".join(f"{x / y:.2f}" for x, y in zip(ts, rs)) + " |")
     print()
     print(f"ratio = Tessera / llama.cpp (> 1: Tessera faster). Every round's figures: {raw_path}")
     return 0

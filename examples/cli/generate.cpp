@@ -171,9 +171,8 @@ void add_generate_options(CLI::App* cmd, GenerateOptions* o) {
   cmd->add_option("--grammar", o->grammar_file, "structured output: the reply follows the GBNF/EBNF grammar in FILE (rule 'root')")
       ->check(CLI::ExistingFile);
   cmd->add_option("--regex", o->regex, "structured output: the reply matches this regular expression");
-  cmd->add_flag("--stats", o->stats, "print prefill and decode speed (and, for MoE models, the expert load per layer) to stderr");
   cmd->add_flag("--stats", o->stats, "print prefill and decode speed (and, for MoE models, the expert load per layer; with "
-                "--spec, the drafts' acceptance) to stderr");
+                "--spec, the drafts' acceptance; with a grammar, its mask time) to stderr");
   add_spec_options(cmd, &o->spec);
 }
 

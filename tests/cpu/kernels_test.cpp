@@ -41,11 +41,13 @@ std::vector<Case> large_cases() {
                          return V{c.graph().matmul(c.input(DType::kF32, {M, K}), c.input(w, {N, K}))};
                        }});
     }
-  // Weights repacked by prepare_weight (row tiles for Q4_0/Q4_1/Q8_0): decode and batched
-  // decode (N split), prefill M x N units with M and tile tails, and a 512-row prefill.
-  for (DType w : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0})
-    for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{1, 1008, 512}, {1, 48, 864}, {5, 400, 256},
-                           {70, 304, 256}, {129, 80, 320}, {512, 48, 128}}) {
+  // Weights repacked by prepare_weight (row tiles for Q4_0/Q4_1/Q8_0/Q4_K/Q6_K): decode and
+  // batched decode (N split), prefill M x N units with M and tile tails, and a 512-row prefill.
+  // K rounds up to whole super-blocks for the K-quants (864 -> 1024: an odd tail of tiles).
+  for (DType w : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K})
+    for (auto [M, N, K0] : {std::tuple<int64_t, int64_t, int64_t>{1, 1008, 512}, {1, 48, 864}, {5, 400, 256},
+                            {70, 304, 256}, {129, 80, 320}, {512, 48, 128}, {3, 16, 768}}) {
+      const int64_t K = conformance::fit_k(w, K0);
       cases.push_back({std::string("large prepared matmul/w=") + dtype_name(w) + "/M=" + std::to_string(M),
                        OpKind::kMatmul, DType::kF32, w, ++seed, [=](CaseContext& c) {
                          return V{c.graph().matmul(c.input(DType::kF32, {M, K}), c.prepared_weight(w, {N, K}))};
@@ -75,9 +77,12 @@ TEST(CpuKernels, EverySimdTargetMatchesTheReference) {
   auto cases = all_cases();
   for (Case& c : large_cases()) cases.push_back(std::move(c));
   int tested = 0;
+  // The machine's targets, read before forcing any: once forced, SupportedTargets() reports
+  // only the forced one, and every later target of the list would be skipped.
+  const int64_t supported = hwy::SupportedTargets();
   for (int64_t target : targets) {
     // SCALAR is the fallback every dispatch table has, whatever SupportedTargets reports.
-    if (target != HWY_SCALAR && !(hwy::SupportedTargets() & target)) continue;
+    if (target != HWY_SCALAR && !(supported & target)) continue;
     hwy::SetSupportedTargetsForTest(target);
     for (int threads : {1, 3}) {
       CpuDevice dev(threads);
@@ -211,15 +216,17 @@ TEST(CpuKernels, DecodeGemvMatchesTheTiledPath) {
   }
 }
 
-// prepare_weight repacks Q4_0/Q4_1/Q8_0 weights whose N is a multiple of 16 into row tiles (on
+// prepare_weight repacks Q4_0/Q4_1/Q8_0/Q4_K/Q6_K weights whose N is a multiple of 16 into row tiles (on
 // x86-64) and keeps every other weight; under every SIMD target the tiled kernels agree with the
 // row kernels up to f32 rounding (both see the same int8 activations): decode, a batch, prefill.
 TEST(CpuKernels, PreparedTilesMatchTheRowKernels) {
+  const int64_t supported = hwy::SupportedTargets();  // before any is forced (see above)
   for (int64_t target : {HWY_AVX3_DL, HWY_AVX3, HWY_AVX2, HWY_SCALAR}) {
-    if (target != HWY_SCALAR && !(hwy::SupportedTargets() & target)) continue;
+    if (target != HWY_SCALAR && !(supported & target)) continue;
     hwy::SetSupportedTargetsForTest(target);
-    for (DType w : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0})
-    for (auto [N, K] : {std::pair<int64_t, int64_t>{48, 320}, {576, 1536}}) {
+    for (DType w : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K})
+    for (auto [N, K0] : {std::pair<int64_t, int64_t>{48, 320}, {576, 1536}}) {
+      const int64_t K = conformance::fit_k(w, K0);
       testing::Rng rng(77);
       const Tensor desc = Tensor::make(w, {N, K});
       const std::vector<uint8_t> bytes = testing::encode(desc, testing::outlier_floats(rng, N * K));
@@ -265,7 +272,7 @@ TEST(CpuKernels, PreparedTilesMatchTheRowKernels) {
 // to the exact product of the same int8 activations and the dequantised weights.
 TEST(CpuKernels, PreparedTilesAreAsAccurateAsRows) {
   const int64_t N = 64, K = 1536, M = 8;
-  for (DType w : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0}) {
+  for (DType w : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
     testing::Rng rng(13);
     const Tensor desc = Tensor::make(w, {N, K});
     const std::vector<uint8_t> bytes = testing::encode(desc, testing::outlier_floats(rng, N * K));
