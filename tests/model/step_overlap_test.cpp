@@ -13,28 +13,18 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/cpu_device.h"
 #include "core/sched/engine.h"
 #include "models/model.h"
 #include "tests/kv/counting_device.h"
+#include "tests/kv/test_devices.h"
 #include "tests/support/test_support.h"
-#ifdef TESSERA_TEST_VULKAN
-#include "tests/vulkan/first_device.h"
-#endif
 
 namespace tessera {
 namespace {
 
 using testing::CountingDevice;
 
-std::vector<std::pair<std::string, DevicePtr>> devices() {
-  std::vector<std::pair<std::string, DevicePtr>> out;
-  out.push_back({"cpu", std::make_shared<cpu::CpuDevice>(2)});
-#ifdef TESSERA_TEST_VULKAN
-  if (auto v = vulkan::first_device({.force_staging = true})) out.push_back({"vulkan (unmapped memory)", v});
-#endif
-  return out;
-}
+std::vector<std::pair<std::string, DevicePtr>> devices() { return testing::cpu_and_unmapped_vulkan(2); }
 
 // One sequence: a prompt of |n| tokens in block 0.., then a decode of one token at position n.
 StepPlan prefill_plan(int n, uint32_t seed) {
