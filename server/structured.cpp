@@ -87,7 +87,7 @@ std::optional<ApiError> read_structured_outputs(const json& body, GrammarSpec* s
     spec->strict = true;
     return read_schema((*it)["json"], "structured_outputs.json", spec);
   }
-  if (it->contains("json_object")) {
+  if (it->contains("json_object") && !(*it)["json_object"].is_null()) {
     *param = "structured_outputs.json_object";
     spec->kind = GrammarSpec::Kind::kJson;
     return std::nullopt;

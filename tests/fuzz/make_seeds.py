@@ -337,6 +337,24 @@ def server_request_seeds(out):
                        "stream": True, "n": 1, "seed": 1},
         "wrong-model": {"model": "gpt-4", "prompt": "x"},
         "bad-types": {"prompt": 5, "max_tokens": "8", "temperature": "hot", "stop": [1]},
+        # Structured output and tools (server/structured.cpp): every way a client constrains the output.
+        "chat-tools-named": {"messages": [{"role": "user", "content": "Weather in Paris?"}],
+                             "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather",
+                                        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                       "required": ["city"]}}},
+                                       {"type": "function", "function": {"name": "noop"}}],
+                             "tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
+        "chat-tools-required": {"messages": [{"role": "user", "content": "x"}], "tool_choice": "required",
+                                "tools": [{"type": "function", "function": {"name": "f", "parameters": None}}]},
+        "chat-response-format": {"messages": [{"role": "user", "content": "JSON please"}], "spec_k": 3,
+                                 "response_format": {"type": "json_schema", "json_schema": {"name": "o", "strict": True,
+                                     "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}}},
+        "completion-json-object": {"prompt": "{", "response_format": {"type": "json_object"}},
+        "completion-regex": {"prompt": "Phone: ", "structured_outputs": {"regex": "[0-9]{3}-[0-9]{4}"}},
+        "completion-grammar": {"prompt": "a", "structured_outputs": {"grammar": "root ::= \"yes\" | \"no\""},
+                               "max_tokens": 2},
+        "completion-schema-string": {"prompt": "a", "structured_outputs": {"json": "{\"type\": \"string\"}",
+                                                                           "json_object": None}},
     }
     for name, b in bodies.items():
         put(out, name + ".json", json.dumps(b))

@@ -282,6 +282,13 @@ class Structured(unittest.TestCase):
             "structured_outputs": {"regex": "(yes|no)"}})
         self.assertEqual(status, 200, body)
         self.assertIn(body["choices"][0]["text"], ("yes", "no"))
+        # A key given as null is absent (OpenAI clients send unset fields as null): this regex constrains,
+        # not the null json_object beside it.
+        status, _, body = self.server.post("/v1/completions", {
+            "model": "tiny", "prompt": "The answer is", "max_tokens": 8, "temperature": 0,
+            "structured_outputs": {"regex": "(yes|no)", "json_object": None}})
+        self.assertEqual(status, 200, body)
+        self.assertIn(body["choices"][0]["text"], ("yes", "no"))
 
 
 if __name__ == "__main__":
