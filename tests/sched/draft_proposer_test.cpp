@@ -153,6 +153,33 @@ TEST(DraftProposer, ADraftPoolTooSmallSkipsDraftsButNotTokens) {
   EXPECT_EQ(draft->n_free_blocks(), 3);
 }
 
+// A draft whose forwards fail from the |fail_from|-th on.
+class FailingMarkov final : public MarkovModel {
+ public:
+  explicit FailingMarkov(int fail_from) : MarkovModel(7, 1.0f, 11), fail_from_(fail_from) {}
+  Status forward(const StepPlan& p, KvCache& kv, std::vector<float>* logits) override {
+    if (++calls_ >= fail_from_) return Internal("injected draft failure");
+    return MarkovModel::forward(p, kv, logits);
+  }
+
+ private:
+  int fail_from_, calls_ = 0;
+};
+
+TEST(DraftProposer, AFailedDraftForwardDropsTheDraftsButNotTheOutput) {
+  auto draft = markov_draft(std::make_shared<FailingMarkov>(10));
+  SpecHarness base(nullptr, 0), spec(draft, 4);
+  const auto ps = prompts(3, 9);
+  const auto want = run(base, ps, 30, SamplingParams::greedy());
+  const auto got = run(spec, ps, 30, SamplingParams::greedy());
+  for (size_t i = 0; i < ps.size(); ++i) EXPECT_EQ(got[i].tokens, want[i].tokens) << "prompt " << i;
+  EXPECT_GT(spec.engine->stats().spec.drafted, 0) << "drafts before the failure";
+  EXPECT_GT(draft->stats().failures, 0);
+  EXPECT_NE(draft->last_error().to_string().find("injected draft failure"), std::string::npos);
+  EXPECT_EQ(draft->n_tracked(), 0u);
+  EXPECT_EQ(draft->n_free_blocks(), 512);
+}
+
 class WideMarkov final : public MarkovModel {
  public:
   int32_t vocab_size() const override { return kVocab + 1; }
