@@ -4,6 +4,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "core/sched/draft_proposer.h"
 #include "examples/cli/commands.h"
 #include "examples/cli/common.h"
 #include "grammar/compiler.h"
@@ -122,6 +123,15 @@ Result<std::string> generate(Model& model, KvCache& kv, const SpecConfig& spec, 
                    ec.spec.proposer->name(), ec.spec.k, static_cast<long long>(sp.steps), static_cast<long long>(sp.drafted),
                    static_cast<long long>(sp.accepted), 100.0 * sp.acceptance_rate(), sp.mean_accepted(),
                    static_cast<long long>(sp.steps_off_batch), static_cast<long long>(sp.steps_off_cost));
+    if (const auto* dp = dynamic_cast<const DraftModelProposer*>(ec.spec.proposer.get())) {
+      const DraftModelStats& ds = dp->stats();
+      std::fprintf(stderr, "stats: draft model: %lld forwards, %lld context tokens caught up, %lld truncations after rejections, "
+                   "%lld drafts skipped for want of draft KV, %lld failed calls%s%s\n",
+                   static_cast<long long>(ds.forwards), static_cast<long long>(ds.catch_up_tokens),
+                   static_cast<long long>(ds.truncations), static_cast<long long>(ds.out_of_blocks),
+                   static_cast<long long>(ds.failures), ds.failures ? ": " : "",
+                   ds.failures ? dp->last_error().to_string().c_str() : "");
+    }
     if (model.config().is_moe()) std::fputs(expert_stats_table(model.expert_stats()).c_str(), stderr);
   }
   return out;
