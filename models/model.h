@@ -65,6 +65,8 @@ class Model final : public ModelRunner {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const std::string& chat_template() const { return chat_template_; }  // Jinja source ("" if none)
   Device& device() { return *device_; }
+  // The device as shared with the caller: a second model (a speculative draft) loads onto it.
+  const DevicePtr& device_ptr() const { return device_; }
   // Every loaded weight (named as in GGUF), for size and parameter counts.
   std::vector<const Tensor*> weight_tensors() const;
   // Bytes of the weight copies the device repacked into its own layout at load time

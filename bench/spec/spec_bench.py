@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Speculative decoding figures (docs/speculative.md): tokens per second of `tessera serve` with
-and without --spec ngram on an input-grounded task (rewrite a given piece of code), at
-concurrency 1 and 16. Each configuration runs in a fresh server; each request generates exactly
+and without speculation (--spec ngram, or --spec draft with --draft-model) on an input-grounded
+task (rewrite a given piece of code), at concurrency 1 and 16. Each configuration runs in a fresh server; each request generates exactly
 --max-tokens tokens (ignore_eos). Prints one JSON line per (spec, concurrency) and a summary.
 
   bench/spec/spec_bench.py --bin build/bin/tessera --model models-cache/SmolLM2-135M-Instruct.Q4_1.gguf
+  bench/spec/spec_bench.py --spec draft --draft-model models-cache/SmolLM2-135M-Instruct.Q4_1.gguf
 """
 import argparse
 import json
@@ -42,6 +43,8 @@ def start_server(args, spec):
     cmd = [args.bin, "serve", "-m", args.model, "--port", "0", "-c", str(args.ctx)]
     if spec != "off":
         cmd += ["--spec", spec, "--spec-k", str(args.k)] + args.spec_args.split()
+    if spec == "draft":
+        cmd += ["--draft-model", args.draft_model]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     line = p.stdout.readline()
     if not line.startswith("listening on"):
@@ -117,9 +120,13 @@ def main():
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
     ap.add_argument("--task", type=int, default=-1, help="the task of every request (index into TASKS; -1: the rewrites in turn)")
     ap.add_argument("--spec-args", default="", help="more server flags with --spec, e.g. --spec-no-cost-gate")
+    ap.add_argument("--spec", default="ngram", choices=["ngram", "draft"], help="the proposer compared with no speculation")
+    ap.add_argument("--draft-model", default="", help="--spec draft: the draft GGUF (the target's vocabulary)")
     args = ap.parse_args()
+    if args.spec == "draft" and not args.draft_model:
+        sys.exit("--spec draft needs --draft-model")
     results = {}
-    for spec in ["off", "ngram"]:
+    for spec in ["off", args.spec]:
         for c in args.concurrency:
             p, url = start_server(args, spec)
             try:
@@ -137,7 +144,7 @@ def main():
                               "steps_off_batch": m.get("tessera_spec_steps_off_batch_total"),
                               "steps_off_cost": m.get("tessera_spec_steps_off_cost_total")}), flush=True)
     for c in args.concurrency:
-        print(f"concurrency {c}: ngram / off = {results[('ngram', c)] / results[('off', c)]:.2f}x")
+        print(f"concurrency {c}: {args.spec} / off = {results[(args.spec, c)] / results[('off', c)]:.2f}x")
 
 
 if __name__ == "__main__":

@@ -122,6 +122,10 @@ Status Engine::submit_as(RequestId id, GenerationRequest req) {
 Status Engine::step() {
   propose_drafts();
   const auto scheduled = scheduler_.plan(&plan_);
+  // A preempted sequence's draft-side state goes too: its memory is what the pool was short of
+  // (the draft's KV mirrors the target's), and a recomputed sequence catches the draft up again.
+  for (RequestId id : scheduler_.take_preempted())
+    if (cfg_.spec.proposer) cfg_.spec.proposer->release(id);
   // Swaps first, even in a step that schedules nothing: a swapped-out block may be reused at once.
   // Each list is one batched device copy, queued before the step's compute (stream order).
   Status swapped = kv_.swap_out(plan_.swap_out);

@@ -35,7 +35,7 @@ void Engine::propose_drafts() {
     k = std::min({k, a.req.max_tokens - a.metrics.generated_tokens - 1,
                   model_.context_length() - int32_t(s->tokens.size()) - 1});
     if (k <= 0) continue;
-    batch.push_back({s->id, s->tokens, k, {}, {}});
+    batch.push_back({s->id, s->tokens, k, a.req.sampling, {}, {}});
     owners.push_back(s);
   }
   if (batch.empty()) return;

@@ -83,6 +83,7 @@ void Scheduler::preempt(Sequence& s) {
   s.draft_q.clear();
   ++s.n_preemptions;
   ++stats_.preemptions;
+  preempted_.push_back(s.id);
   auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& r) { return r.get() == &s; });
   std::unique_ptr<Sequence> owned = std::move(*it);
   running_.erase(it);

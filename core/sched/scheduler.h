@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "core/kv/block_pool.h"
@@ -109,6 +110,9 @@ class Scheduler {
   void accept_draft(RequestId id, int32_t n_accepted);
   // The planned step took |ms| (the engine times it): fits the step cost model.
   void observe(double ms);
+  // The sequences preempted since the last call (each once per preemption); clears the list. The
+  // engine tells its proposer, whose per-sequence state (a draft model's KV) goes with them.
+  std::vector<RequestId> take_preempted() { return std::exchange(preempted_, {}); }
   // Frees the blocks of a finished or cancelled sequence and forgets it.
   void finish(RequestId id);
   Sequence* find(RequestId id);
@@ -146,6 +150,7 @@ class Scheduler {
   std::deque<std::unique_ptr<Sequence>> waiting_;   // by (priority, arrival)
   std::vector<std::unique_ptr<Sequence>> running_;  // have blocks
   SchedulerStats stats_;                            // but step: cost_.stats()
+  std::vector<RequestId> preempted_;                // since the last take_preempted
 };
 
 }  // namespace tessera

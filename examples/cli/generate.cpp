@@ -4,6 +4,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "core/sched/draft_proposer.h"
 #include "examples/cli/commands.h"
 #include "examples/cli/common.h"
 #include "grammar/compiler.h"
@@ -56,8 +57,19 @@ Result<std::shared_ptr<const Grammar>> request_grammar(const Model& model, const
   return compiler->compile(spec);
 }
 
+// The target facts --spec draft needs (load_model's defaults for the draft too).
+SpecTarget spec_target(const Model& model, const ModelOptions& mo, DType kv_dtype) {
+  SpecTarget t;
+  t.model = &model;
+  t.kv_tokens = mo.ctx;
+  t.kv_dtype = kv_dtype;
+  if (mo.act_dtype != "auto") t.load.activation_dtype = dtype_from_name(mo.act_dtype);
+  return t;
+}
+
 // Streams one completion of |text| to stdout; returns the generated text.
-Result<std::string> generate(Model& model, KvCache& kv, const std::string& text, const GenerateOptions& o, bool stats) {
+Result<std::string> generate(Model& model, KvCache& kv, const SpecConfig& spec, const std::string& text, const GenerateOptions& o,
+                             bool stats) {
   const Tokenizer& tok = model.tokenizer();
   GenerationRequest req;
   req.prompt = tok.encode(text, /*add_special=*/true, /*parse_special=*/true);
@@ -81,7 +93,7 @@ Result<std::string> generate(Model& model, KvCache& kv, const std::string& text,
   model.set_collect_expert_stats(stats);
   model.reset_expert_stats();
   EngineConfig ec;
-  TS_ASSIGN_OR_RETURN(ec.spec, spec_config(o.spec));
+  ec.spec = spec;
   Engine engine(model, kv, model.codec(), ec);
   TS_ASSIGN_OR_RETURN(RequestId id, engine.submit(std::move(req)));
   (void)id;
@@ -111,6 +123,15 @@ Result<std::string> generate(Model& model, KvCache& kv, const std::string& text,
                    ec.spec.proposer->name(), ec.spec.k, static_cast<long long>(sp.steps), static_cast<long long>(sp.drafted),
                    static_cast<long long>(sp.accepted), 100.0 * sp.acceptance_rate(), sp.mean_accepted(),
                    static_cast<long long>(sp.steps_off_batch), static_cast<long long>(sp.steps_off_cost));
+    if (const auto* dp = dynamic_cast<const DraftModelProposer*>(ec.spec.proposer.get())) {
+      const DraftModelStats& ds = dp->stats();
+      std::fprintf(stderr, "stats: draft model: %lld forwards, %lld context tokens caught up, %lld truncations after rejections, "
+                   "%lld drafts skipped for want of draft KV, %lld failed calls%s%s\n",
+                   static_cast<long long>(ds.forwards), static_cast<long long>(ds.catch_up_tokens),
+                   static_cast<long long>(ds.truncations), static_cast<long long>(ds.out_of_blocks),
+                   static_cast<long long>(ds.failures), ds.failures ? ": " : "",
+                   ds.failures ? dp->last_error().to_string().c_str() : "");
+    }
     if (model.config().is_moe()) std::fputs(expert_stats_table(model.expert_stats()).c_str(), stderr);
   }
   return out;
@@ -124,6 +145,8 @@ void run_command(const GenerateOptions& o) {
   if (!kvt) return fail(InvalidArgument("unknown --kv-dtype '" + o.model.kv_dtype + "'"));
   auto kv = model->create_kv_cache(o.model.ctx, *kvt);
   if (!kv.ok()) return fail(kv.status());
+  auto spec = spec_config(o.spec, spec_target(*model, o.model, *kvt));
+  if (!spec.ok()) return fail(spec.status());
   std::string text = o.prompt;
   if (!o.raw) {
     std::vector<std::pair<std::string, std::string>> turns;
@@ -133,7 +156,7 @@ void run_command(const GenerateOptions& o) {
     if (!r.ok()) return fail(r.status());
     text = *r;
   }
-  auto r = generate(*model, **kv, text, o, o.stats);
+  auto r = generate(*model, **kv, *spec, text, o, o.stats);
   if (!r.ok()) fail(r.status());
 }
 
@@ -144,6 +167,9 @@ void chat_command(const GenerateOptions& o) {
   if (!kvt) return fail(InvalidArgument("unknown --kv-dtype '" + o.model.kv_dtype + "'"));
   auto kv = model->create_kv_cache(o.model.ctx, *kvt);
   if (!kv.ok()) return fail(kv.status());
+  // Once for the whole chat: a draft model loads here, not per turn.
+  auto spec = spec_config(o.spec, spec_target(*model, o.model, *kvt));
+  if (!spec.ok()) return fail(spec.status());
   std::vector<std::pair<std::string, std::string>> turns;
   if (!o.system.empty()) turns.push_back({"system", o.system});
   std::fprintf(stderr, "chat: type a message and press enter; an empty line or Ctrl-D ends.\n");
@@ -154,7 +180,7 @@ void chat_command(const GenerateOptions& o) {
     turns.push_back({"user", line});
     auto text = apply_chat_template(*model, turns, true);
     if (!text.ok()) return fail(text.status());
-    auto reply = generate(*model, **kv, *text, o, o.stats);
+    auto reply = generate(*model, **kv, *spec, *text, o, o.stats);
     if (!reply.ok()) return fail(reply.status());
     turns.push_back({"assistant", *reply});
   }

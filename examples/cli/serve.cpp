@@ -85,7 +85,12 @@ void serve_command(const ServeCommandOptions& o) {
   }
 
   EngineConfig ec;
-  auto spec = spec_config(o.spec);
+  SpecTarget st;
+  st.model = model->get();
+  st.kv_tokens = o.ctx;
+  st.kv_dtype = *kvt;
+  st.load = lo;
+  auto spec = spec_config(o.spec, st);
   if (!spec.ok()) return serve_fail(spec.status().to_string(), 2);
   ec.spec = std::move(spec).value();
   ec.scheduler = o.scheduler;

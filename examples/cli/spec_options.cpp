@@ -1,5 +1,6 @@
 #include "examples/cli/spec_options.h"
 
+#include "core/sched/draft_proposer.h"
 #include "core/sched/ngram_proposer.h"
 
 namespace tessera::cli {
@@ -18,16 +19,36 @@ void add_spec_options(CLI::App* cmd, SpecOptions* o) {
   cmd->add_option("--draft-model", o->draft_model, "the draft model of --spec draft: a GGUF with the target's vocabulary");
 }
 
-Result<SpecConfig> spec_config(const SpecOptions& o) {
+namespace {
+Result<std::shared_ptr<Proposer>> load_draft(const std::string& path, const SpecTarget& target) {
+  if (!target.model) return InvalidArgument("--spec draft: no target model");
+  LoadOptions lo = target.load;
+  lo.progress = nullptr;
+  auto draft = Model::load(path, target.model->device_ptr(), lo);
+  if (!draft.ok()) return draft.status().with_context("--draft-model " + path + ": ");
+  auto kv = (*draft)->create_kv_cache(target.kv_tokens, target.kv_dtype);
+  if (!kv.ok()) return kv.status().with_context("--draft-model " + path + ": ");
+  DraftModelConfig dc;
+  dc.max_batch_tokens = lo.max_batch_tokens;
+  dc.max_seqs = lo.max_seqs;
+  auto p = DraftModelProposer::create(std::shared_ptr<ModelRunner>(std::move(draft).value()), std::move(kv).value(),
+                                      target.model->vocab_size(), dc);
+  if (!p.ok()) return p.status().with_context("--draft-model " + path + ": ");
+  return std::shared_ptr<Proposer>(std::move(p).value());
+}
+}  // namespace
+
+Result<SpecConfig> spec_config(const SpecOptions& o, const SpecTarget& target) {
   SpecConfig c;
   c.k = o.k;
   c.max_batch = o.max_batch;
   c.cost_gate = !o.no_cost_gate;
-  if (o.mode == "ngram") c.proposer = std::make_shared<NgramProposer>();
-  if (o.mode == "draft")
-    // TODO(#17): the draft-model proposer (its own KV in the same block manager).
-    return Unimplemented("--spec draft: the draft-model proposer is not implemented yet; use --spec ngram");
   if (o.mode != "draft" && !o.draft_model.empty()) return InvalidArgument("--draft-model needs --spec draft");
+  if (o.mode == "ngram") c.proposer = std::make_shared<NgramProposer>();
+  if (o.mode == "draft") {
+    if (o.draft_model.empty()) return InvalidArgument("--spec draft needs --draft-model PATH (a GGUF with the target's vocabulary)");
+    TS_ASSIGN_OR_RETURN(c.proposer, load_draft(o.draft_model, target));
+  }
   return c;
 }
 

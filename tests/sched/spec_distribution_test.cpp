@@ -10,11 +10,16 @@
 // 491.3 with 325 degrees of freedom against a critical value of 409.5 (the correct code: 307.4).
 // The fake's position phase is what gives it that power: an n-gram draft copied from another
 // phase is not distributed like the target, as a draft from the same context would be.
+// The draft-model variant, checked the same way: with the residual step removed it fails with
+// chi-square 2858.2 (324 degrees of freedom, critical 408.4); the correct code gives 322.3
+// (325, critical 409.5) at acceptance 0.42.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
 
 #include "core/sched/ngram_proposer.h"
+#include "core/sched/draft_proposer.h"
 #include "tests/sched/spec_fake_model.h"
 
 namespace tessera::spec_test {
@@ -53,15 +58,9 @@ Counts sample_counts(std::shared_ptr<Proposer> proposer, int n_requests, int len
   return counts;
 }
 
-TEST(SpecDistribution, NgramSpeculationAtTemperature08MatchesNonSpeculativeSampling) {
-  const int n_requests = 1280, len = 40;  // 51,200 tokens per arm
-  SpecStats base_stats, spec_stats;
-  const Counts a = sample_counts(nullptr, n_requests, len, 1, &base_stats);
-  const Counts b = sample_counts(std::make_shared<NgramProposer>(), n_requests, len, 1000001, &spec_stats);
-  // Speculation really ran, with both outcomes.
-  EXPECT_GT(spec_stats.accepted, 2000);
-  EXPECT_GT(spec_stats.drafted - spec_stats.accepted, 2000);
-  // Two-sample chi-square per context, summed.
+// The two-sample chi-square statistic of |a| and |b| (summed over contexts) and its degrees of
+// freedom.
+std::pair<double, int> chi_square(const Counts& a, const Counts& b) {
   double stat = 0;
   int df = 0;
   for (int c = 0; c < kContexts; ++c) {
@@ -81,14 +80,49 @@ TEST(SpecDistribution, NgramSpeculationAtTemperature08MatchesNonSpeculativeSampl
     }
     df += cells - 1;
   }
-  ASSERT_GT(df, 300);
-  // Critical value at p = 0.001 (Wilson-Hilferty: z = 3.09).
+  return {stat, df};
+}
+
+// Critical value at p = 0.001 (Wilson-Hilferty: z = 3.09).
+double critical_value(int df) {
   const double h = 2.0 / (9.0 * df);
-  const double critical = df * std::pow(1.0 - h + 3.09 * std::sqrt(h), 3.0);
-  EXPECT_LT(stat, critical) << "chi-square " << stat << " with " << df << " degrees of freedom (critical " << critical
+  return df * std::pow(1.0 - h + 3.09 * std::sqrt(h), 3.0);
+}
+
+void expect_same_distribution(const Counts& a, const Counts& b, const SpecStats& spec_stats, const char* what) {
+  const auto [stat, df] = chi_square(a, b);
+  ASSERT_GT(df, 300);
+  const double critical = critical_value(df);
+  EXPECT_LT(stat, critical) << what << ": chi-square " << stat << " with " << df << " degrees of freedom (critical " << critical
                             << " at p = 0.001); acceptance " << spec_stats.acceptance_rate();
-  std::printf("chi-square %.1f, df %d, critical(p=0.001) %.1f; acceptance %.3f, mean accepted %.2f per verification\n", stat, df,
-              critical, spec_stats.acceptance_rate(), spec_stats.mean_accepted());
+  std::printf("%s: chi-square %.1f, df %d, critical(p=0.001) %.1f; acceptance %.3f, mean accepted %.2f per verification\n", what,
+              stat, df, critical, spec_stats.acceptance_rate(), spec_stats.mean_accepted());
+}
+
+TEST(SpecDistribution, NgramSpeculationAtTemperature08MatchesNonSpeculativeSampling) {
+  const int n_requests = 1280, len = 40;  // 51,200 tokens per arm
+  SpecStats base_stats, spec_stats;
+  const Counts a = sample_counts(nullptr, n_requests, len, 1, &base_stats);
+  const Counts b = sample_counts(std::make_shared<NgramProposer>(), n_requests, len, 1000001, &spec_stats);
+  // Speculation really ran, with both outcomes.
+  EXPECT_GT(spec_stats.accepted, 2000);
+  EXPECT_GT(spec_stats.drafted - spec_stats.accepted, 2000);
+  expect_same_distribution(a, b, spec_stats, "ngram");
+}
+
+// The draft model's variant: the draft is the target's table plus noise, sampled at the
+// request's temperature with dense q rows, so q != p and both the p/q acceptance and the
+// residual norm(max(0, p - q)) decide tokens.
+TEST(SpecDistribution, DraftModelSpeculationAtTemperature08MatchesNonSpeculativeSampling) {
+  const int n_requests = 1280, len = 40;  // 51,200 tokens per arm
+  SpecStats base_stats, spec_stats;
+  const Counts a = sample_counts(nullptr, n_requests, len, 1, &base_stats);
+  auto draft = markov_draft(std::make_shared<MarkovModel>(7, 1.5f, 23), 4096);
+  const Counts b = sample_counts(draft, n_requests, len, 1000001, &spec_stats);
+  EXPECT_GT(spec_stats.accepted, 2000);
+  EXPECT_GT(spec_stats.drafted - spec_stats.accepted, 2000);
+  EXPECT_EQ(draft->stats().failures, 0) << draft->last_error().to_string();
+  expect_same_distribution(a, b, spec_stats, "draft model");
 }
 
 }  // namespace

@@ -6,10 +6,28 @@
 
 namespace tessera::spec_test {
 
-MarkovModel::MarkovModel() : table_(size_t(kPhases * kVocab * kVocab * kVocab)) {
-  std::mt19937 rng(7);
+MarkovModel::MarkovModel(uint32_t seed, float noise, uint32_t noise_seed) : table_(size_t(kPhases * kVocab * kVocab * kVocab)) {
+  std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-2.0f, 2.0f);
   for (float& v : table_) v = u(rng);
+  if (noise <= 0) return;
+  std::mt19937 nrng(noise_seed);
+  std::uniform_real_distribution<float> n(-noise, noise);
+  for (float& v : table_) v += n(nrng);
+}
+
+std::unique_ptr<KvCache> markov_kv(Device& dev, int n_blocks) {
+  KvCacheConfig c;
+  c.n_layers = 1; c.n_kv_heads = 1; c.head_dim = 2; c.block_size = 4; c.n_blocks = n_blocks; c.dtype = DType::kF32;
+  return std::move(KvCache::create(dev, c)).value();
+}
+
+std::shared_ptr<DraftModelProposer> markov_draft(std::shared_ptr<ModelRunner> draft, int n_blocks) {
+  static ref::ReferenceDevice dev;  // outlives every proposer of the test binary
+  const int32_t vocab = draft->vocab_size();
+  auto p = DraftModelProposer::create(std::move(draft), markov_kv(dev, n_blocks), vocab);
+  EXPECT_TRUE(p.ok()) << p.status().to_string();
+  return p.ok() ? std::shared_ptr<DraftModelProposer>(std::move(p).value()) : nullptr;
 }
 
 Status MarkovModel::forward(const StepPlan& p, KvCache& kv, std::vector<float>* logits) {
@@ -37,9 +55,7 @@ Status MarkovModel::forward(const StepPlan& p, KvCache& kv, std::vector<float>* 
 }
 
 SpecHarness::SpecHarness(std::shared_ptr<Proposer> proposer, int32_t k_draft, int n_blocks, int32_t eog) {
-  KvCacheConfig c;
-  c.n_layers = 1; c.n_kv_heads = 1; c.head_dim = 2; c.block_size = 4; c.n_blocks = n_blocks; c.dtype = DType::kF32;
-  kv = std::move(KvCache::create(dev, c)).value();
+  kv = markov_kv(dev, n_blocks);
   EngineConfig ec;
   ec.scheduler.max_batch_tokens = 512;
   ec.spec.proposer = std::move(proposer);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/kv/kv_cache.h"
+#include "core/sched/draft_proposer.h"
 #include "core/reference/reference.h"
 #include "core/sched/engine.h"
 
@@ -22,7 +23,9 @@ constexpr int32_t kPhases = 3;
 
 class MarkovModel : public ModelRunner {
  public:
-  MarkovModel();
+  // The table of |seed| (7: the target of every test), each entry plus uniform(-noise, noise)
+  // from |noise_seed|: a draft model "distilled" from the target, close to it but not equal.
+  explicit MarkovModel(uint32_t seed = 7, float noise = 0.0f, uint32_t noise_seed = 1);
   int32_t vocab_size() const override { return kVocab; }
   int32_t context_length() const override { return 4096; }
   Status forward(const StepPlan& p, KvCache& kv, std::vector<float>* logits) override;
@@ -56,5 +59,11 @@ struct SpecHarness {
 };
 
 std::vector<int32_t> random_prompt(int len, uint32_t seed);
+
+// A DraftModelProposer over |draft| (a MarkovModel, or anything that reads the fake's cache
+// layout) with its own cache of |n_blocks| blocks on a reference device of its own.
+std::shared_ptr<DraftModelProposer> markov_draft(std::shared_ptr<ModelRunner> draft, int n_blocks = 512);
+// The fake's KV cache layout: one layer, one head of width 2, f32, blocks of 4 slots.
+std::unique_ptr<KvCache> markov_kv(Device& dev, int n_blocks);
 
 }  // namespace tessera::spec_test

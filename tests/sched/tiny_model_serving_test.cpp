@@ -11,6 +11,7 @@
 #include <map>
 
 #include "core/registry.h"
+#include "core/sched/draft_proposer.h"
 #include "core/sched/engine.h"
 #include "core/sched/ngram_proposer.h"
 #include "models/model.h"
@@ -36,15 +37,23 @@ class TinyModelFile : public ::testing::Environment {
     // Head dim 32: the 8-bit KV formats need whole 32-element rows.
     failed_cmd = testing::run_make_tiny_model("--arch llama --dtype f32 --dim 128 --heads 4 --kv-heads 2 --ff 256 --out " + p);
     if (failed_cmd.empty()) path = p;
+    // Draft models: the same weights in q8_0 (close to the target, not equal), and one with a
+    // larger vocabulary (refused).
+    const std::string d = dir + "/tiny_q8.gguf", w = dir + "/tiny_wide.gguf";
+    if (failed_cmd.empty())
+      failed_cmd = testing::run_make_tiny_model("--arch llama --dtype q8_0 --dim 128 --heads 4 --kv-heads 2 --ff 256 --out " + d);
+    if (failed_cmd.empty())
+      failed_cmd = testing::run_make_tiny_model("--arch llama --dtype f32 --dim 128 --heads 4 --kv-heads 2 --ff 256 --vocab 300 --out " + w);
+    if (failed_cmd.empty()) draft_path = d, wide_path = w;
   }
   void TearDown() override {
     models.clear();  // before the registry's devices go at exit
     if (!dir.empty()) std::filesystem::remove_all(dir);
   }
-  static std::string dir, path, failed_cmd;
+  static std::string dir, path, draft_path, wide_path, failed_cmd;
   static std::map<std::string, std::unique_ptr<Model>> models;  // one per device, loaded once
 };
-std::string TinyModelFile::dir, TinyModelFile::path, TinyModelFile::failed_cmd;
+std::string TinyModelFile::dir, TinyModelFile::path, TinyModelFile::draft_path, TinyModelFile::wide_path, TinyModelFile::failed_cmd;
 std::map<std::string, std::unique_ptr<Model>> TinyModelFile::models;
 [[maybe_unused]] const auto* const kTinyModelFile = ::testing::AddGlobalTestEnvironment(new TinyModelFile);
 
@@ -149,6 +158,43 @@ TEST_P(TinyModelServing, SpeculativeGreedyGivesTheNonSpeculativeTokens) {
     }
     EXPECT_GT(st.accepted, 0) << "no draft accepted: the test would not exercise multi-row verification";
   }
+}
+
+// The draft-model proposer through a real model's forward (paged attention over the draft's own
+// cache, its block tables and slot mapping): the q8_0 copy of the target drafts for the f32
+// target, so most drafts are accepted and some are not; greedy tokens must be the target's.
+TEST_P(TinyModelServing, DraftModelSpeculativeGreedyGivesTheNonSpeculativeTokens) {
+  auto draft = Model::load(TinyModelFile::draft_path, model_->device_ptr());
+  ASSERT_TRUE(draft.ok()) << draft.status().to_string();
+  auto draft_kv = (*draft)->create_kv_cache(1024, DType::kF32);
+  ASSERT_TRUE(draft_kv.ok()) << draft_kv.status().to_string();
+  auto p = DraftModelProposer::create(std::shared_ptr<ModelRunner>(std::move(draft).value()), std::move(draft_kv).value(),
+                                      model_->vocab_size());
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  std::shared_ptr<DraftModelProposer> proposer = std::move(p).value();
+  const std::vector<std::vector<int32_t>> prompts = {tokens(20, 1), tokens(33, 2), tokens(9, 3), tokens(50, 4)};
+  const auto plain = run(prompts, true, 1, 40, /*together=*/true);
+  SpecStats st;
+  const auto spec = run(prompts, true, 1, 40, /*together=*/true, DType::kF32, proposer, &st);
+  for (size_t i = 0; i < prompts.size(); ++i)
+    EXPECT_EQ(spec[i].at(0).tokens, plain[i].at(0).tokens) << "prompt " << i;
+  EXPECT_GT(st.accepted, 0) << "no draft accepted";
+  EXPECT_EQ(proposer->stats().failures, 0) << proposer->last_error().to_string();
+  EXPECT_EQ(proposer->n_tracked(), 0u) << "finished sequences release their draft state";
+  std::printf("%s: draft model drafted %lld, accepted %lld (%.1f%%)\n", GetParam().c_str(), static_cast<long long>(st.drafted),
+              static_cast<long long>(st.accepted), 100.0 * st.acceptance_rate());
+}
+
+TEST_P(TinyModelServing, ADraftModelWithAnotherVocabularyIsRefused) {
+  auto wide = Model::load(TinyModelFile::wide_path, model_->device_ptr());
+  ASSERT_TRUE(wide.ok()) << wide.status().to_string();
+  auto kv = (*wide)->create_kv_cache(64);
+  ASSERT_TRUE(kv.ok());
+  auto p = DraftModelProposer::create(std::shared_ptr<ModelRunner>(std::move(wide).value()), std::move(kv).value(),
+                                      model_->vocab_size());
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(p.status().message().find("vocabulary of 300 tokens, but the target's has 260"), std::string::npos) << p.status().to_string();
 }
 
 TEST_P(TinyModelServing, APrefixCacheHitGivesTheSameTokensAndLogprobsAsComputingAfresh) {

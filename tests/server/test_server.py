@@ -379,5 +379,40 @@ class Speculative(unittest.TestCase):
         finally:
             server.stop()
 
+    def test_draft_model_greedy_equals_off_and_sampling_is_seeded(self):
+        # The draft is the f32 copy of the served q8_0 tiny model: close to it, not equal.
+        draft = os.path.join(TMP, "tiny_f32_draft.gguf")
+        subprocess.run([os.path.join(BIN, "make_tiny_model"), "--arch", "llama", "--dtype", "f32", "--out", draft],
+                       check=True, capture_output=True)
+        server = Server("-c", "4096", "--spec", "draft", "--draft-model", draft, "--spec-no-cost-gate")
+        try:
+            prompt = "a b c d a b c d a b c d"
+            def run(spec_k, **kw):
+                return server.client.completions.create(model="tiny", prompt=prompt, max_tokens=48,
+                                                        extra_body={"ignore_eos": True, "spec_k": spec_k}, **kw)
+            off = run(0, temperature=0)
+            self.assertEqual(server.metric("tessera_spec_draft_tokens_total"), 0)
+            on = run(4, temperature=0)
+            self.assertEqual(on.choices[0].text, off.choices[0].text)
+            self.assertGreater(server.metric("tessera_spec_accepted_tokens_total"), 0)
+            # Sampled drafts (dense q): a fixed seed gives the same text twice.
+            a = run(4, temperature=0.8, seed=7)
+            b = run(4, temperature=0.8, seed=7)
+            self.assertEqual(a.usage.completion_tokens, 48)
+            self.assertEqual(a.choices[0].text, b.choices[0].text)
+        finally:
+            server.stop()
+
+    def test_draft_model_with_another_vocabulary_is_refused_at_start(self):
+        wide = os.path.join(TMP, "tiny_wide_vocab.gguf")
+        subprocess.run([os.path.join(BIN, "make_tiny_model"), "--arch", "llama", "--dtype", "q8_0", "--vocab", "300",
+                        "--out", wide], check=True, capture_output=True)
+        # The server binds (and says so) before it loads; the draft's check then ends it with status 2.
+        r = subprocess.run([os.path.join(BIN, "tessera"), "serve", "-m", MODEL, "-d", "cpu", "--host", HOST, "--port", "0",
+                            "-c", "4096", "--spec", "draft", "--draft-model", wide],
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("vocabulary of 300 tokens, but the target's has 260", r.stderr)
+
 if __name__ == "__main__":
     unittest.main(argv=[sys.argv[0], "-v"])
