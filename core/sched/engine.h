@@ -144,8 +144,9 @@ struct SpecConfig {
   // the device well already; drafts then cost more than they save).
   int32_t max_batch = 8;
   // Auto-off: no drafts when the step cost model predicts fewer tokens per millisecond with
-  // them, given the acceptance rate seen so far (every probe_every-th such step drafts anyway,
-  // so the acceptance estimate can recover).
+  // them, counting the proposer's own time (a draft model's forwards) and the acceptance rate
+  // seen so far. While off the proposer is not called at all; every probe_every-th step drafts
+  // anyway, so the acceptance and cost estimates can recover.
   bool cost_gate = true;
   int32_t probe_every = 16;
 };
@@ -164,6 +165,9 @@ struct EngineConfig {
   // (tests) When set, the step cost model is fitted to this function of the step just run
   // instead of a clock, so a test of cost-driven scheduling does not depend on the machine's load.
   std::function<double(const StepPlan&)> step_ms_for_test;
+  // (tests) When set, the speculative cost gate takes a proposer call over |n| sequences to cost
+  // this many milliseconds instead of timing it.
+  std::function<double(size_t n)> propose_ms_for_test;
 };
 
 class Engine {
@@ -199,7 +203,9 @@ class Engine {
   Status validate_embed(const GenerationRequest& req) const;
   bool emit_token(Active& a, Sequence& s, const SampleResult& r);
   void propose_drafts();
-  bool drafts_pay(const std::vector<Sequence*>& seqs, const std::vector<DraftRequest>& batch) const;
+  // Whether the drafts of |batch| yield more tokens per millisecond than decoding without them,
+  // the proposer's time included; |plain_ms| gets the predicted time of the step without drafts.
+  bool drafts_pay(const std::vector<Sequence*>& seqs, const std::vector<DraftRequest>& batch, double* plain_ms) const;
   void verify_and_emit(RequestId seq_id, const float* logits, int32_t n_draft);
   void fork_choices(Active& parent, const float* logits);
   void sample_and_emit(RequestId seq_id, const float* logits);
@@ -230,6 +236,10 @@ class Engine {
   // (a token after a rejection is not tried), so alpha = accepted / tried.
   double spec_accepted_ewma_ = 1.0, spec_tried_ewma_ = 2.0;
   int32_t spec_gated_in_row_ = 0;
+  bool spec_off_by_cost_ = false;  // the gate's last verdict: drafts do not pay
+  bool proposer_costly_ = false;   // the proposer takes a noticeable share of a step
+  double propose_ms_ewma_ = 0.0;   // the proposer's time per call, exponentially weighted
+  int64_t proposals_ = 0;          // proposer calls
 };
 
 }  // namespace tessera

@@ -2,6 +2,7 @@
 // rules), verification after the step (verify_and_emit). The scheduler carries the drafts in the
 // plan (Sequence::draft) and drops the rejected positions' KV (Scheduler::accept_draft).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "core/sched/engine.h"
@@ -12,6 +13,9 @@ namespace tessera {
 
 namespace {
 constexpr int64_t kSpecGateWarmup = 16;  // steps with drafts before the cost gate may turn them off
+// A proposer taking more than this share of a plain step's predicted time is not asked while the
+// gate is off (n-gram lookup takes ~0.1%; a draft model's forwards are comparable to the step).
+constexpr double kCostlyProposerShare = 0.1;
 }  // namespace
 
 void Engine::propose_drafts() {
@@ -43,11 +47,30 @@ void Engine::propose_drafts() {
     ++spec_.steps_off_batch;
     return;
   }
-  sc.proposer->propose(batch);
   // The gate trusts the fit only once it has seen steps with drafts: until then decodes are all
   // one token wide and the fit cannot tell the per-token cost from the fixed one.
-  if (sc.cost_gate && spec_.steps >= kSpecGateWarmup && !drafts_pay(seqs, batch)) {
-    if (++spec_gated_in_row_ < std::max(1, sc.probe_every)) {
+  const bool gated = sc.cost_gate && spec_.steps >= kSpecGateWarmup;
+  // While the gate is off, a proposer whose own time is a noticeable part of a step (a draft
+  // model's forwards) is not even asked; every probe_every-th step it is, and its drafts are used,
+  // so the acceptance and cost estimates can recover. A cheap one (n-gram lookup) is asked every
+  // step and its drafts judged as they come.
+  const int32_t probe_every = std::max(1, sc.probe_every);
+  if (gated && spec_off_by_cost_ && proposer_costly_ && spec_gated_in_row_ + 1 < probe_every) {
+    ++spec_gated_in_row_;
+    ++spec_.steps_off_cost;
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  sc.proposer->propose(batch);
+  const double ms = cfg_.propose_ms_for_test
+                        ? cfg_.propose_ms_for_test(batch.size())
+                        : std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  propose_ms_ewma_ = proposals_++ == 0 ? ms : 0.8 * propose_ms_ewma_ + 0.2 * ms;
+  if (gated) {
+    double plain_ms = 0;
+    spec_off_by_cost_ = !drafts_pay(seqs, batch, &plain_ms);
+    proposer_costly_ = propose_ms_ewma_ > kCostlyProposerShare * plain_ms;
+    if (spec_off_by_cost_ && ++spec_gated_in_row_ < probe_every) {
       ++spec_.steps_off_cost;
       return;
     }
@@ -59,7 +82,7 @@ void Engine::propose_drafts() {
   }
 }
 
-bool Engine::drafts_pay(const std::vector<Sequence*>& seqs, const std::vector<DraftRequest>& batch) const {
+bool Engine::drafts_pay(const std::vector<Sequence*>& seqs, const std::vector<DraftRequest>& batch, double* plain_ms) const {
   // Tokens per predicted millisecond with and without the drafts. With per-token acceptance
   // alpha, a draft of d tokens emits (1 - alpha^(d+1)) / (1 - alpha) tokens in expectation.
   const double alpha = std::clamp(spec_accepted_ewma_ / std::max(spec_tried_ewma_, 1e-9), 0.0, 0.999);
@@ -73,8 +96,10 @@ bool Engine::drafts_pay(const std::vector<Sequence*>& seqs, const std::vector<Dr
     spec.n_logits += d;
     expected += (1.0 - std::pow(alpha, d + 1)) / (1.0 - alpha);
   }
+  // The proposer's time is paid once per step, before it: it adds to the drafted step's cost.
   const StepCostModel& m = scheduler_.cost_policy().model();
-  return expected * m.predict_ms(plain) > double(seqs.size()) * m.predict_ms(spec);
+  *plain_ms = m.predict_ms(plain);
+  return expected * *plain_ms > double(seqs.size()) * (m.predict_ms(spec) + propose_ms_ewma_);
 }
 
 void Engine::verify_and_emit(RequestId seq_id, const float* logits, int32_t n_draft) {

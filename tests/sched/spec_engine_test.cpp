@@ -219,5 +219,64 @@ TEST(SpecEngine, PerRequestOffAndAutoOffAboveTheBatchLimit) {
   }
 }
 
+
+// The oracle, counting the calls the engine makes to it.
+class CountingOracle final : public Proposer {
+ public:
+  explicit CountingOracle(const MarkovModel& m) : oracle_(m) {}
+  void propose(std::span<DraftRequest> batch) override {
+    ++calls;
+    oracle_.propose(batch);
+  }
+  const char* name() const override { return "counting oracle"; }
+  int calls = 0;
+
+ private:
+  OracleProposer oracle_;
+};
+
+TEST(SpecEngine, TheCostGateCountsTheProposersOwnTimeAndStopsAskingAnExpensiveOne) {
+  // Steps cost 2 ms + 0.05 ms a token (so a 5-token drafted step is barely dearer than a plain
+  // one) and every draft is accepted: drafts pay unless the proposer itself is slow. A draft
+  // model whose forwards take 50 ms per call never pays; 0.05 ms (n-gram lookup) always does.
+  const std::vector<int32_t> prompt = random_prompt(12, 7);
+  constexpr int kTokens = 400, kProbeEvery = 16;
+  SpecHarness base(nullptr, 0);
+  const auto want = run(base, {prompt}, kTokens, SamplingParams::greedy());
+  int cheap_calls = 0;
+  for (double propose_ms : {0.05, 50.0}) {
+    SpecHarness h(nullptr, 4);
+    auto oracle = std::make_shared<CountingOracle>(h.model);
+    EngineConfig ec;
+    ec.scheduler.max_batch_tokens = 512;
+    ec.spec.proposer = oracle;
+    ec.spec.k = 4;
+    ec.spec.max_batch = 1 << 20;
+    ec.spec.cost_gate = true;
+    ec.spec.probe_every = kProbeEvery;
+    ec.step_ms_for_test = [](const StepPlan& p) { return 2.0 + 0.05 * double(p.n_tokens()); };
+    ec.propose_ms_for_test = [propose_ms](size_t) { return propose_ms; };
+    TextCodec codec;
+    codec.piece = [](int32_t t) { return std::string(1, char('a' + t)); };
+    h.engine = std::make_unique<Engine>(h.model, *h.kv, codec, ec);
+    const auto got = run(h, {prompt}, kTokens, SamplingParams::greedy());
+    EXPECT_EQ(got[0].tokens, want[0].tokens) << "propose_ms " << propose_ms;
+    const SpecStats st = h.engine->stats().spec;
+    const int64_t steps = h.engine->stats().sched.steps;
+    if (propose_ms < 1) {
+      EXPECT_EQ(st.steps_off_cost, 0) << "a cheap proposer whose drafts are all accepted stays on";
+      EXPECT_EQ(int64_t(oracle->calls), st.steps) << "every call's drafts were used";
+      cheap_calls = oracle->calls;
+    } else {
+      EXPECT_GT(st.steps_off_cost, 0) << "50 ms per call never pays for steps of ~2 ms";
+      // 16 warm-up steps with drafts, the call that turned the gate off, then one probe every
+      // probe_every steps: the proposer is not asked on the others.
+      EXPECT_LE(oracle->calls, 16 + 1 + int(steps / kProbeEvery) + 1) << steps << " steps";
+      EXPECT_GT(oracle->calls, 16 + 1) << "probes ask it again";
+      EXPECT_LT(oracle->calls * 4, steps) << "asked on most steps (the cheap run: " << cheap_calls << " calls)";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera::spec_test
