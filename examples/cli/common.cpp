@@ -80,12 +80,17 @@ struct ProgressBar {
 };
 }  // namespace
 
+LoadOptions load_options(const ModelOptions& o, const LoadOptions& extra) {
+  LoadOptions lo = extra;
+  if (o.act_dtype != "auto") lo.activation_dtype = dtype_from_name(o.act_dtype);
+  return lo;
+}
+
 std::unique_ptr<Model> load_model(const ModelOptions& o, const LoadOptions& extra) {
   auto dev = Registry::global().find(o.device);
   if (!dev.ok()) { fail(dev.status()); return nullptr; }
   ProgressBar bar{!o.quiet && isatty(2)};
-  LoadOptions lo = extra;
-  if (o.act_dtype != "auto") lo.activation_dtype = dtype_from_name(o.act_dtype);
+  LoadOptions lo = load_options(o, extra);
   lo.progress = [&bar](size_t done, size_t total) { bar.draw(done, total); return true; };
   auto m = Model::load(o.model, *dev, lo);
   if (!m.ok()) { fail(m.status()); return nullptr; }

@@ -29,6 +29,8 @@ void add_sampling_options(CLI::App* cmd, SamplingParams* p);
 std::string default_model_path();
 
 // Loads the model on the chosen device, drawing a progress bar on stderr. Errors are printed.
+// |extra| with what |o| says about loading (the activation dtype).
+LoadOptions load_options(const ModelOptions& o, const LoadOptions& extra = {});
 std::unique_ptr<Model> load_model(const ModelOptions& o, const LoadOptions& extra = {});
 
 // Prints "error: <message>" to stderr and sets the exit code.

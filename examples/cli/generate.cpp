@@ -63,7 +63,7 @@ SpecTarget spec_target(const Model& model, const ModelOptions& mo, DType kv_dtyp
   t.model = &model;
   t.kv_tokens = mo.ctx;
   t.kv_dtype = kv_dtype;
-  if (mo.act_dtype != "auto") t.load.activation_dtype = dtype_from_name(mo.act_dtype);
+  t.load = load_options(mo);
   return t;
 }
 

@@ -63,6 +63,16 @@ GenRun generate(Model& model, std::shared_ptr<Proposer> proposer) {
   return out;
 }
 
+// The speculative run's tokens equal the plain run's; where not, the first difference is named.
+void expect_same_tokens(const GenRun& spec, const GenRun& base) {
+  EXPECT_EQ(spec.tokens, base.tokens);
+  for (size_t i = 0; i < std::min(spec.tokens.size(), base.tokens.size()); ++i)
+    if (spec.tokens[i] != base.tokens[i]) {
+      ADD_FAILURE() << "first difference at token " << i << ": " << spec.tokens[i] << " vs " << base.tokens[i];
+      break;
+    }
+}
+
 TEST(SmolLM2Spec, GreedySpeculativeEqualsNonSpeculativeFor200Tokens) {
   if (!std::filesystem::exists(model_path())) TESSERA_SKIP_MISSING() << "SmolLM2 not found at " << model_path() << " (run .ci/fetch-model)";
   auto m = Model::load(model_path(), Registry::global().find("cpu").value());
@@ -70,22 +80,11 @@ TEST(SmolLM2Spec, GreedySpeculativeEqualsNonSpeculativeFor200Tokens) {
   const GenRun base = generate(**m, nullptr);
   const GenRun spec = generate(**m, std::make_shared<NgramProposer>());
   ASSERT_EQ(base.tokens.size(), 200u);
-  EXPECT_EQ(spec.tokens, base.tokens);
-  for (size_t i = 0; i < std::min(spec.tokens.size(), base.tokens.size()); ++i)
-    if (spec.tokens[i] != base.tokens[i]) {
-      ADD_FAILURE() << "first difference at token " << i << ": " << spec.tokens[i] << " vs " << base.tokens[i];
-      break;
-    }
+  expect_same_tokens(spec, base);
   EXPECT_GT(spec.spec.accepted, 20) << "too few accepted drafts: the prompt did not exercise multi-token steps";
   std::printf("drafted %lld, accepted %lld (%.1f%%), %.2f per verification\n", static_cast<long long>(spec.spec.drafted),
               static_cast<long long>(spec.spec.accepted), 100.0 * spec.spec.acceptance_rate(), spec.spec.mean_accepted());
 }
-
-}  // namespace
-}  // namespace tessera
-
-namespace tessera {
-namespace {
 
 TEST(SmolLM2Spec, GreedyDraftModelSpeculativeEqualsNonSpeculativeFor200Tokens) {
   if (!std::filesystem::exists(model_path())) TESSERA_SKIP_MISSING() << "SmolLM2 not found at " << model_path() << " (run .ci/fetch-model)";
@@ -102,12 +101,7 @@ TEST(SmolLM2Spec, GreedyDraftModelSpeculativeEqualsNonSpeculativeFor200Tokens) {
   const GenRun base = generate(**m, nullptr);
   const GenRun spec = generate(**m, draft);
   ASSERT_EQ(base.tokens.size(), 200u);
-  EXPECT_EQ(spec.tokens, base.tokens);
-  for (size_t i = 0; i < std::min(spec.tokens.size(), base.tokens.size()); ++i)
-    if (spec.tokens[i] != base.tokens[i]) {
-      ADD_FAILURE() << "first difference at token " << i << ": " << spec.tokens[i] << " vs " << base.tokens[i];
-      break;
-    }
+  expect_same_tokens(spec, base);
   EXPECT_EQ(draft->stats().failures, 0) << draft->last_error().to_string();
   // The same weights draft: nearly every draft is the target's argmax (a row computed in a
   // batch of another shape may round differently, hence not all).

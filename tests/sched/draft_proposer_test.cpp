@@ -14,20 +14,7 @@ namespace {
 
 std::shared_ptr<MarkovModel> noisy_draft(float noise = 1.0f) { return std::make_shared<MarkovModel>(7, noise, 11); }
 
-std::vector<SpecHarness::Output> run(SpecHarness& h, const std::vector<std::vector<int32_t>>& prompts, int max_tokens, SamplingParams sp) {
-  std::vector<RequestId> ids;
-  for (const auto& p : prompts) ids.push_back(h.submit(p, max_tokens, sp));
-  EXPECT_TRUE(h.engine->run_until_idle().ok());
-  std::vector<SpecHarness::Output> outs;
-  for (RequestId id : ids) outs.push_back(h.out[id]);
-  return outs;
-}
 
-std::vector<std::vector<int32_t>> prompts(int n, int len) {
-  std::vector<std::vector<int32_t>> ps;
-  for (int i = 0; i < n; ++i) ps.push_back(random_prompt(len + i, uint32_t(300 + i)));
-  return ps;
-}
 
 TEST(DraftProposer, GreedyOutputEqualsNonSpeculativeWithAcceptsAndRejects) {
   for (float penalty : {1.0f, 1.3f}) {
@@ -35,9 +22,9 @@ TEST(DraftProposer, GreedyOutputEqualsNonSpeculativeWithAcceptsAndRejects) {
     sp.repetition_penalty = penalty;  // the draft's rows see its own earlier drafts as history
     auto draft = markov_draft(noisy_draft());
     SpecHarness base(nullptr, 0), spec(draft, 4);
-    const auto ps = prompts(6, 9);  // decoded together: the draft's steps batch all six
-    const auto want = run(base, ps, 60, sp);
-    const auto got = run(spec, ps, 60, sp);
+    const auto ps = random_prompts(6, 9, 300);  // decoded together: the draft's steps batch all six
+    const auto want = base.run(ps, 60, sp);
+    const auto got = spec.run(ps, 60, sp);
     for (size_t i = 0; i < ps.size(); ++i) {
       EXPECT_EQ(got[i].tokens, want[i].tokens) << "prompt " << i << " penalty " << penalty;
       EXPECT_EQ(got[i].finish, FinishReason::kLength);
@@ -62,7 +49,7 @@ TEST(DraftProposer, TheTargetItselfAsDraftIsAlwaysAcceptedUnderGreedy) {
   // then only feeds the last draft token and the bonus token, which this pins via held_tokens.
   auto draft = markov_draft(std::make_shared<MarkovModel>());
   SpecHarness spec(draft, 4);
-  const auto got = run(spec, prompts(1, 10), 41, SamplingParams::greedy());
+  const auto got = spec.run(random_prompts(1, 10, 300), 41, SamplingParams::greedy());
   ASSERT_EQ(got[0].tokens.size(), 41u);
   const SpecStats st = spec.engine->stats().spec;
   EXPECT_EQ(st.accepted, st.drafted);
@@ -131,9 +118,9 @@ TEST(DraftProposer, PreemptionReleasesTheDraftStateAndOutputStaysTheSame) {
   auto draft = markov_draft(noisy_draft());
   auto counting = std::make_shared<CountingProposer>(draft);
   SpecHarness base(nullptr, 0, 24), spec(counting, 4, 24);
-  const auto ps = prompts(5, 8);
-  const auto want = run(base, ps, 40, SamplingParams::greedy());
-  const auto got = run(spec, ps, 40, SamplingParams::greedy());
+  const auto ps = random_prompts(5, 8, 300);
+  const auto want = base.run(ps, 40, SamplingParams::greedy());
+  const auto got = spec.run(ps, 40, SamplingParams::greedy());
   for (size_t i = 0; i < ps.size(); ++i) EXPECT_EQ(got[i].tokens, want[i].tokens) << "prompt " << i;
   const int64_t preemptions = spec.engine->stats().sched.preemptions;
   EXPECT_GT(preemptions, 0) << "the pool was big enough: preemption is not exercised";
@@ -146,8 +133,8 @@ TEST(DraftProposer, ADraftPoolTooSmallSkipsDraftsButNotTokens) {
   // 3 draft blocks (12 slots) cannot hold a 20-token prompt: no drafts, same output.
   auto draft = markov_draft(noisy_draft(), 3);
   SpecHarness base(nullptr, 0), spec(draft, 4);
-  const auto ps = prompts(1, 20);
-  EXPECT_EQ(run(spec, ps, 12, SamplingParams::greedy())[0].tokens, run(base, ps, 12, SamplingParams::greedy())[0].tokens);
+  const auto ps = random_prompts(1, 20, 300);
+  EXPECT_EQ(spec.run(ps, 12, SamplingParams::greedy())[0].tokens, base.run(ps, 12, SamplingParams::greedy())[0].tokens);
   EXPECT_EQ(spec.engine->stats().spec.drafted, 0);
   EXPECT_GT(draft->stats().out_of_blocks, 0);
   EXPECT_EQ(draft->n_free_blocks(), 3);
@@ -169,9 +156,9 @@ class FailingMarkov final : public MarkovModel {
 TEST(DraftProposer, AFailedDraftForwardDropsTheDraftsButNotTheOutput) {
   auto draft = markov_draft(std::make_shared<FailingMarkov>(10));
   SpecHarness base(nullptr, 0), spec(draft, 4);
-  const auto ps = prompts(3, 9);
-  const auto want = run(base, ps, 30, SamplingParams::greedy());
-  const auto got = run(spec, ps, 30, SamplingParams::greedy());
+  const auto ps = random_prompts(3, 9, 300);
+  const auto want = base.run(ps, 30, SamplingParams::greedy());
+  const auto got = spec.run(ps, 30, SamplingParams::greedy());
   for (size_t i = 0; i < ps.size(); ++i) EXPECT_EQ(got[i].tokens, want[i].tokens) << "prompt " << i;
   EXPECT_GT(spec.engine->stats().spec.drafted, 0) << "drafts before the failure";
   EXPECT_GT(draft->stats().failures, 0);

@@ -37,31 +37,16 @@ class OracleProposer final : public Proposer {
   const MarkovModel& m_;
 };
 
-// Runs |prompts| (all at once) and returns each one's output, in order.
-std::vector<SpecHarness::Output> run(SpecHarness& h, const std::vector<std::vector<int32_t>>& prompts, int max_tokens,
-                                     SamplingParams sp, std::vector<std::string> stop = {}) {
-  std::vector<RequestId> ids;
-  for (const auto& p : prompts) ids.push_back(h.submit(p, max_tokens, sp, stop));
-  EXPECT_TRUE(h.engine->run_until_idle().ok());
-  std::vector<SpecHarness::Output> outs;
-  for (RequestId id : ids) outs.push_back(h.out[id]);
-  return outs;
-}
 
-std::vector<std::vector<int32_t>> prompts(int n, int len) {
-  std::vector<std::vector<int32_t>> ps;
-  for (int i = 0; i < n; ++i) ps.push_back(random_prompt(len + i, uint32_t(100 + i)));
-  return ps;
-}
 
 TEST(SpecEngine, GreedyOutputEqualsNonSpeculativeAndDraftsAreAccepted) {
   for (float penalty : {1.0f, 1.3f}) {
     SamplingParams sp = SamplingParams::greedy();
     sp.repetition_penalty = penalty;  // the penalties of each draft row see the accepted drafts before it
     SpecHarness base(nullptr, 0), spec(ngram(), 4);
-    const auto ps = prompts(6, 9);
-    const auto want = run(base, ps, 60, sp);
-    const auto got = run(spec, ps, 60, sp);
+    const auto ps = random_prompts(6, 9, 100);
+    const auto want = base.run(ps, 60, sp);
+    const auto got = spec.run(ps, 60, sp);
     for (size_t i = 0; i < ps.size(); ++i) {
       EXPECT_EQ(got[i].tokens, want[i].tokens) << "prompt " << i << " penalty " << penalty;
       EXPECT_EQ(got[i].finish, FinishReason::kLength);
@@ -89,15 +74,15 @@ std::unique_ptr<Engine> oracle_engine(SpecHarness& h, int32_t k, int32_t eog = -
 }
 
 TEST(SpecEngine, MaxTokensEosAndStopStringsHoldInsideAMultiTokenStep) {
-  const auto ps = prompts(8, 11);
+  const auto ps = random_prompts(8, 11, 100);
   SpecHarness probe(nullptr, 0);
-  const auto free_run = run(probe, ps, 40, SamplingParams::greedy());
+  const auto free_run = probe.run(ps, 40, SamplingParams::greedy());
   // max_tokens that end in the middle of a step, EOS, and a stop string taken from the output.
   for (int max_tokens : {1, 2, 7, 13}) {
     SpecHarness base(nullptr, 0), spec(nullptr, 5);
     spec.engine = oracle_engine(spec, 5);
-    const auto want = run(base, ps, max_tokens, SamplingParams::greedy());
-    const auto got = run(spec, ps, max_tokens, SamplingParams::greedy());
+    const auto want = base.run(ps, max_tokens, SamplingParams::greedy());
+    const auto got = spec.run(ps, max_tokens, SamplingParams::greedy());
     for (size_t i = 0; i < ps.size(); ++i) {
       EXPECT_EQ(got[i].tokens, want[i].tokens) << "max_tokens " << max_tokens;
       EXPECT_EQ(int(got[i].tokens.size()), max_tokens);
@@ -106,10 +91,10 @@ TEST(SpecEngine, MaxTokensEosAndStopStringsHoldInsideAMultiTokenStep) {
   {
     // The end-of-generation token and prompt: the pair whose first appearance is latest among
     // 64 greedy runs, so that run speculates (and accepts drafts) before it ends.
-    const auto many = prompts(64, 11);
+    const auto many = random_prompts(64, 11, 100);
     SpecHarness scan(nullptr, 0);
     scan.model.phases = 1;
-    const auto scanned = run(scan, many, 40, SamplingParams::greedy());
+    const auto scanned = scan.run(many, 40, SamplingParams::greedy());
     int32_t eog = -1;
     size_t latest = 0, which = 0;
     for (size_t i = 0; i < many.size(); ++i)
@@ -123,8 +108,8 @@ TEST(SpecEngine, MaxTokensEosAndStopStringsHoldInsideAMultiTokenStep) {
     SpecHarness base(nullptr, 0, 512, eog), spec(nullptr, 5, 512, eog);
     base.model.phases = spec.model.phases = 1;
     spec.engine = oracle_engine(spec, 5, eog);
-    const auto want = run(base, eog_prompts, 40, SamplingParams::greedy());
-    const auto got = run(spec, eog_prompts, 40, SamplingParams::greedy());
+    const auto want = base.run(eog_prompts, 40, SamplingParams::greedy());
+    const auto got = spec.run(eog_prompts, 40, SamplingParams::greedy());
     EXPECT_EQ(want[0].finish, FinishReason::kStop);
     for (size_t i = 0; i < eog_prompts.size(); ++i) {
       EXPECT_EQ(got[i].tokens, want[i].tokens) << "eog, prompt " << i;
@@ -139,8 +124,8 @@ TEST(SpecEngine, MaxTokensEosAndStopStringsHoldInsideAMultiTokenStep) {
     const std::string stop = free_run[0].text.substr(25, 3);
     SpecHarness base(nullptr, 0), spec(nullptr, 5);
     spec.engine = oracle_engine(spec, 5);
-    const auto want = run(base, ps, 40, SamplingParams::greedy(), {stop});
-    const auto got = run(spec, ps, 40, SamplingParams::greedy(), {stop});
+    const auto want = base.run(ps, 40, SamplingParams::greedy(), {stop});
+    const auto got = spec.run(ps, 40, SamplingParams::greedy(), {stop});
     EXPECT_EQ(want[0].finish, FinishReason::kStop);
     for (size_t i = 0; i < ps.size(); ++i) {
       EXPECT_EQ(got[i].text, want[i].text) << "stop '" << stop << "', prompt " << i;
@@ -166,8 +151,8 @@ TEST(SpecEngine, RejectedDraftsAreNeverHashedOrPublished) {
   SamplingParams sp;
   sp.temperature = 0.8f;
   sp.seed = 9;
-  const auto ps = prompts(12, 10);
-  const auto outs = run(h, ps, 50, sp);
+  const auto ps = random_prompts(12, 10, 100);
+  const auto outs = h.run(ps, 50, sp);
   // Every stored block is a block-aligned slice of some request's prompt + output.
   std::set<std::vector<int32_t>> real;
   for (size_t i = 0; i < ps.size(); ++i) {
@@ -242,7 +227,7 @@ TEST(SpecEngine, TheCostGateCountsTheProposersOwnTimeAndStopsAskingAnExpensiveOn
   const std::vector<int32_t> prompt = random_prompt(12, 7);
   constexpr int kTokens = 400, kProbeEvery = 16;
   SpecHarness base(nullptr, 0);
-  const auto want = run(base, {prompt}, kTokens, SamplingParams::greedy());
+  const auto want = base.run({prompt}, kTokens, SamplingParams::greedy());
   int cheap_calls = 0;
   for (double propose_ms : {0.05, 50.0}) {
     SpecHarness h(nullptr, 4);
@@ -259,7 +244,7 @@ TEST(SpecEngine, TheCostGateCountsTheProposersOwnTimeAndStopsAskingAnExpensiveOn
     TextCodec codec;
     codec.piece = [](int32_t t) { return std::string(1, char('a' + t)); };
     h.engine = std::make_unique<Engine>(h.model, *h.kv, codec, ec);
-    const auto got = run(h, {prompt}, kTokens, SamplingParams::greedy());
+    const auto got = h.run({prompt}, kTokens, SamplingParams::greedy());
     EXPECT_EQ(got[0].tokens, want[0].tokens) << "propose_ms " << propose_ms;
     const SpecStats st = h.engine->stats().spec;
     const int64_t steps = h.engine->stats().sched.steps;

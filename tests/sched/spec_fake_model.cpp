@@ -94,4 +94,20 @@ std::vector<int32_t> random_prompt(int len, uint32_t seed) {
   return p;
 }
 
+std::vector<std::vector<int32_t>> random_prompts(int n, int len, uint32_t first_seed) {
+  std::vector<std::vector<int32_t>> ps;
+  for (int i = 0; i < n; ++i) ps.push_back(random_prompt(len + i, first_seed + uint32_t(i)));
+  return ps;
+}
+
+std::vector<SpecHarness::Output> SpecHarness::run(const std::vector<std::vector<int32_t>>& prompts, int max_tokens,
+                                                  SamplingParams sp, const std::vector<std::string>& stop) {
+  std::vector<RequestId> ids;
+  for (const auto& p : prompts) ids.push_back(submit(p, max_tokens, sp, stop));
+  EXPECT_TRUE(engine->run_until_idle().ok());
+  std::vector<Output> outs;
+  for (RequestId id : ids) outs.push_back(out[id]);
+  return outs;
+}
+
 }  // namespace tessera::spec_test

@@ -50,6 +50,9 @@ struct SpecHarness {
   };
   RequestId submit(const std::vector<int32_t>& prompt, int max_tokens, SamplingParams sp, std::vector<std::string> stop = {},
                    int32_t spec_k = -1);
+  // Submits every prompt at once, runs the engine until idle and returns each one's output, in order.
+  std::vector<Output> run(const std::vector<std::vector<int32_t>>& prompts, int max_tokens, SamplingParams sp,
+                          const std::vector<std::string>& stop = {});
 
   ref::ReferenceDevice dev;
   MarkovModel model;
@@ -59,6 +62,8 @@ struct SpecHarness {
 };
 
 std::vector<int32_t> random_prompt(int len, uint32_t seed);
+// |n| random prompts of lengths len, len + 1, ..., from seeds first_seed, first_seed + 1, ...
+std::vector<std::vector<int32_t>> random_prompts(int n, int len, uint32_t first_seed);
 
 // A DraftModelProposer over |draft| (a MarkovModel, or anything that reads the fake's cache
 // layout) with its own cache of |n_blocks| blocks on a reference device of its own.
