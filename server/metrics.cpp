@@ -120,6 +120,18 @@ std::string prometheus(ServerContext& ctx) {
   metric("tessera_spec_accepted_tokens_total", "counter", "Draft tokens accepted.", double(s.spec.accepted));
   metric("tessera_spec_acceptance_rate", "gauge", "Accepted over drafted tokens.", s.spec.acceptance_rate());
   metric("tessera_spec_mean_accepted_length", "gauge", "Accepted draft tokens per verification.", s.spec.mean_accepted());
+  metric("tessera_spec_proposals_total", "counter", "Proposer calls.", double(s.spec.proposals));
+  metric("tessera_spec_propose_seconds_total", "counter", "Host time in the proposer (a draft model's forwards included).",
+         s.spec.propose_ms / 1e3);
+  const ProposerStats& ps = s.spec.proposer;
+  metric("tessera_spec_draft_model_forwards_total", "counter", "Draft model forwards (0 without a draft model).", double(ps.forwards));
+  metric("tessera_spec_draft_model_catch_up_tokens_total", "counter", "Context tokens fed to the draft model.",
+         double(ps.catch_up_tokens));
+  metric("tessera_spec_draft_model_truncations_total", "counter", "Draft model calls that dropped K/V past a rejection.",
+         double(ps.truncations));
+  metric("tessera_spec_draft_model_out_of_blocks_total", "counter", "Drafts skipped because the draft model's KV pool was full.",
+         double(ps.out_of_blocks));
+  metric("tessera_spec_draft_model_failures_total", "counter", "Draft model calls whose forward failed.", double(ps.failures));
   metric("tessera_step_tokens", "gauge", "Tokens in the latest engine step.", s.sched.step.last_step_tokens);
   metric("tessera_step_prefill_tokens", "gauge", "Prefill chunk tokens in the latest engine step.", s.sched.step.last_prefill_tokens);
   metric("tessera_step_seconds", "gauge", "Measured time of the latest engine step.", s.sched.step.last_step_ms / 1e3);

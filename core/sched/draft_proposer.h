@@ -41,15 +41,6 @@ struct DraftModelConfig {
   int32_t max_seqs = 64;
 };
 
-struct DraftModelStats {
-  int64_t forwards = 0;         // draft model steps run
-  int64_t catch_up_tokens = 0;  // context tokens fed to the draft (prompts, accepted tokens)
-  int64_t draft_tokens = 0;     // tokens drafted
-  int64_t truncations = 0;      // calls that dropped draft K/V past a rejection
-  int64_t out_of_blocks = 0;    // drafts skipped because the draft's pool was full
-  int64_t failures = 0;         // calls whose forward failed (last_error)
-};
-
 class DraftModelProposer final : public Proposer {
  public:
   // |draft| must produce logits over |target_vocab| tokens: another vocabulary size is an
@@ -62,7 +53,7 @@ class DraftModelProposer final : public Proposer {
   void release(int64_t seq) override;
   const char* name() const override { return "draft"; }
 
-  const DraftModelStats& stats() const { return stats_; }
+  ProposerStats stats() const override { return stats_; }
   const Status& last_error() const { return last_error_; }
   // Tokens of |seq| whose K/V the draft's cache holds (0 for an unknown one).
   int32_t held_tokens(int64_t seq) const;
@@ -106,7 +97,7 @@ class DraftModelProposer final : public Proposer {
   int32_t vocab_;
   std::unordered_map<int64_t, SeqState> seqs_;
   std::vector<std::vector<BlockId>> plan_tables_;  // the plan being built: each sequence's block table
-  DraftModelStats stats_;
+  ProposerStats stats_;
   Status last_error_;
 };
 

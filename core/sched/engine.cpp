@@ -154,7 +154,10 @@ Status Engine::step() {
   if (s.ok()) s = model_.submit(plan_, kv_);
   if (s.ok()) {
     for (size_t i = 0; i < scheduled.size(); ++i)
-      if (scheduled[i].samples && scheduled[i].n_draft == 0) prepare_mask(ids[i]);
+      if (scheduled[i].samples) {
+        if (scheduled[i].n_draft == 0) prepare_mask(ids[i]);
+        else prepare_draft_masks(ids[i], scheduled[i].n_draft);
+      }
     s = model_.collect(&logits_);
   }
   if (!s.ok()) {
@@ -386,6 +389,7 @@ EngineStats Engine::stats() const {
   st.kv_usage = scheduler_.kv().usage();
   st.exec = model_.executor_stats();
   st.spec = spec_;
+  if (cfg_.spec.proposer) st.spec.proposer = cfg_.spec.proposer->stats();
   st.generated_tokens = generated_tokens_;
   st.requests_finished = requests_finished_;
   st.grammar = grammar_stats_;

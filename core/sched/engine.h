@@ -93,6 +93,9 @@ struct SpecStats {
   int64_t verifications = 0;
   int64_t drafted = 0;          // draft tokens scored
   int64_t accepted = 0;         // of which accepted
+  int64_t proposals = 0;        // proposer calls
+  double propose_ms = 0.0;      // host time in the proposer (a draft model's forwards included)
+  ProposerStats proposer;       // the proposer's own counters
   double acceptance_rate() const { return drafted ? double(accepted) / double(drafted) : 0.0; }
   // Accepted draft tokens per verification (each verification also emits one more token).
   double mean_accepted() const { return verifications ? double(accepted) / double(verifications) : 0.0; }
@@ -203,6 +206,7 @@ class Engine {
   Status validate_embed(const GenerationRequest& req) const;
   bool emit_token(Active& a, Sequence& s, const SampleResult& r);
   void propose_drafts();
+  void prune_to_grammar(std::vector<DraftRequest>& batch);
   // Whether the drafts of |batch| yield more tokens per millisecond than decoding without them,
   // the proposer's time included; |plain_ms| gets the predicted time of the step without drafts.
   bool drafts_pay(const std::vector<Sequence*>& seqs, const std::vector<DraftRequest>& batch, double* plain_ms) const;
@@ -212,6 +216,7 @@ class Engine {
   // Fills the grammar mask of |seq_id|'s next token (Active::mask) unless it is filled already;
   // a no-op without a grammar. Called while the device runs the step that samples it.
   void prepare_mask(RequestId seq_id);
+  void prepare_draft_masks(RequestId seq_id, int32_t n_draft);
   void observe_mask_ms(double ms);
   void finish(Active& a, FinishReason reason, const std::string& error = {}, std::vector<float> embedding = {});
   bool check_stop(Active& a, std::string* text);

@@ -22,6 +22,11 @@ struct Engine::Active {
   // (Engine::prepare_mask); mask_allowed < 0: not filled yet.
   std::vector<uint32_t> mask;
   int32_t mask_allowed = -1;
+  // Under speculation, one mask per row of a drafted step (Engine::prepare_draft_masks): row i is
+  // the grammar's state after draft[0..i). draft_allowed[i] is row i's allowed count; rows past
+  // the first draft token the grammar refuses are not filled (verification never reaches them).
+  std::vector<uint32_t> draft_masks;
+  std::vector<int32_t> draft_allowed;
   std::chrono::steady_clock::time_point submitted, first_token, last_token;
   RequestMetrics metrics;
   std::string pending_bytes;  // bytes not yet emitted: partial UTF-8 or a possible stop prefix

@@ -32,6 +32,16 @@ struct DraftRequest {
   std::vector<float> q;
 };
 
+// A proposer's own counters (a draft model's; zero for n-gram lookup), for --stats and /metrics.
+struct ProposerStats {
+  int64_t forwards = 0;         // draft model steps run
+  int64_t catch_up_tokens = 0;  // context tokens fed to the draft (prompts, accepted tokens)
+  int64_t draft_tokens = 0;     // tokens drafted
+  int64_t truncations = 0;      // calls that dropped draft K/V past a rejection
+  int64_t out_of_blocks = 0;    // drafts skipped because the draft's pool was full
+  int64_t failures = 0;         // calls whose forward failed
+};
+
 class Proposer {
  public:
   virtual ~Proposer() = default;
@@ -40,6 +50,7 @@ class Proposer {
   // |seq| finished or was preempted (the engine calls it for both): drop any state kept for it.
   virtual void release(int64_t seq) { (void)seq; }
   virtual const char* name() const = 0;
+  virtual ProposerStats stats() const { return {}; }
 };
 
 }  // namespace tessera

@@ -59,6 +59,7 @@ Candidates Sampler::candidates(const float* logits_in, int32_t vocab, const std:
     else
       for (int32_t i = 0; i < vocab; ++i)
         if (mask_allows(allowed, i) && (best < 0 || logits[size_t(i)] > logits[size_t(best)])) best = i;
+    if (best < 0) return c;  // a mask that allows nothing: no candidates
     c.items.push_back({best, 1.0});
     c.mass = 1.0;
     return c;
@@ -66,6 +67,7 @@ Candidates Sampler::candidates(const float* logits_in, int32_t vocab, const std:
   scratch_.clear();
   for (int32_t i = 0; i < vocab; ++i)
     if (!allowed || mask_allows(allowed, i)) scratch_.push_back({logits[size_t(i)] / p_.temperature, i});
+  if (scratch_.empty()) return c;  // a mask that allows nothing: no candidates
   auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
   size_t keep = scratch_.size();
   if (p_.top_k > 0 && size_t(p_.top_k) < keep) {

@@ -63,7 +63,8 @@ class Sampler {
                       const uint32_t* allowed = nullptr);
 
   // The pieces of sample, for speculative verification (core/sched/spec_verify.h), which must
-  // draw from exactly the distribution sample draws from.
+  // draw from exactly the distribution sample draws from. No candidates when |allowed| allows
+  // no token.
   Candidates candidates(const float* logits, int32_t vocab, const std::vector<int32_t>& history,
                         const uint32_t* allowed = nullptr);
   // A token drawn from |c| (one uniform draw; none for a single candidate).

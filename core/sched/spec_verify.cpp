@@ -24,18 +24,22 @@ int32_t draw_residual(Sampler& sampler, const Candidates& c, const float* q_row,
 }  // namespace
 
 VerifyResult verify_draft(Sampler& sampler, const float* logits, int32_t vocab, std::span<const int32_t> draft,
-                          std::span<const float> q, const std::vector<int32_t>& history) {
+                          std::span<const float> q, const std::vector<int32_t>& history,
+                          std::span<const uint32_t* const> masks) {
   VerifyResult out;
   std::vector<int32_t> hist = history;
+  const auto mask = [&](size_t i) { return masks.empty() ? nullptr : masks[i]; };
   for (size_t i = 0; i < draft.size(); ++i) {
     const float* row = logits + i * size_t(vocab);
-    const Candidates c = sampler.candidates(row, vocab, hist);
+    const uint32_t* allowed = mask(i);
+    const Candidates c = sampler.candidates(row, vocab, hist, allowed);
     const int32_t x = draft[i];
     const float* q_row = q.empty() ? nullptr : q.data() + i * size_t(vocab);
-    const double px = c.prob(x);
+    // A token the grammar forbids has p = 0: rejected without a draw (its q may be anything).
+    const double px = allowed && !mask_allows(allowed, x) ? 0.0 : c.prob(x);
     const double qx = q_row ? double(q_row[x]) : 1.0;
     // p(x) >= q(x) accepts without a draw (greedy stays deterministic); else with p(x) / q(x).
-    const bool accept = px >= qx || (px > 0 && sampler.uniform() * qx < px);
+    const bool accept = px > 0 && (px >= qx || sampler.uniform() * qx < px);
     if (!accept) {
       out.tokens.push_back(draw_residual(sampler, c, q_row, x));
       return out;
@@ -46,7 +50,12 @@ VerifyResult verify_draft(Sampler& sampler, const float* logits, int32_t vocab, 
   }
   // Every draft token was accepted: the bonus token from the row after the draft.
   const float* row = logits + draft.size() * size_t(vocab);
-  out.tokens.push_back(sampler.draw(sampler.candidates(row, vocab, hist)));
+  const Candidates c = sampler.candidates(row, vocab, hist, mask(draft.size()));
+  if (c.items.empty()) {
+    out.dead_end = true;
+    return out;
+  }
+  out.tokens.push_back(sampler.draw(c));
   return out;
 }
 

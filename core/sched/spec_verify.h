@@ -18,13 +18,20 @@ namespace tessera {
 
 struct VerifyResult {
   std::vector<int32_t> tokens;  // accepted draft tokens, then the replacement or bonus token
-  int32_t accepted = 0;         // draft tokens accepted (tokens.size() - 1)
+  int32_t accepted = 0;         // draft tokens accepted (tokens.size() - 1, or tokens.size() at a dead end)
+  bool dead_end = false;        // the grammar allows nothing after the accepted draft
 };
 
 // |logits|: [draft.size() + 1, vocab], row i scoring the token after draft[0..i). |q|: empty
 // (one-hot draft) or [draft.size(), vocab]. |history|: the sequence's tokens before the draft
 // (the penalties of row i see it followed by draft[0..i)).
+// |masks|: empty (no grammar) or one token bitmask per row (core/sched/grammar.h), row i the
+// grammar's allowed set after draft[0..i): p_i is the masked distribution, so a draft token its
+// row does not allow has p = 0 and is rejected; rows after it are never read (they may be null).
+// A bonus row that allows nothing (the grammar dead-ends after the whole draft) emits no bonus
+// token and sets |dead_end|.
 VerifyResult verify_draft(Sampler& sampler, const float* logits, int32_t vocab, std::span<const int32_t> draft,
-                          std::span<const float> q, const std::vector<int32_t>& history);
+                          std::span<const float> q, const std::vector<int32_t>& history,
+                          std::span<const uint32_t* const> masks = {});
 
 }  // namespace tessera

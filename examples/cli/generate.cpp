@@ -124,7 +124,7 @@ Result<std::string> generate(Model& model, KvCache& kv, const SpecConfig& spec, 
                    static_cast<long long>(sp.accepted), 100.0 * sp.acceptance_rate(), sp.mean_accepted(),
                    static_cast<long long>(sp.steps_off_batch), static_cast<long long>(sp.steps_off_cost));
     if (const auto* dp = dynamic_cast<const DraftModelProposer*>(ec.spec.proposer.get())) {
-      const DraftModelStats& ds = dp->stats();
+      const ProposerStats ds = dp->stats();
       std::fprintf(stderr, "stats: draft model: %lld forwards, %lld context tokens caught up, %lld truncations after rejections, "
                    "%lld drafts skipped for want of draft KV, %lld failed calls%s%s\n",
                    static_cast<long long>(ds.forwards), static_cast<long long>(ds.catch_up_tokens),

@@ -76,6 +76,7 @@ RequestId SpecHarness::submit(const std::vector<int32_t>& prompt, int max_tokens
   r.max_tokens = max_tokens;
   r.stop = std::move(stop);
   r.spec_k = spec_k;
+  r.grammar = grammar;
   r.on_token = [this](const TokenEvent& ev) {
     Output& o = out[ev.id];
     if (ev.token >= 0) o.tokens.push_back(ev.token);
@@ -108,6 +109,29 @@ std::vector<SpecHarness::Output> SpecHarness::run(const std::vector<std::vector<
   std::vector<Output> outs;
   for (RequestId id : ids) outs.push_back(out[id]);
   return outs;
+}
+
+bool NoRepeatGrammar::allows(int32_t token) const {
+  if (token < 0 || token >= kVocab) return false;
+  if (limit_ >= 0 && int32_t(accepted_.size()) >= limit_) return false;
+  return accepted_.empty() || accepted_.back() != token;
+}
+
+int32_t NoRepeatGrammar::fill_mask(uint32_t* mask) {
+  std::fill(mask, mask + mask_words(kVocab), 0u);
+  int32_t n = 0;
+  for (int32_t t = 0; t < kVocab; ++t)
+    if (allows(t)) {
+      mask[t >> 5] |= 1u << (t & 31);
+      ++n;
+    }
+  return n;
+}
+
+bool NoRepeatGrammar::accept(int32_t token) {
+  if (!allows(token)) return false;
+  accepted_.push_back(token);
+  return true;
 }
 
 }  // namespace tessera::spec_test

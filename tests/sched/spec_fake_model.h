@@ -15,6 +15,7 @@
 #include "core/sched/draft_proposer.h"
 #include "core/reference/reference.h"
 #include "core/sched/engine.h"
+#include "core/sched/grammar.h"
 
 namespace tessera::spec_test {
 
@@ -59,6 +60,25 @@ struct SpecHarness {
   std::unique_ptr<KvCache> kv;
   std::unique_ptr<Engine> engine;
   std::map<RequestId, Output> out;
+  std::shared_ptr<const Grammar> grammar;  // given to every request submitted (null: none)
+};
+
+// A grammar over the fake's tokens: a token may not repeat the one before it (the first token of
+// the output may be anything), and after |limit| tokens (>= 0) nothing may follow: a dead end.
+class NoRepeatGrammar final : public Grammar {
+ public:
+  explicit NoRepeatGrammar(int32_t limit = -1) : limit_(limit) {}
+  int32_t fill_mask(uint32_t* mask) override;
+  bool accept(int32_t token) override;
+  void rollback(int32_t n) override { accepted_.resize(accepted_.size() - size_t(n)); }
+  std::unique_ptr<Grammar> fork() const override { return std::make_unique<NoRepeatGrammar>(*this); }
+  bool terminated() const override { return false; }
+  int32_t vocab_size() const override { return kVocab; }
+
+ private:
+  bool allows(int32_t token) const;
+  int32_t limit_;
+  std::vector<int32_t> accepted_;
 };
 
 std::vector<int32_t> random_prompt(int len, uint32_t seed);

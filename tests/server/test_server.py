@@ -395,6 +395,11 @@ class Speculative(unittest.TestCase):
             on = run(4, temperature=0)
             self.assertEqual(on.choices[0].text, off.choices[0].text)
             self.assertGreater(server.metric("tessera_spec_accepted_tokens_total"), 0)
+            # The draft model's own counters: its forwards and the context it caught up on.
+            self.assertGreater(server.metric("tessera_spec_draft_model_forwards_total"), 0)
+            self.assertGreaterEqual(server.metric("tessera_spec_draft_model_catch_up_tokens_total"), 12)
+            self.assertEqual(server.metric("tessera_spec_draft_model_failures_total"), 0)
+            self.assertGreater(server.metric("tessera_spec_propose_seconds_total"), 0)
             # Sampled drafts (dense q): a fixed seed gives the same text twice.
             a = run(4, temperature=0.8, seed=7)
             b = run(4, temperature=0.8, seed=7)
