@@ -9,6 +9,7 @@ task (rewrite a given piece of code), at concurrency 1 and 16. Each configuratio
 """
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import threading
@@ -122,29 +123,35 @@ def main():
     ap.add_argument("--spec-args", default="", help="more server flags with --spec, e.g. --spec-no-cost-gate")
     ap.add_argument("--spec", default="ngram", choices=["ngram", "draft"], help="the proposer compared with no speculation")
     ap.add_argument("--draft-model", default="", help="--spec draft: the draft GGUF (the target's vocabulary)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run the pair (off, spec) this many times, alternating, and report each round's ratio and the median")
     args = ap.parse_args()
     if args.spec == "draft" and not args.draft_model:
         sys.exit("--spec draft needs --draft-model")
     results = {}
-    for spec in ["off", args.spec]:
-        for c in args.concurrency:
-            p, url = start_server(args, spec)
-            try:
-                toks, wall = run(args, url, c)
-                m = metrics(url)
-            finally:
-                p.terminate()
-                p.wait()
-            results[(spec, c)] = toks / wall
-            print(json.dumps({"spec": spec, "concurrency": c, "tokens": toks, "seconds": round(wall, 2),
-                              "tok_per_s": round(toks / wall, 1),
-                              "acceptance": m.get("tessera_spec_acceptance_rate"),
-                              "mean_accepted": m.get("tessera_spec_mean_accepted_length"),
-                              "steps_with_drafts": m.get("tessera_spec_steps_total"),
-                              "steps_off_batch": m.get("tessera_spec_steps_off_batch_total"),
-                              "steps_off_cost": m.get("tessera_spec_steps_off_cost_total")}), flush=True)
+    for rnd in range(args.repeat):
+        for spec in ["off", args.spec]:
+            for c in args.concurrency:
+                p, url = start_server(args, spec)
+                try:
+                    toks, wall = run(args, url, c)
+                    m = metrics(url)
+                finally:
+                    p.terminate()
+                    p.wait()
+                results.setdefault((spec, c), []).append(toks / wall)
+                print(json.dumps({"round": rnd, "spec": spec, "concurrency": c, "tokens": toks, "seconds": round(wall, 2),
+                                  "tok_per_s": round(toks / wall, 1),
+                                  "acceptance": m.get("tessera_spec_acceptance_rate"),
+                                  "mean_accepted": m.get("tessera_spec_mean_accepted_length"),
+                                  "steps_with_drafts": m.get("tessera_spec_steps_total"),
+                                  "steps_off_batch": m.get("tessera_spec_steps_off_batch_total"),
+                                  "steps_off_cost": m.get("tessera_spec_steps_off_cost_total"),
+                                  "propose_s": m.get("tessera_spec_propose_seconds_total")}), flush=True)
     for c in args.concurrency:
-        print(f"concurrency {c}: {args.spec} / off = {results[(args.spec, c)] / results[('off', c)]:.2f}x")
+        ratios = [s / o for s, o in zip(results[(args.spec, c)], results[("off", c)])]
+        print(f"concurrency {c}: {args.spec} / off = " + ", ".join(f"{r:.2f}x" for r in ratios) +
+              f" (median {statistics.median(ratios):.2f}x over {len(ratios)} alternating rounds)")
 
 
 if __name__ == "__main__":
