@@ -207,9 +207,12 @@ class Engine {
   bool emit_token(Active& a, Sequence& s, const SampleResult& r);
   void propose_drafts();
   void prune_to_grammar(std::vector<DraftRequest>& batch);
-  // Whether the drafts of |batch| yield more tokens per millisecond than decoding without them,
-  // the proposer's time included; |plain_ms| gets the predicted time of the step without drafts.
-  bool drafts_pay(const std::vector<Sequence*>& seqs, const std::vector<DraftRequest>& batch, double* plain_ms) const;
+  // The draft length (a cap on every draft of |batch|) that yields the most tokens per predicted
+  // millisecond, the proposer's time included; 0 when decoding without drafts yields more.
+  // |plain_ms| gets the predicted time of the step without drafts.
+  int32_t best_draft_cap(const std::vector<Sequence*>& seqs, const std::vector<DraftRequest>& batch, double* plain_ms) const;
+  // Expected tokens a verification of a |d|-token draft emits, from the acceptance per position.
+  double expected_tokens(int32_t d) const;
   void verify_and_emit(RequestId seq_id, const float* logits, int32_t n_draft);
   void fork_choices(Active& parent, const float* logits);
   void sample_and_emit(RequestId seq_id, const float* logits);
@@ -237,10 +240,14 @@ class Engine {
   GrammarStats grammar_stats_;
   std::vector<int64_t> mask_hist_;  // mask time in 10 us buckets, [2000]
   SpecStats spec_;
-  // Acceptance seen by the cost gate: exponentially weighted draft tokens accepted and tried
-  // (a token after a rejection is not tried), so alpha = accepted / tried.
-  double spec_accepted_ewma_ = 1.0, spec_tried_ewma_ = 2.0;
+  // Acceptance seen by the cost gate, per draft position j: exponentially weighted tokens
+  // accepted and tried at j (position j is tried only when 0..j-1 were accepted), so
+  // a_j = accepted / tried is the chance that j is accepted given that all before it were.
+  // Acceptance is not independent across positions (a draft copied from the prompt is right or
+  // wrong as a whole), which a single rate would miss.
+  std::vector<double> spec_pos_accepted_, spec_pos_tried_;
   int32_t spec_gated_in_row_ = 0;
+  int32_t spec_capped_in_row_ = 0;  // gated steps with drafts since the last one not capped
   bool spec_off_by_cost_ = false;  // the gate's last verdict: drafts do not pay
   bool proposer_costly_ = false;   // the proposer takes a noticeable share of a step
   double propose_ms_ewma_ = 0.0;   // the proposer's time per call, exponentially weighted

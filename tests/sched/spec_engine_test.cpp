@@ -263,5 +263,56 @@ TEST(SpecEngine, TheCostGateCountsTheProposersOwnTimeAndStopsAskingAnExpensiveOn
   }
 }
 
+// The oracle's draft with every token after the first made wrong: under greedy sampling position
+// 0 is always accepted and position 1 always rejected.
+class FirstRightOracle final : public Proposer {
+ public:
+  explicit FirstRightOracle(const MarkovModel& m) : oracle_(m) {}
+  void propose(std::span<DraftRequest> batch) override {
+    oracle_.propose(batch);
+    for (DraftRequest& r : batch)
+      for (size_t i = 1; i < r.draft.size(); ++i) r.draft[i] = (r.draft[i] + 1) % kVocab;
+  }
+  const char* name() const override { return "first-right oracle"; }
+
+ private:
+  OracleProposer oracle_;
+};
+
+TEST(SpecEngine, TheCostGateCapsDraftsAtTheLengthThatPaysMost) {
+  // Steps cost 2 ms + 0.5 ms a token. Position 0 is always accepted and position 1 never: a draft
+  // of 1 emits 2 tokens for 3 ms, a draft of 4 the same 2 tokens for 4.5 ms, no draft 1 token
+  // for 2.5 ms. After the warm-up the gate cuts drafts to 1 token (every 16th capped step keeps
+  // the whole draft, to keep measuring the later positions).
+  const std::vector<int32_t> prompt = random_prompt(12, 7);
+  constexpr int kTokens = 400;
+  SpecHarness base(nullptr, 0);
+  const auto want = base.run({prompt}, kTokens, SamplingParams::greedy());
+  for (bool gate : {false, true}) {
+    SpecHarness h(nullptr, 4);
+    EngineConfig ec;
+    ec.scheduler.max_batch_tokens = 512;
+    ec.spec.proposer = std::make_shared<FirstRightOracle>(h.model);
+    ec.spec.k = 4;
+    ec.spec.max_batch = 1 << 20;
+    ec.spec.cost_gate = gate;
+    ec.step_ms_for_test = [](const StepPlan& p) { return 2.0 + 0.5 * double(p.n_tokens()); };
+    ec.propose_ms_for_test = [](size_t) { return 0.01; };
+    TextCodec codec;
+    codec.piece = [](int32_t t) { return std::string(1, char('a' + t)); };
+    h.engine = std::make_unique<Engine>(h.model, *h.kv, codec, ec);
+    const auto got = h.run({prompt}, kTokens, SamplingParams::greedy());
+    EXPECT_EQ(got[0].tokens, want[0].tokens) << "gate " << gate;
+    const SpecStats st = h.engine->stats().spec;
+    EXPECT_EQ(st.accepted, st.verifications) << "position 0 is always accepted, position 1 never";
+    EXPECT_EQ(st.steps_off_cost, 0) << "a draft of 1 pays";
+    const double per_verification = double(st.drafted) / double(st.verifications);
+    if (gate)
+      EXPECT_LT(per_verification, 1.6) << "capped at 1 after the warm-up (whole drafts: 16 warm-up steps, every 16th after)";
+    else
+      EXPECT_GT(per_verification, 3.5) << "without the gate every draft is 4 tokens (fewer only near max_tokens)";
+  }
+}
+
 }  // namespace
 }  // namespace tessera::spec_test
