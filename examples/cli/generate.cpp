@@ -20,6 +20,7 @@ struct GenerateOptions {
   std::string prompt;
   std::string system;
   int max_tokens = 256;
+  bool ignore_eos = false;
   bool raw = false;      // no chat template
   bool stats = false;
   bool ids = false;      // the generated token ids to stderr (comparisons that text cannot carry)
@@ -75,6 +76,7 @@ Result<std::string> generate(Model& model, KvCache& kv, const SpecConfig& spec, 
   req.prompt = tok.encode(text, /*add_special=*/true, /*parse_special=*/true);
   req.sampling = o.sampling;
   req.max_tokens = o.max_tokens;
+  req.ignore_eos = o.ignore_eos;
   TS_ASSIGN_OR_RETURN(req.grammar, request_grammar(model, o));
   std::string out;
   FinishReason finish = FinishReason::kNone;
@@ -210,6 +212,7 @@ void add_generate_commands(CLI::App& app) {
   add_generate_options(run, o.get());
   run->add_option("-p,--prompt", o->prompt, "the prompt")->required();
   run->add_flag("--raw", o->raw, "use the prompt as is, without the model's chat template");
+  run->add_flag("--ignore-eos", o->ignore_eos, "generate --max-tokens tokens, past the end-of-generation token (for benchmarks)");
   run->add_flag("--ids", o->ids, "print the generated token ids to stderr (\"ids: 12,7,...\"), for comparisons");
   run->callback([o] { run_command(*o); });
 

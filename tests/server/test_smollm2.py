@@ -57,6 +57,20 @@ class SmolLM2(unittest.TestCase):
         self.assertIn("Paris", text)
         self.assertGreater(r.usage.prompt_tokens, 10)  # the ChatML template wrapped the question
 
+    def test_cli_run_ignore_eos_generates_max_tokens(self):
+        # `tessera run` (no server): the short answer ends at <|im_end|> well before -n; with
+        # --ignore-eos it goes on to exactly -n tokens.
+        def ids(*extra):
+            r = subprocess.run([os.path.join(BIN, "tessera"), "run", "-m", MODEL, "-d", "cpu", "-p", "Say hi.", "-n", "40",
+                                "--temp", "0", "--ids", "-q", *extra], capture_output=True, text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            line = next(ln for ln in r.stderr.splitlines() if ln.startswith("ids: "))
+            return line[5:].split(",")
+        plain, forced = ids(), ids("--ignore-eos")
+        self.assertLess(len(plain), 40)
+        self.assertEqual(len(forced), 40)
+        self.assertEqual(forced[:len(plain)], plain)
+
     def test_streamed_equals_non_streamed_at_temperature_0(self):
         kwargs = dict(model="smollm2", max_tokens=40, temperature=0,
                       messages=[{"role": "system", "content": "You are a helpful assistant."},
