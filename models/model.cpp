@@ -535,19 +535,14 @@ Status Model::submit(const StepPlan& plan, KvCache& kv) {
   TS_RETURN_IF_ERROR(upload_step(run, rows, &in));
   Pending& p = pending_;
   p.rows = plan.n_tokens();
-  p.graph = Graph();
-  p.route_ids.clear();
-  p.hidden = kNoValue;
   const bool stats = collect_expert_stats_ && cfg_.is_moe();
-  p.out = arch_build_graph(p.graph, cfg_, weights_, in, kv, stats ? &p.route_ids : nullptr,
-                           plan.pool_seqs.empty() ? nullptr : &p.hidden);
-  TS_RETURN_IF_ERROR(p.graph.status());
-  TS_ASSIGN_OR_RETURN(p.done, device_->compute_async(p.graph));
+  TS_ASSIGN_OR_RETURN(p.g, step_graph(in, kv, stats, !plan.pool_seqs.empty()));
+  TS_ASSIGN_OR_RETURN(p.done, device_->compute_async(p.g->graph));
   p.active = true;
   if (!plan.logit_rows.empty()) {
     // The logits rows go to host-pinned memory on the queue, behind the step: collect() waits
     // for this copy alone.
-    const Tensor& lt = p.graph.tensor(p.out);  // [rows (padded), vocab]: the step's own rows first
+    const Tensor& lt = p.g->graph.tensor(p.g->out);  // [rows (padded), vocab]: the step's own rows first
     const size_t bytes = plan.logit_rows.size() * size_t(lt.cols()) * 4;
     if (!logits_host_ || logits_host_->size() < bytes) {
       logits_host_.reset();
@@ -580,9 +575,59 @@ Status Model::collect(std::vector<float>* logits) {
     const float* src = static_cast<const float*>(logits_host_->host_ptr());
     logits->assign(src, src + p.logits_floats);
   }
-  if (!p.route_ids.empty()) TS_RETURN_IF_ERROR(count_experts(p.graph, p.route_ids, p.rows));
+  if (!p.g->route_ids.empty()) TS_RETURN_IF_ERROR(count_experts(p.g->graph, p.g->route_ids, p.rows));
   if (p.plan.pool_seqs.empty()) return OkStatus();
-  return pool(p.plan, p.graph, p.hidden, logits);
+  return pool(p.plan, p.g->graph, p.g->hidden, logits);
+}
+
+namespace {
+void mix(uint64_t* h, uint64_t v) {
+  *h ^= v + 0x9e3779b97f4a7c15ull + (*h << 6) + (*h >> 2);
+}
+void mix_tensor(uint64_t* h, const Tensor& t) {
+  mix(h, uint64_t(t.dtype));
+  mix(h, uint64_t(t.rank));
+  for (int i = 0; i < t.rank; ++i) {
+    mix(h, uint64_t(t.shape[size_t(i)]));
+    mix(h, uint64_t(t.stride[size_t(i)]));
+  }
+  mix(h, reinterpret_cast<uintptr_t>(t.buffer.get()));
+  mix(h, uint64_t(t.offset));
+}
+constexpr size_t kStepGraphs = 8;
+}  // namespace
+
+Result<Model::StepGraph*> Model::step_graph(const StepTensors& in, KvCache& kv, bool expert_stats, bool pooled) {
+  uint64_t key = 1469598103934665603ull;
+  for (const Tensor* t : {&in.tokens, &in.positions, &in.slot_mapping, &in.query_start, &in.seq_lens, &in.block_tables,
+                          &in.logit_rows})
+    mix_tensor(&key, *t);
+  mix(&key, uint64_t(in.act));
+  mix(&key, uint64_t(expert_stats) | uint64_t(pooled) << 1);
+  // The KV cache's buffers: kept graphs hold them (and so keep them alive), so graphs of another
+  // cache are dropped rather than kept beside it.
+  uint64_t kv_key = reinterpret_cast<uintptr_t>(&kv) ^ step_graphs_generation_;
+  for (int l = 0; l < kv.config().n_layers; ++l) {
+    mix_tensor(&kv_key, kv.k(l));
+    mix_tensor(&kv_key, kv.v(l));
+  }
+  if (kv_key != step_graphs_kv_) {
+    step_graphs_.clear();
+    step_graphs_kv_ = kv_key;
+  }
+  auto hit = std::find_if(step_graphs_.begin(), step_graphs_.end(), [key](const StepGraph& g) { return g.key == key; });
+  if (hit != step_graphs_.end()) {
+    step_graphs_.splice(step_graphs_.begin(), step_graphs_, hit);
+    return &step_graphs_.front();
+  }
+  StepGraph g;
+  g.key = key;
+  g.out = arch_build_graph(g.graph, cfg_, weights_, in, kv, expert_stats ? &g.route_ids : nullptr, pooled ? &g.hidden : nullptr);
+  TS_RETURN_IF_ERROR(g.graph.status());
+  ++step_graphs_built_;
+  if (step_graphs_.size() >= kStepGraphs) step_graphs_.pop_back();
+  step_graphs_.push_front(std::move(g));
+  return &step_graphs_.front();
 }
 
 Status Model::pool(const StepPlan& plan, const Graph& g, ValueId hidden, std::vector<float>* out) {
@@ -632,11 +677,13 @@ std::string Model::why_no_embeddings() const {
 Status Model::set_pooling(Pooling p) {
   if (p == Pooling::kNone && cfg_.is_encoder())
     return InvalidArgument(cfg_.arch + " is an encoder: its only output is the pooled embedding");
+  ++step_graphs_generation_;  // the graph builder reads the pooling: kept graphs go at the next step
   cfg_.pooling = p;
   return OkStatus();
 }
 
 void Model::set_collect_expert_stats(bool on) {
+  ++step_graphs_generation_;
   collect_expert_stats_ = on;
   if (on && expert_stats_.counts.empty()) reset_expert_stats();
 }

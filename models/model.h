@@ -4,6 +4,7 @@
 #pragma once
 #include <atomic>
 #include <functional>
+#include <list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -94,6 +95,8 @@ class Model final : public ModelRunner {
   // From the weights' FLOPs and bytes and a nominal device speed (the engine refits it online).
   StepCostCoefficients cost_prior() const override;
   ExecutorStats executor_stats() const override { return device_->executor().stats(); }
+  // Step graphs constructed so far (a step whose inputs match a kept graph's builds none).
+  int64_t step_graphs_built() const { return step_graphs_built_; }
 
   // Expert statistics (MoE models; a no-op for dense ones). Off by default: when on, each step
   // keeps the router's expert ids ([T, k] i32 per layer) alive and downloads them after compute.
@@ -142,14 +145,30 @@ class Model final : public ModelRunner {
   int staging_next_ = 0;
   Event collected_;  // the last event collect() waited for: everything queued before it is done
   BufferPtr logits_host_;  // host-pinned: the pending step's logits rows, copied there on the queue
+  // A step's graph, kept for the steps after it. What the graph builder makes depends only on
+  // the step's input tensors (their shapes, buffers and offsets, which upload_step keeps fixed per
+  // bucket), the KV cache and whether expert statistics or pooled hidden states are wanted, so a
+  // steady decode builds its graph once and re-submits it (as the executor re-submits its
+  // executable): no graph construction on that path. |key| hashes exactly those inputs.
+  struct StepGraph {
+    uint64_t key = 0;
+    Graph graph;
+    ValueId out = kNoValue, hidden = kNoValue;
+    std::vector<ValueId> route_ids;
+  };
+  // The graph of a step with inputs |in|: a kept one when the same inputs were seen before, else
+  // a new one (built, kept, the least recently used dropped).
+  Result<StepGraph*> step_graph(const StepTensors& in, KvCache& kv, bool expert_stats, bool pooled);
+  std::list<StepGraph> step_graphs_;  // most recently used first, at most kStepGraphs
+  uint64_t step_graphs_kv_ = 0;       // the KV cache (its buffers) the kept graphs were built over
+  uint64_t step_graphs_generation_ = 0;  // bumped by settings the graph builder reads (pooling)
+  int64_t step_graphs_built_ = 0;     // graph constructions (the rest reused a kept graph)
   // The step submitted and not yet collected: its graph (pooling and expert statistics read it
   // after the wait), plan facts, and the event of its last queued work.
   struct Pending {
     bool active = false;
     Status status;        // a failure after the step was queued: reported by collect()
-    Graph graph;
-    ValueId out = kNoValue, hidden = kNoValue;
-    std::vector<ValueId> route_ids;
+    StepGraph* g = nullptr;  // in step_graphs_ (none is dropped while a step is pending)
     size_t logits_floats = 0;  // 0: nothing samples
     int64_t rows = 0;          // the step's own token rows (padding excluded)
     StepPlan plan;             // only for pooling (pool_seqs non-empty)

@@ -19,13 +19,12 @@ Status SamplingParams::validate() const {
 Sampler::Sampler(const SamplingParams& params) : p_(params), rng_(params.seed ? params.seed : std::random_device{}()) {}
 
 namespace {
-// log-softmax of |x| (in place to log-probabilities).
-void log_softmax(std::vector<float>& x) {
-  const float mx = *std::max_element(x.begin(), x.end());
+// log(sum(exp(x))) over |n| values, in one pass after the max (float exps, a double sum).
+float log_sum_exp(const float* x, int32_t n) {
+  const float mx = *std::max_element(x, x + n);
   double sum = 0.0;
-  for (float v : x) sum += std::exp(double(v - mx));
-  const float lse = mx + float(std::log(sum));
-  for (float& v : x) v -= lse;
+  for (int32_t i = 0; i < n; ++i) sum += double(std::exp(x[i] - mx));
+  return mx + float(std::log(sum));
 }
 }  // namespace
 
@@ -37,15 +36,18 @@ double Candidates::prob(int32_t token) const {
 
 Candidates Sampler::candidates(const float* logits_in, int32_t vocab, const std::vector<int32_t>& history,
                                const uint32_t* allowed) {
-  std::vector<float> logits(logits_in, logits_in + vocab);
-  // Penalties over the recent history.
+  // Penalties over the recent history, on a copy (none without penalties: the vocabulary is large).
+  const float* logits = logits_in;
+  std::vector<float> penalised;
   if (p_.repetition_penalty != 1.0f || p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f) {
+    penalised.assign(logits_in, logits_in + vocab);
+    logits = penalised.data();
     std::unordered_map<int32_t, int> counts;
     const size_t n = p_.penalty_last_n < 0 ? history.size() : std::min(history.size(), size_t(p_.penalty_last_n));
     for (size_t i = history.size() - n; i < history.size(); ++i) counts[history[i]]++;
     for (auto [tok, c] : counts) {
       if (tok < 0 || tok >= vocab) continue;
-      float& l = logits[size_t(tok)];
+      float& l = penalised[size_t(tok)];
       l = l > 0.0f ? l / p_.repetition_penalty : l * p_.repetition_penalty;
       l -= p_.presence_penalty + p_.frequency_penalty * float(c);
     }
@@ -55,7 +57,7 @@ Candidates Sampler::candidates(const float* logits_in, int32_t vocab, const std:
   Candidates c;
   if (p_.temperature <= 0.0f) {
     int32_t best = -1;
-    if (!allowed) best = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    if (!allowed) best = int32_t(std::max_element(logits, logits + vocab) - logits);
     else
       for (int32_t i = 0; i < vocab; ++i)
         if (mask_allows(allowed, i) && (best < 0 || logits[size_t(i)] > logits[size_t(best)])) best = i;
@@ -118,19 +120,19 @@ int32_t Sampler::draw(const Candidates& c) {
 double Sampler::uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
 
 void Sampler::describe(const float* logits, int32_t vocab, int32_t token, SampleResult* out) const {
-  // Log-probabilities as the model gives them (before penalties and temperature), for reporting.
-  std::vector<float> model_lp(logits, logits + vocab);
-  log_softmax(model_lp);
+  // Log-probabilities as the model gives them (before penalties and temperature), for reporting:
+  // logit - log(sum(exp(logits))), without a copy of the row.
+  const float lse = log_sum_exp(logits, vocab);
   out->token = token;
-  out->logprob = model_lp[size_t(token)];
+  out->logprob = logits[size_t(token)] - lse;
   out->top.clear();
   if (p_.logprobs > 0) {
     std::vector<int32_t> idx(static_cast<size_t>(vocab));
     for (int32_t i = 0; i < vocab; ++i) idx[size_t(i)] = i;
     const size_t k = std::min<size_t>(size_t(p_.logprobs), size_t(vocab));
     std::partial_sort(idx.begin(), idx.begin() + long(k), idx.end(),
-                      [&](int32_t a, int32_t b) { return model_lp[size_t(a)] > model_lp[size_t(b)]; });
-    for (size_t i = 0; i < k; ++i) out->top.push_back({idx[i], model_lp[size_t(idx[i])]});
+                      [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)]; });
+    for (size_t i = 0; i < k; ++i) out->top.push_back({idx[i], logits[size_t(idx[i])] - lse});
   }
 }
 

@@ -111,8 +111,8 @@ Result<std::string> generate(Model& model, KvCache& kv, const SpecConfig& spec, 
     std::fprintf(stderr, "stats: prompt %d tokens, TTFT %.1f ms (%.1f tok/s prefill); %d tokens generated, %.1f ms/token (%.1f tok/s decode)\n",
                  metrics.prompt_tokens, metrics.ttft_ms, prefill_tps, metrics.generated_tokens, metrics.tpot_ms, decode_tps);
     const ExecutorStats es = engine.stats().exec;
-    std::fprintf(stderr, "stats: executables built %lld, reused %lld (one per step shape bucket; a steady decode reuses)\n",
-                 static_cast<long long>(es.built), static_cast<long long>(es.reused));
+    std::fprintf(stderr, "stats: executables built %lld, reused %lld; step graphs built %lld (one per step shape bucket; a steady decode reuses)\n",
+                 static_cast<long long>(es.built), static_cast<long long>(es.reused), static_cast<long long>(model.step_graphs_built()));
     const GrammarStats gs = engine.stats().grammar;
     if (gs.masks > 0)
       std::fprintf(stderr, "stats: grammar masks %lld, %.3f ms mean, p50 %.2f ms, p99 %.2f ms, max %.3f ms per token (host)\n",

@@ -17,12 +17,14 @@ struct StepCounters {
   int32_t prefill_tokens = 0;
   int64_t built = 0;  // the executor's counters after the step
   int64_t reused = 0;
+  int64_t graphs = 0;  // Model::step_graphs_built after the step
 };
 
 // |batch| identical-length prompts of |prompt_len| tokens decode |new_tokens| tokens together.
 // Every decode-only step after the first builds an executable exactly when its block-table
 // bucket differs from the previous decode step's (the k-th decode step's sequences hold
-// prompt_len + k tokens), and reuses the cached one otherwise. Returns the per-step counters.
+// prompt_len + k tokens), and reuses the cached one otherwise; the same holds for the step's
+// graph (Model::step_graph). Returns the per-step counters.
 inline std::vector<StepCounters> check_steady_decode(Model& m, int batch, int prompt_len, int new_tokens) {
   auto kv = m.create_kv_cache(int64_t(batch) * (prompt_len + new_tokens + 32));
   EXPECT_TRUE(kv.ok()) << kv.status().to_string();
@@ -31,7 +33,9 @@ inline std::vector<StepCounters> check_steady_decode(Model& m, int batch, int pr
   const Executor& exec = m.device().executor();
   EngineConfig ec;
   ec.scheduler.max_batch_tokens = 512;
-  ec.on_step = [&](const StepRecord& r) { steps.push_back({r.prefill_tokens, exec.stats().built, exec.stats().reused}); };
+  ec.on_step = [&](const StepRecord& r) {
+    steps.push_back({r.prefill_tokens, exec.stats().built, exec.stats().reused, m.step_graphs_built()});
+  };
   Engine engine(m, **kv, m.codec(), ec);
   for (int s = 0; s < batch; ++s) {
     GenerationRequest r;
@@ -55,6 +59,8 @@ inline std::vector<StepCounters> check_steady_decode(Model& m, int batch, int pr
     if (!new_bucket) {
       EXPECT_EQ(steps[i].reused, steps[i - 1].reused + 1) << "decode step " << k;
     }
+    // The graph too is built once per bucket: a steady decode re-submits the kept one.
+    EXPECT_EQ(steps[i].graphs > steps[i - 1].graphs, new_bucket) << "batch " << batch << ", decode step " << k;
   }
   EXPECT_EQ(k, new_tokens - 1) << "the first token comes from the prefill step, the rest from decode steps";
   return steps;
