@@ -10,6 +10,7 @@
 
 #include "core/exec/bucket.h"
 #include "core/exec/executor.h"
+#include "core/exec/key_hasher.h"
 #include "models/arch/arch.h"
 #include "models/gguf/gguf.h"
 #include "models/mapped_file.h"
@@ -581,47 +582,39 @@ Status Model::collect(std::vector<float>* logits) {
 }
 
 namespace {
-void mix(uint64_t* h, uint64_t v) {
-  *h ^= v + 0x9e3779b97f4a7c15ull + (*h << 6) + (*h >> 2);
-}
-void mix_tensor(uint64_t* h, const Tensor& t) {
-  mix(h, uint64_t(t.dtype));
-  mix(h, uint64_t(t.rank));
-  for (int i = 0; i < t.rank; ++i) {
-    mix(h, uint64_t(t.shape[size_t(i)]));
-    mix(h, uint64_t(t.stride[size_t(i)]));
-  }
-  mix(h, reinterpret_cast<uintptr_t>(t.buffer.get()));
-  mix(h, uint64_t(t.offset));
-}
 constexpr size_t kStepGraphs = 8;
 }  // namespace
 
 Result<Model::StepGraph*> Model::step_graph(const StepTensors& in, KvCache& kv, bool expert_stats, bool pooled) {
-  uint64_t key = 1469598103934665603ull;
+  KeyHasher key;
   for (const Tensor* t : {&in.tokens, &in.positions, &in.slot_mapping, &in.query_start, &in.seq_lens, &in.block_tables,
-                          &in.logit_rows})
-    mix_tensor(&key, *t);
-  mix(&key, uint64_t(in.act));
-  mix(&key, uint64_t(expert_stats) | uint64_t(pooled) << 1);
-  // The KV cache's buffers: kept graphs hold them (and so keep them alive), so graphs of another
-  // cache are dropped rather than kept beside it.
-  uint64_t kv_key = reinterpret_cast<uintptr_t>(&kv) ^ step_graphs_generation_;
-  for (int l = 0; l < kv.config().n_layers; ++l) {
-    mix_tensor(&kv_key, kv.k(l));
-    mix_tensor(&kv_key, kv.v(l));
+                          &in.logit_rows}) {
+    key.mix_tensor(*t);
+    key.mix_place(*t);
   }
-  if (kv_key != step_graphs_kv_) {
+  key.mix(uint64_t(in.act));
+  key.mix(uint64_t(expert_stats) | uint64_t(pooled) << 1);
+  // The KV cache: kept graphs hold its buffers (and so keep them alive), so graphs of another
+  // cache are dropped rather than kept beside it. While they are kept, a new cache cannot reuse
+  // the old one's buffer addresses, so its first buffers tell the caches apart.
+  KeyHasher cache;
+  cache.mix(reinterpret_cast<uintptr_t>(&kv));
+  cache.mix(step_graphs_generation_);
+  if (kv.config().n_layers > 0) {
+    cache.mix_place(kv.k(0));
+    cache.mix_place(kv.v(0));
+  }
+  if (cache.value() != step_graphs_kv_) {
     step_graphs_.clear();
-    step_graphs_kv_ = kv_key;
+    step_graphs_kv_ = cache.value();
   }
-  auto hit = std::find_if(step_graphs_.begin(), step_graphs_.end(), [key](const StepGraph& g) { return g.key == key; });
+  auto hit = std::find_if(step_graphs_.begin(), step_graphs_.end(), [&key](const StepGraph& g) { return g.key == key.value(); });
   if (hit != step_graphs_.end()) {
     step_graphs_.splice(step_graphs_.begin(), step_graphs_, hit);
     return &step_graphs_.front();
   }
   StepGraph g;
-  g.key = key;
+  g.key = key.value();
   g.out = arch_build_graph(g.graph, cfg_, weights_, in, kv, expert_stats ? &g.route_ids : nullptr, pooled ? &g.hidden : nullptr);
   TS_RETURN_IF_ERROR(g.graph.status());
   ++step_graphs_built_;

@@ -213,9 +213,7 @@ void Engine::sample_and_emit(RequestId seq_id, const float* logits) {
     const int32_t n_allowed = a.mask_allowed;
     a.mask_allowed = -1;  // used now: the next token needs the grammar's next state
     if (n_allowed == 0) {
-      ++grammar_stats_.dead_ends;
-      return finish(a, FinishReason::kGrammarDeadEnd, "the grammar allows no next token after " +
-                                                           std::to_string(a.metrics.generated_tokens) + " generated tokens");
+      return finish_dead_end(a);
     }
     mask = a.mask.data();
   }
@@ -223,6 +221,12 @@ void Engine::sample_and_emit(RequestId seq_id, const float* logits) {
   if (a.grammar && !a.grammar->accept(r.token))  // the mask allowed it: a bug of the grammar's
     return finish(a, FinishReason::kError, "the grammar refused token " + std::to_string(r.token) + " that its mask allowed");
   emit_token(a, *seq, r);
+}
+
+void Engine::finish_dead_end(Active& a) {
+  ++grammar_stats_.dead_ends;
+  finish(a, FinishReason::kGrammarDeadEnd,
+         "the grammar allows no next token after " + std::to_string(a.metrics.generated_tokens) + " generated tokens");
 }
 
 void Engine::prepare_mask(RequestId seq_id) {

@@ -222,6 +222,8 @@ class Engine {
   void prepare_draft_masks(RequestId seq_id, int32_t n_draft);
   void observe_mask_ms(double ms);
   void finish(Active& a, FinishReason reason, const std::string& error = {}, std::vector<float> embedding = {});
+  // The request's grammar allows no next token: it ends with FinishReason::kGrammarDeadEnd.
+  void finish_dead_end(Active& a);
   bool check_stop(Active& a, std::string* text);
 
   ModelRunner& model_;

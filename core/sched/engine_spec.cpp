@@ -201,9 +201,7 @@ void Engine::verify_and_emit(RequestId seq_id, const float* logits, int32_t n_dr
     a.draft_allowed.clear();
     a.mask_allowed = -1;
     if (rows == 1 && dead) {
-      ++grammar_stats_.dead_ends;
-      return finish(a, FinishReason::kGrammarDeadEnd, "the grammar allows no next token after " +
-                                                           std::to_string(a.metrics.generated_tokens) + " generated tokens");
+      return finish_dead_end(a);
     }
     // The walk ended early at row rows - 1: a dead end there makes it the bonus row of a draft of
     // rows - 1 tokens; a refused draft token there is the last token verified (rejected for
@@ -241,9 +239,7 @@ void Engine::verify_and_emit(RequestId seq_id, const float* logits, int32_t n_dr
     if (!emit_token(a, *seq, r)) return;  // finished: its blocks are freed already
   }
   if (v.dead_end) {
-    ++grammar_stats_.dead_ends;
-    return finish(a, FinishReason::kGrammarDeadEnd, "the grammar allows no next token after " +
-                                                         std::to_string(a.metrics.generated_tokens) + " generated tokens");
+    return finish_dead_end(a);
   }
   scheduler_.accept_draft(seq_id, v.accepted);
 }

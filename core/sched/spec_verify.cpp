@@ -35,8 +35,8 @@ VerifyResult verify_draft(Sampler& sampler, const float* logits, int32_t vocab, 
     const Candidates c = sampler.candidates(row, vocab, hist, allowed);
     const int32_t x = draft[i];
     const float* q_row = q.empty() ? nullptr : q.data() + i * size_t(vocab);
-    // A token the grammar forbids has p = 0: rejected without a draw (its q may be anything).
-    const double px = allowed && !mask_allows(allowed, x) ? 0.0 : c.prob(x);
+    // A token the grammar forbids is no candidate, so p(x) = 0: rejected without a draw.
+    const double px = c.prob(x);
     const double qx = q_row ? double(q_row[x]) : 1.0;
     // p(x) >= q(x) accepts without a draw (greedy stays deterministic); else with p(x) / q(x).
     const bool accept = px > 0 && (px >= qx || sampler.uniform() * qx < px);
