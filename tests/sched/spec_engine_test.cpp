@@ -14,31 +14,6 @@ namespace {
 
 std::shared_ptr<Proposer> ngram() { return std::make_shared<NgramProposer>(); }
 
-// Drafts the model's own greedy continuation, so every draft is accepted under greedy sampling:
-// each step emits k + 1 tokens, and a stop condition lands inside a step for sure.
-class OracleProposer final : public Proposer {
- public:
-  explicit OracleProposer(const MarkovModel& m) : m_(m) {}
-  void propose(std::span<DraftRequest> batch) override {
-    for (DraftRequest& r : batch) {
-      std::vector<int32_t> t(r.tokens.begin(), r.tokens.end());
-      r.draft.clear();
-      for (int32_t i = 0; i < r.k; ++i) {
-        const int32_t pos = int32_t(t.size()) - 1;
-        const float* l = m_.row(pos, pos > 0 ? t[t.size() - 2] : 0, t.back());
-        t.push_back(int32_t(std::max_element(l, l + kVocab) - l));
-        r.draft.push_back(t.back());
-      }
-    }
-  }
-  const char* name() const override { return "oracle"; }
-
- private:
-  const MarkovModel& m_;
-};
-
-
-
 TEST(SpecEngine, GreedyOutputEqualsNonSpeculativeAndDraftsAreAccepted) {
   for (float penalty : {1.0f, 1.3f}) {
     SamplingParams sp = SamplingParams::greedy();
@@ -61,16 +36,7 @@ TEST(SpecEngine, GreedyOutputEqualsNonSpeculativeAndDraftsAreAccepted) {
 
 // |h|'s engine again, drafting with the oracle.
 std::unique_ptr<Engine> oracle_engine(SpecHarness& h, int32_t k, int32_t eog = -1) {
-  EngineConfig ec;
-  ec.scheduler.max_batch_tokens = 512;
-  ec.spec.proposer = std::make_shared<OracleProposer>(h.model);
-  ec.spec.k = k;
-  ec.spec.max_batch = 1 << 20;
-  ec.spec.cost_gate = false;
-  TextCodec codec;
-  codec.piece = [](int32_t t) { return std::string(1, char('a' + t)); };
-  if (eog >= 0) codec.is_eog = [eog](int32_t t) { return t == eog; };
-  return std::make_unique<Engine>(h.model, *h.kv, codec, ec);
+  return std::make_unique<Engine>(h.model, *h.kv, letter_codec(eog), spec_config(std::make_shared<OracleProposer>(h.model), k));
 }
 
 TEST(SpecEngine, MaxTokensEosAndStopStringsHoldInsideAMultiTokenStep) {
@@ -232,18 +198,12 @@ TEST(SpecEngine, TheCostGateCountsTheProposersOwnTimeAndStopsAskingAnExpensiveOn
   for (double propose_ms : {0.05, 50.0}) {
     SpecHarness h(nullptr, 4);
     auto oracle = std::make_shared<CountingOracle>(h.model);
-    EngineConfig ec;
-    ec.scheduler.max_batch_tokens = 512;
-    ec.spec.proposer = oracle;
-    ec.spec.k = 4;
-    ec.spec.max_batch = 1 << 20;
+    EngineConfig ec = spec_config(oracle, 4);
     ec.spec.cost_gate = true;
     ec.spec.probe_every = kProbeEvery;
     ec.step_ms_for_test = [](const StepPlan& p) { return 2.0 + 0.05 * double(p.n_tokens()); };
     ec.propose_ms_for_test = [propose_ms](size_t) { return propose_ms; };
-    TextCodec codec;
-    codec.piece = [](int32_t t) { return std::string(1, char('a' + t)); };
-    h.engine = std::make_unique<Engine>(h.model, *h.kv, codec, ec);
+    h.engine = std::make_unique<Engine>(h.model, *h.kv, letter_codec(), ec);
     const auto got = h.run({prompt}, kTokens, SamplingParams::greedy());
     EXPECT_EQ(got[0].tokens, want[0].tokens) << "propose_ms " << propose_ms;
     const SpecStats st = h.engine->stats().spec;
@@ -290,17 +250,11 @@ TEST(SpecEngine, TheCostGateCapsDraftsAtTheLengthThatPaysMost) {
   const auto want = base.run({prompt}, kTokens, SamplingParams::greedy());
   for (bool gate : {false, true}) {
     SpecHarness h(nullptr, 4);
-    EngineConfig ec;
-    ec.scheduler.max_batch_tokens = 512;
-    ec.spec.proposer = std::make_shared<FirstRightOracle>(h.model);
-    ec.spec.k = 4;
-    ec.spec.max_batch = 1 << 20;
+    EngineConfig ec = spec_config(std::make_shared<FirstRightOracle>(h.model), 4);
     ec.spec.cost_gate = gate;
     ec.step_ms_for_test = [](const StepPlan& p) { return 2.0 + 0.5 * double(p.n_tokens()); };
     ec.propose_ms_for_test = [](size_t) { return 0.01; };
-    TextCodec codec;
-    codec.piece = [](int32_t t) { return std::string(1, char('a' + t)); };
-    h.engine = std::make_unique<Engine>(h.model, *h.kv, codec, ec);
+    h.engine = std::make_unique<Engine>(h.model, *h.kv, letter_codec(), ec);
     const auto got = h.run({prompt}, kTokens, SamplingParams::greedy());
     EXPECT_EQ(got[0].tokens, want[0].tokens) << "gate " << gate;
     const SpecStats st = h.engine->stats().spec;

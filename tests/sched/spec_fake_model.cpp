@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 namespace tessera::spec_test {
@@ -14,6 +15,20 @@ MarkovModel::MarkovModel(uint32_t seed, float noise, uint32_t noise_seed) : tabl
   std::mt19937 nrng(noise_seed);
   std::uniform_real_distribution<float> n(-noise, noise);
   for (float& v : table_) v += n(nrng);
+}
+
+void OracleProposer::propose(std::span<DraftRequest> batch) {
+  for (DraftRequest& r : batch) {
+    std::vector<int32_t> t(r.tokens.begin(), r.tokens.end());
+    r.draft.clear();
+    for (int32_t i = 0; i < r.k; ++i) {
+      const int32_t pos = int32_t(t.size()) - 1;
+      const float* l = m_.row(pos, pos > 0 ? t[t.size() - 2] : 0, t.back());
+      t.push_back(int32_t(std::max_element(l, l + kVocab) - l));
+      r.draft.push_back(t.back());
+    }
+    drafted += int64_t(r.draft.size());
+  }
 }
 
 std::unique_ptr<KvCache> markov_kv(Device& dev, int n_blocks) {
@@ -54,18 +69,26 @@ Status MarkovModel::forward(const StepPlan& p, KvCache& kv, std::vector<float>* 
   return OkStatus();
 }
 
-SpecHarness::SpecHarness(std::shared_ptr<Proposer> proposer, int32_t k_draft, int n_blocks, int32_t eog) {
-  kv = markov_kv(dev, n_blocks);
-  EngineConfig ec;
-  ec.scheduler.max_batch_tokens = 512;
-  ec.spec.proposer = std::move(proposer);
-  ec.spec.k = k_draft;
-  ec.spec.max_batch = 1 << 20;  // the tests decide when to speculate, not the auto-off rules
-  ec.spec.cost_gate = false;
+TextCodec letter_codec(int32_t eog) {
   TextCodec codec;
   codec.piece = [](int32_t t) { return std::string(1, char('a' + t)); };
   if (eog >= 0) codec.is_eog = [eog](int32_t t) { return t == eog; };
-  engine = std::make_unique<Engine>(model, *kv, codec, ec);
+  return codec;
+}
+
+EngineConfig spec_config(std::shared_ptr<Proposer> proposer, int32_t k) {
+  EngineConfig ec;
+  ec.scheduler.max_batch_tokens = 512;
+  ec.spec.proposer = std::move(proposer);
+  ec.spec.k = k;
+  ec.spec.max_batch = 1 << 20;  // the tests decide when to speculate, not the auto-off rules
+  ec.spec.cost_gate = false;
+  return ec;
+}
+
+SpecHarness::SpecHarness(std::shared_ptr<Proposer> proposer, int32_t k_draft, int n_blocks, int32_t eog) {
+  kv = markov_kv(dev, n_blocks);
+  engine = std::make_unique<Engine>(model, *kv, letter_codec(eog), spec_config(std::move(proposer), k_draft));
 }
 
 RequestId SpecHarness::submit(const std::vector<int32_t>& prompt, int max_tokens, SamplingParams sp, std::vector<std::string> stop,

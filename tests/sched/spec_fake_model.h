@@ -40,6 +40,26 @@ class MarkovModel : public ModelRunner {
   std::vector<float> table_;  // [kPhases, kVocab (before), kVocab (token), kVocab (next)]
 };
 
+// Drafts the model's own greedy continuation (unconstrained: under a grammar it may draft tokens
+// the grammar forbids), so every draft is accepted under greedy sampling without a grammar: each
+// step emits k + 1 tokens, and a stop condition lands inside a step for sure.
+class OracleProposer final : public Proposer {
+ public:
+  explicit OracleProposer(const MarkovModel& m) : m_(m) {}
+  void propose(std::span<DraftRequest> batch) override;
+  const char* name() const override { return "oracle"; }
+  int64_t drafted = 0;  // tokens proposed
+
+ private:
+  const MarkovModel& m_;
+};
+
+// Token t reads as the letter 'a' + t; |eog| (>= 0) ends generation.
+TextCodec letter_codec(int32_t eog = -1);
+// An engine config that speculates with |proposer| (k drafts) in every step: no auto-off rules,
+// the tests decide when to speculate (they may turn the cost gate back on).
+EngineConfig spec_config(std::shared_ptr<Proposer> proposer, int32_t k);
+
 struct SpecHarness {
   // |proposer| null: no speculation. Stop checks see token t as the letter 'a' + t; |eog| (>= 0)
   // ends generation.

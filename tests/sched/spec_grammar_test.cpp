@@ -6,35 +6,19 @@
 // distribution under a grammar is spec_distribution_test.cpp's.
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "core/sched/ngram_proposer.h"
 #include "tests/sched/spec_fake_model.h"
 
 namespace tessera::spec_test {
 namespace {
 
-// Drafts the fake's unconstrained greedy continuation (so, often, a token the grammar forbids).
-class GreedyOracle final : public Proposer {
- public:
-  explicit GreedyOracle(const MarkovModel& m) : m_(m) {}
-  void propose(std::span<DraftRequest> batch) override {
-    for (DraftRequest& r : batch) {
-      std::vector<int32_t> t(r.tokens.begin(), r.tokens.end());
-      r.draft.clear();
-      for (int32_t i = 0; i < r.k; ++i) {
-        const int32_t pos = int32_t(t.size()) - 1;
-        const float* l = m_.row(pos, pos > 0 ? t[t.size() - 2] : 0, t.back());
-        t.push_back(int32_t(std::max_element(l, l + kVocab) - l));
-        r.draft.push_back(t.back());
-      }
-      drafted += int64_t(r.draft.size());
-    }
-  }
-  const char* name() const override { return "greedy-oracle"; }
-  int64_t drafted = 0;
-
- private:
-  const MarkovModel& m_;
-};
+// The n-gram proposer, or a draft model: the target's table plus uniform noise of |noise|.
+std::shared_ptr<Proposer> proposer(const std::string& which, float noise) {
+  if (which == "ngram") return std::make_shared<NgramProposer>();
+  return markov_draft(std::make_shared<MarkovModel>(7, noise, 5));
+}
 
 bool has_repeat(const std::vector<int32_t>& t) {
   for (size_t i = 1; i < t.size(); ++i)
@@ -56,10 +40,7 @@ TEST(SpecGrammar, GreedyUnderAGrammarEqualsNonSpeculativeForEveryProposer) {
   for (size_t i = 0; i < ps.size(); ++i) EXPECT_FALSE(has_repeat(want[i].tokens)) << "prompt " << i;
 
   for (const char* which : {"ngram", "draft"}) {
-    std::shared_ptr<Proposer> proposer;
-    if (std::string(which) == "ngram") proposer = std::make_shared<NgramProposer>();
-    else proposer = markov_draft(std::make_shared<MarkovModel>(7, 1.0f, 5));
-    SpecHarness spec(proposer, 4);
+    SpecHarness spec(proposer(which, 1.0f), 4);
     spec.grammar = base.grammar;
     const auto got = spec.run(ps, 60, SamplingParams::greedy());
     for (size_t i = 0; i < ps.size(); ++i) {
@@ -84,14 +65,8 @@ TEST(SpecGrammar, OneHotDraftsAreCutAtTheFirstTokenTheGrammarForbids) {
   base.grammar = std::make_shared<NoRepeatGrammar>();
   const auto want = base.run(ps, 50, SamplingParams::greedy());
   SpecHarness spec(nullptr, 4);
-  auto oracle = std::make_shared<GreedyOracle>(spec.model);
-  EngineConfig ec;
-  ec.scheduler.max_batch_tokens = 512;
-  ec.spec.proposer = oracle;
-  ec.spec.k = 4;
-  ec.spec.max_batch = 1 << 20;
-  ec.spec.cost_gate = false;
-  spec.engine = std::make_unique<Engine>(spec.model, *spec.kv, TextCodec{}, ec);
+  auto oracle = std::make_shared<OracleProposer>(spec.model);
+  spec.engine = std::make_unique<Engine>(spec.model, *spec.kv, letter_codec(), spec_config(oracle, 4));
   spec.grammar = base.grammar;
   const auto got = spec.run(ps, 50, SamplingParams::greedy());
   for (size_t i = 0; i < ps.size(); ++i) EXPECT_EQ(got[i].tokens, want[i].tokens) << "prompt " << i;
@@ -108,10 +83,7 @@ TEST(SpecGrammar, ADeadEndInsideADraftEndsTheRequestAfterTheSameTokens) {
     base.grammar = std::make_shared<NoRepeatGrammar>(limit);
     const auto want = base.run(ps, 40, SamplingParams::greedy());
     for (const char* which : {"ngram", "draft"}) {
-      std::shared_ptr<Proposer> proposer;
-      if (std::string(which) == "ngram") proposer = std::make_shared<NgramProposer>();
-      else proposer = markov_draft(std::make_shared<MarkovModel>(7, 0.2f, 5));
-      SpecHarness spec(proposer, 4);
+      SpecHarness spec(proposer(which, 0.2f), 4);
       spec.grammar = base.grammar;
       const auto got = spec.run(ps, 40, SamplingParams::greedy());
       for (size_t i = 0; i < ps.size(); ++i) {
