@@ -1,5 +1,7 @@
 #include "backends/cpu/cpu_features.h"
 
+#include "backends/cpu/matmul_amx.h"
+
 #if defined(__aarch64__) && defined(__linux__)
 #include <asm/hwcap.h>
 #include <sys/auxv.h>
@@ -56,6 +58,8 @@ std::string cpu_feature_string() {
   add(__builtin_cpu_supports("avx512bw"), "avx512bw");
   add(__builtin_cpu_supports("avx512vnni"), "avx512vnni");
   add(__builtin_cpu_supports("avx512bf16"), "avx512bf16");
+  // AMX (bf16 prefill GEMM): "(off)" when present but not used (TESSERA_CPU_AMX=0, no kernel grant).
+  add(amx_present(), amx_usable() ? "amx-bf16" : "amx-bf16(off)");
 #else
   const ArmFeatures& f = arm_features();
   add(f.neon, "neon");

@@ -1,13 +1,14 @@
 // matmul: out = x @ w^T (+ bias) for f32/f16/bf16 activations and weights of every format.
 // Float and FP8 weights: SIMD dot products in f32 (weights converted on the fly, each weight
 // row read once per group of 4 activation rows). Block formats: activations quantised to int8
-// per 32-block (matmul_q8.cpp, matmul_kq.cpp). Large f32 GEMMs (prefill) go to oneDNN when it is
-// available.
+// per 32-block (matmul_q8.cpp, matmul_kq.cpp), or, for 32+ rows on a CPU with AMX, bf16 through
+// the tile unit (matmul_amx.cpp). Large f32 GEMMs (prefill) go to oneDNN when it is available.
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/matmul_amx.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backends/cpu/matmul.cpp"
@@ -242,8 +243,11 @@ Status matmul(ThreadPool& pool, const Graph& g, const Node& n) {
   const bool tiled = wt.layout == WeightLayout::kCpuTile16;
   const WeightMat w = tiled ? WeightMat{wt.dtype, static_cast<const char*>(wt.host_data()), 0, 0, N, wt.shape[1]}
                             : weight_view(wt, &dense);
+  // Prefill on AMX where the CPU has it (bf16 activations, weights decoded to bf16 per panel).
+  const bool amx = M >= kAmxMinRows && dtype_traits(w.dtype).is_quantized && amx_usable() &&
+                   amx_supports(w.dtype, tiled, N, w.K);
   PackedAct act;
-  pack_activations(pool, x, nullptr, M, w.dtype, &act);
+  if (!amx) pack_activations(pool, x, nullptr, M, w.dtype, &act);
   // Write straight into a contiguous f32 output; otherwise through a scratch and a conversion.
   const bool direct = out.dtype == DType::kF32 && out.is_contiguous();
   std::vector<float> tmp;
@@ -252,7 +256,9 @@ Status matmul(ThreadPool& pool, const Graph& g, const Node& n) {
     tmp.resize(size_t(M * N));
     y = tmp.data();
   }
-  if (tiled)
+  if (amx)
+    gemm_amx(pool, x, M, w.dtype, w.base, w.row_stride, tiled, N, w.K, y, N);
+  else if (tiled)
     gemm_tiled(pool, act, w.dtype, w.base, N, y, N);
   else
     gemm(pool, act, w, y, N);

@@ -10,6 +10,7 @@
 
 #include "backends/cpu/cpu_device.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/matmul_amx.h"
 #include "tests/conformance/harness.h"
 
 namespace tessera::cpu {
@@ -324,6 +325,63 @@ TEST(CpuKernels, SupportsExactlyTheImplementedDtypes) {
   EXPECT_FALSE(kernels_support(OpKind::kMatmul, DType::kQ4_0, DType::kQ4_0));  // quantised activations
   EXPECT_FALSE(kernels_support(OpKind::kAttention, DType::kF32, DType::kQ8_0));
   EXPECT_FALSE(kernels_support(OpKind::kCast, DType::kF32, DType::kI32));
+}
+
+
+// On a CPU with AMX, prefill (M >= kAmxMinRows) runs in bf16 on the tile unit: the tiled formats
+// decode their tiles, every other block format its rows. Both must stay within bf16 rounding of
+// the exact product (NMSE ~2.5e-6 expected from rounding x and w to 8 bits of mantissa), and the
+// graph's matmul must be exactly gemm_amx (so the path under test is the one that runs). N = 48
+// takes one 32-column panel and one 16-column tail; M = 45 a full strip and a partial one.
+TEST(CpuKernels, AmxPrefillMatchesTheExactProduct) {
+  if (!amx_present()) GTEST_SKIP() << "this CPU has no AMX-BF16 (hardware absent)";
+  ASSERT_TRUE(amx_usable()) << "AMX present but unusable: TESSERA_CPU_AMX=0 or the kernel refused the tile state";
+  const int64_t M = 45, N = 48;
+  int tested = 0;
+  for (DType w : conformance::all_weight_dtypes()) {
+    if (!dtype_traits(w).is_quantized) continue;
+    const int64_t K = conformance::fit_k(w, 512);
+    testing::Rng rng(31 + uint64_t(w));
+    const Tensor desc = Tensor::make(w, {N, K});
+    const std::vector<uint8_t> bytes = testing::encode(desc, testing::outlier_floats(rng, N * K));
+    const std::vector<float> xs = testing::random_floats(rng, M * K);
+    CpuDevice dev(2);
+    auto rows = upload_new(dev, desc, bytes.data());
+    ASSERT_TRUE(rows.ok()) << rows.status().to_string();
+    auto tiles = dev.prepare_weight(*rows, OpKind::kMatmul);
+    ASSERT_TRUE(tiles.ok());
+    auto x = upload_new(dev, Tensor::make(DType::kF32, {M, K}), xs.data());
+    ASSERT_TRUE(x.ok());
+    std::vector<float> wd(size_t(N * K));
+    for (int64_t n = 0; n < N; ++n) dtype_traits(w).dequantize_row(bytes.data() + n * desc.row_bytes(), &wd[size_t(n * K)], K);
+    std::vector<double> want(size_t(M * N));
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) {
+        double acc = 0;
+        for (int64_t k = 0; k < K; ++k) acc += double(xs[size_t(m * K + k)]) * wd[size_t(n * K + k)];
+        want[size_t(m * N + n)] = acc;
+      }
+    for (const Tensor* wt : {&*rows, &*tiles}) {
+      const bool tiled = wt->layout == WeightLayout::kCpuTile16;
+      if (wt == &*tiles && !tiled) continue;  // not repacked: tested as rows
+      ASSERT_TRUE(amx_supports(w, tiled, N, K)) << dtype_name(w);
+      Graph g;
+      const ValueId y = g.matmul(g.input(*x), g.input(*wt));
+      g.mark_output(y);
+      ASSERT_TRUE(dev.compute(g).ok()) << dtype_name(w);
+      const std::vector<double> got = testing::download_values(dev, g.tensor(y));
+      const double e = testing::nmse(got, want);
+      EXPECT_LT(e, 2e-5) << dtype_name(w) << (tiled ? " tiles" : " rows");
+      std::vector<float> direct(size_t(M * N));
+      ThreadPool pool(2);
+      gemm_amx(pool, *x, M, w, static_cast<const char*>(wt->host_data()), desc.row_bytes(), tiled, N, K, direct.data(), N);
+      for (size_t i = 0; i < direct.size(); ++i)
+        ASSERT_EQ(float(got[i]), direct[i]) << dtype_name(w) << (tiled ? " tiles" : " rows") << " element " << i;
+      std::printf("%-10s %s: NMSE vs exact %.3g\n", dtype_name(w), tiled ? "tiles" : "rows ", e);
+      ++tested;
+    }
+  }
+  EXPECT_GE(tested, 15);
 }
 
 }  // namespace
