@@ -1,5 +1,7 @@
 #include "bench/serve_client.h"
 
+#include <algorithm>
+
 #include <httplib.h>
 #include <poll.h>
 #include <signal.h>
@@ -101,8 +103,9 @@ ServerProcess::~ServerProcess() { stop(); }
 double StreamResult::ttft_ms() const { return token_times.empty() ? 0.0 : ms_between(sent, token_times.front()); }
 double StreamResult::e2e_ms() const { return token_times.empty() ? 0.0 : ms_between(sent, token_times.back()); }
 double StreamResult::tpot_ms() const {
-  if (token_times.size() < 2) return 0.0;
-  return ms_between(token_times.front(), token_times.back()) / double(token_times.size() - 1);
+  const size_t n = counted_by_text ? std::max(size_t(std::max(completion_tokens, 0)), token_times.size()) : token_times.size();
+  if (token_times.size() < 2 || n < 2) return 0.0;
+  return ms_between(token_times.front(), token_times.back()) / double(n - 1);
 }
 std::vector<double> StreamResult::itl_ms() const {
   std::vector<double> out;
@@ -135,13 +138,27 @@ bool on_sse_data(const std::string& data, StreamResult* r) {
   const json& c = j["choices"][0];
   const auto now = Clock::now();
   if (c.contains("text") && c["text"].is_string()) r->text += c["text"].get<std::string>();
-  // One chunk per token: the request asks for logprobs, so even a token whose text is held back
-  // (an incomplete UTF-8 sequence) gets its own chunk with its own entry here.
-  if (c.contains("logprobs") && c["logprobs"].is_object() && c["logprobs"].contains("tokens")) {
-    for (const auto& t : c["logprobs"]["tokens"]) {
+  // Token arrivals. The request asks for logprobs, so a server that honours it (tessera serve,
+  // vLLM, OpenAI) sends one entry per token, even for a token whose text is held back (an
+  // incomplete UTF-8 sequence): `logprobs.tokens` (completions) or `logprobs.content` (the
+  // chat-style shape). A server that answers `"logprobs": null` (llama-server) is counted one
+  // token per chunk with text; usage then says how many tokens there were (counted_by_text).
+  const json* lp = c.contains("logprobs") && c["logprobs"].is_object() ? &c["logprobs"] : nullptr;
+  if (lp && lp->contains("tokens") && (*lp)["tokens"].is_array()) {
+    for (const auto& t : (*lp)["tokens"]) {
       r->tokens.push_back(t.is_string() ? t.get<std::string>() : std::string());
       r->token_times.push_back(now);
     }
+  } else if (lp && lp->contains("content") && (*lp)["content"].is_array()) {
+    for (const auto& t : (*lp)["content"]) {
+      r->tokens.push_back(t.is_object() && t.contains("token") && t["token"].is_string() ? t["token"].get<std::string>()
+                                                                                          : std::string());
+      r->token_times.push_back(now);
+    }
+  } else if (c.contains("text") && c["text"].is_string() && !c["text"].get<std::string>().empty()) {
+    r->counted_by_text = true;
+    r->tokens.push_back(c["text"].get<std::string>());
+    r->token_times.push_back(now);
   }
   if (c.contains("finish_reason") && c["finish_reason"].is_string()) r->finish_reason = c["finish_reason"];
   return true;
@@ -207,7 +224,10 @@ StreamResult stream_completion(const std::string& host, int port, const StreamRe
     return r;
   }
   if (bad) return r;
-  if (r.completion_tokens != int32_t(r.token_times.size())) {
+  // Counted by text: a chunk may carry several tokens (text held back, then flushed together),
+  // never fewer than one, so usage may exceed the chunks but not fall short of them.
+  const int32_t chunks = int32_t(r.token_times.size());
+  if (r.counted_by_text ? r.completion_tokens < chunks : r.completion_tokens != chunks) {
     r.error = "the stream carried " + std::to_string(r.token_times.size()) + " tokens but usage says " +
               std::to_string(r.completion_tokens);
     return r;

@@ -55,12 +55,15 @@ struct StreamResult {
   Clock::time_point sent;
   std::vector<Clock::time_point> token_times;  // arrival of each output token (client side)
   std::string text;
-  std::vector<std::string> tokens;  // each token's text (from the per-token logprobs field)
+  std::vector<std::string> tokens;  // each token's text (per-token logprobs; per chunk when counted_by_text)
   int32_t prompt_tokens = 0;     // from the final usage chunk
   int32_t completion_tokens = 0;
   int32_t cached_tokens = 0;     // prompt_tokens_details.cached_tokens
   std::string finish_reason;
   bool aborted = false;          // the caller's stop flag ended the stream (the server cancels)
+  // No per-token logprobs in the stream (llama-server): token_times holds one entry per chunk
+  // with text, and tpot_ms() divides by usage's completion_tokens instead.
+  bool counted_by_text = false;
 
   double ttft_ms() const;
   double e2e_ms() const;         // send -> last token
