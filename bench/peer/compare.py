@@ -209,8 +209,19 @@ def main():
                     help="run only the models whose row label contains TEXT (repeatable; e.g. --only Q4_K_M)")
     ap.add_argument("--rows", action="store_true",
                     help="also run Tessera with TESSERA_CPU_REPACK=0 (weights in the file's rows) as a third "
-                         "engine in every round, with its ratios to llama.cpp")
+                         "engine in every round, with its ratios to llama.cpp (= --variant rows:TESSERA_CPU_REPACK=0)")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME:VAR=VALUE",
+                    help="also run Tessera with this environment variable set, as one more engine in every "
+                         "round (repeatable; e.g. --variant no-amx:TESSERA_CPU_AMX=0 for the AVX-512 kernels "
+                         "on an AMX machine)")
     a = ap.parse_args()
+    variants = []  # (name, env)
+    for v in (["rows:TESSERA_CPU_REPACK=0"] if a.rows else []) + a.variant:
+        name, _, assign = v.partition(":")
+        var, eq, val = assign.partition("=")
+        if not name or not var or not eq or name in ("tessera", "llama.cpp"):
+            raise CompareError(f"--variant {v!r}: expected NAME:VAR=VALUE")
+        variants.append((name, dict(os.environ, **{var: val})))
     rounds = 1 if a.quick else a.rounds
     if rounds < 1 or a.reps < 1:
         raise CompareError("--rounds and --reps must be at least 1")
@@ -227,7 +238,6 @@ def main():
     if a.only:
         if not models:
             raise CompareError(f"--only {a.only} matches no model")
-    rows_env = dict(os.environ, TESSERA_CPU_REPACK="0")
 
     isa = cpu_isa(tessera)
     start = datetime.datetime.now(datetime.timezone.utc)
@@ -238,14 +248,13 @@ def main():
     for rnd in range(rounds):
         # Round 0: Tessera first; round 1: llama.cpp first; ...
         engines = ["tessera", "llama.cpp"] if rnd % 2 == 0 else ["llama.cpp", "tessera"]
-        if a.rows:
-            engines.insert(1, "rows")
+        engines[1:1] = [name for name, _ in variants]
         for label, path in models:
             for eng in engines:
                 if eng == "llama.cpp":
                     r = llama_round(llama_bench, path, a.reps)
                 else:
-                    r = tessera_round(bench, path, a.reps, rows_env if eng == "rows" else None)
+                    r = tessera_round(bench, path, a.reps, dict(variants).get(eng))
                 log(f"round {rnd + 1}/{rounds} {label:24s} {eng:9s} " +
                     "  ".join(f"{t} {r[t]:7.1f}" for t in TESTS) + f"   (load {loadavg()})")
                 raw += [(rnd + 1, label, eng, t, r[t]) for t in TESTS]
@@ -272,14 +281,15 @@ def main():
         ratios = [f"{x / y:.2f}" if y > 0 else "-" for x, y in zip(ts, ls)]
         print(f"| {label} | {' / '.join(fmt(x) for x in ts)} | {' / '.join(fmt(x) for x in ls)} | "
               + " | ".join(ratios) + " |")
-    if a.rows:
+    for name, env in variants:
+        setting = next(f"{k}={v}" for k, v in env.items() if os.environ.get(k) != v)
         print()
-        print("Tessera with TESSERA_CPU_REPACK=0 (rows), the same rounds:")
+        print(f"Tessera with {setting} ({name}), the same rounds:")
         print()
-        print("| model | rows pp128 / pp512 / tg64 | rows / llama.cpp pp128 / pp512 / tg64 | tiles / rows |")
+        print(f"| model | {name} pp128 / pp512 / tg64 | {name} / llama.cpp pp128 / pp512 / tg64 | Tessera / {name} |")
         print("|---|---|---|---|")
         for label, _ in models:
-            rs = [med(label, "rows", t) for t in TESTS]
+            rs = [med(label, name, t) for t in TESTS]
             ts = [med(label, "tessera", t) for t in TESTS]
             ls = [med(label, "llama.cpp", t) for t in TESTS]
             print(f"| {label} | {' / '.join(fmt(x) for x in rs)} | "

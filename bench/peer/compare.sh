@@ -3,7 +3,7 @@
 # threads for a 1B-shaped Llama in Q4_0, Q8_0 and Q4_K_M and for SmolLM2-135M Q4_1, both engines
 # reading the same GGUF files, alternating engines over 3 rounds, medians and ratios.
 # Usage: bench/peer/compare.sh [--quick] [--rounds N] [--reps N] [--cache DIR] [--smollm FILE]
-#                              [--only TEXT] [--rows]
+#                              [--only TEXT] [--rows] [--variant NAME:VAR=VALUE]
 #                              PEER_DIR [BUILD_DIR]
 #   PEER_DIR: what `bash /work/shared/peer/llama-cpp.sh` prints; BUILD_DIR: default build/.
 # The work is in compare.py beside this file (standard library only); docs/bench.md.
