@@ -142,7 +142,9 @@ bool on_sse_data(const std::string& data, StreamResult* r) {
   // vLLM, OpenAI) sends one entry per token, even for a token whose text is held back (an
   // incomplete UTF-8 sequence): `logprobs.tokens` (completions) or `logprobs.content` (the
   // chat-style shape). A server that answers `"logprobs": null` (llama-server) is counted one
-  // token per chunk with text; usage then says how many tokens there were (counted_by_text).
+  // token per chunk: llama-server sends one per token, with empty text while a UTF-8 sequence is
+  // held back, and then a last chunk with empty text that only carries finish_reason (and
+  // usage), which is no token; usage then says how many tokens there were (counted_by_text).
   const json* lp = c.contains("logprobs") && c["logprobs"].is_object() ? &c["logprobs"] : nullptr;
   if (lp && lp->contains("tokens") && (*lp)["tokens"].is_array()) {
     for (const auto& t : (*lp)["tokens"]) {
@@ -155,7 +157,8 @@ bool on_sse_data(const std::string& data, StreamResult* r) {
                                                                                           : std::string());
       r->token_times.push_back(now);
     }
-  } else if (c.contains("text") && c["text"].is_string() && !c["text"].get<std::string>().empty()) {
+  } else if (c.contains("text") && c["text"].is_string() &&
+             (!c["text"].get<std::string>().empty() || !c.contains("finish_reason") || c["finish_reason"].is_null())) {
     r->counted_by_text = true;
     r->tokens.push_back(c["text"].get<std::string>());
     r->token_times.push_back(now);

@@ -56,16 +56,30 @@ StreamResult run(const std::vector<std::string>& events) {
 const char* kUsage3 = R"({"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":3}})";
 
 TEST(ServeClient, CountsLlamaServerChunksWithoutLogprobs) {
-  const StreamResult r = run({R"({"choices":[{"text":"Hel","index":0,"logprobs":null,"finish_reason":null}]})",
+  // llama-server 0.3.36's shape: a chunk per token (empty text while bytes of a character are
+  // held back), then one with empty text, finish_reason and usage that is no token.
+  const StreamResult r = run({R"({"choices":[{"text":"","index":0,"logprobs":null,"finish_reason":null}]})",
+                              R"({"choices":[{"text":"é","index":0,"logprobs":null,"finish_reason":null}]})",
                               R"({"choices":[{"text":"lo","index":0,"logprobs":null,"finish_reason":null}]})",
-                              R"({"choices":[{"text":" world","index":0,"logprobs":null,"finish_reason":"length"}]})",
-                              kUsage3, "[DONE]"});
+                              R"({"choices":[{"text":"","index":0,"logprobs":null,"finish_reason":"length"}],)"
+                              R"("usage":{"completion_tokens":3,"prompt_tokens":4,"total_tokens":7}})",
+                              "[DONE]"});
   ASSERT_TRUE(r.ok) << r.error;
   EXPECT_TRUE(r.counted_by_text);
   EXPECT_EQ(r.token_times.size(), 3u);
   EXPECT_EQ(r.completion_tokens, 3);
-  EXPECT_EQ(r.text, "Hello world");
+  EXPECT_EQ(r.text, "\xc3\xa9lo");
   EXPECT_EQ(r.finish_reason, "length");
+}
+
+TEST(ServeClient, CountsATokenThatArrivesWithTheFinishReason) {
+  // OpenAI's shape: the last token's text and finish_reason in one chunk.
+  const StreamResult r = run({R"({"choices":[{"text":"a","logprobs":null,"finish_reason":null}]})",
+                              R"({"choices":[{"text":"b","logprobs":null,"finish_reason":null}]})",
+                              R"({"choices":[{"text":"c","logprobs":null,"finish_reason":"length"}]})", kUsage3, "[DONE]"});
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.token_times.size(), 3u);
+  EXPECT_EQ(r.text, "abc");
 }
 
 TEST(ServeClient, AcceptsTextChunksThatCarrySeveralTokens) {
