@@ -115,8 +115,15 @@ std::vector<double> StreamResult::itl_ms() const {
 
 namespace {
 
+// Chunks with text, kept aside: they count as tokens only if the stream has no per-token
+// logprobs at all (a server that has them may also send chunks that carry none).
+struct TextChunks {
+  std::vector<Clock::time_point> times;
+  std::vector<std::string> texts;
+};
+
 // Handles one SSE event's data; false when the stream reported an error.
-bool on_sse_data(const std::string& data, StreamResult* r) {
+bool on_sse_data(const std::string& data, StreamResult* r, TextChunks* text) {
   if (data == "[DONE]") return true;
   const json j = json::parse(data, nullptr, false);
   if (j.is_discarded()) {
@@ -159,9 +166,8 @@ bool on_sse_data(const std::string& data, StreamResult* r) {
     }
   } else if (c.contains("text") && c["text"].is_string() &&
              (!c["text"].get<std::string>().empty() || !c.contains("finish_reason") || c["finish_reason"].is_null())) {
-    r->counted_by_text = true;
-    r->tokens.push_back(c["text"].get<std::string>());
-    r->token_times.push_back(now);
+    text->texts.push_back(c["text"].get<std::string>());
+    text->times.push_back(now);
   }
   if (c.contains("finish_reason") && c["finish_reason"].is_string()) r->finish_reason = c["finish_reason"];
   return true;
@@ -182,6 +188,7 @@ StreamResult stream_completion(const std::string& host, int port, const StreamRe
   cli.set_write_timeout(60);
   std::string pending;      // bytes of an SSE event not yet complete
   std::string raw_error;    // the body of a non-200 answer
+  TextChunks text;          // chunks with text (the tokens when no chunk has logprobs)
   int status = 0;
   bool bad = false;
   httplib::Request hreq;
@@ -203,9 +210,9 @@ StreamResult stream_completion(const std::string& host, int port, const StreamRe
     while ((end = pending.find("\n\n")) != std::string::npos) {
       const std::string event = pending.substr(0, end);
       pending.erase(0, end + 2);
-      if (event.rfind("data: ", 0) == 0 && !on_sse_data(event.substr(6), &r)) bad = true;
+      if (event.rfind("data: ", 0) == 0 && !on_sse_data(event.substr(6), &r, &text)) bad = true;
     }
-    if (progress) progress->store(int(r.token_times.size()));
+    if (progress) progress->store(int(std::max(r.token_times.size(), text.times.size())));
     if (stop && stop->load()) {
       r.aborted = true;
       return false;
@@ -227,6 +234,11 @@ StreamResult stream_completion(const std::string& host, int port, const StreamRe
     return r;
   }
   if (bad) return r;
+  if (r.token_times.empty() && !text.times.empty()) {
+    r.counted_by_text = true;
+    r.token_times = std::move(text.times);
+    r.tokens = std::move(text.texts);
+  }
   // Counted by text: a chunk may carry several tokens (text held back, then flushed together),
   // never fewer than one, so usage may exceed the chunks but not fall short of them.
   const int32_t chunks = int32_t(r.token_times.size());

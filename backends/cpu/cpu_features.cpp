@@ -58,7 +58,7 @@ std::string cpu_feature_string() {
   add(__builtin_cpu_supports("avx512bw"), "avx512bw");
   add(__builtin_cpu_supports("avx512vnni"), "avx512vnni");
   add(__builtin_cpu_supports("avx512bf16"), "avx512bf16");
-  // AMX (bf16 prefill GEMM): "(off)" when present but not used (TESSERA_CPU_AMX=0, no kernel grant).
+  // AMX (bf16 prefill GEMM): "(off)" when present but not used (opt-in: TESSERA_CPU_AMX=1).
   add(amx_present(), amx_usable() ? "amx-bf16" : "amx-bf16(off)");
 #else
   const ArmFeatures& f = arm_features();

@@ -1,8 +1,8 @@
 // matmul: out = x @ w^T (+ bias) for f32/f16/bf16 activations and weights of every format.
 // Float and FP8 weights: SIMD dot products in f32 (weights converted on the fly, each weight
 // row read once per group of 4 activation rows). Block formats: activations quantised to int8
-// per 32-block (matmul_q8.cpp, matmul_kq.cpp), or, for 32+ rows on a CPU with AMX, bf16 through
-// the tile unit (matmul_amx.cpp). Large f32 GEMMs (prefill) go to oneDNN when it is available.
+// per 32-block (matmul_q8.cpp, matmul_kq.cpp), or, for 64+ rows on a CPU with AMX when enabled
+// (TESSERA_CPU_AMX=1), bf16 through the tile unit (matmul_amx.cpp). Large f32 GEMMs (prefill) go to oneDNN when it is available.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -243,8 +243,9 @@ Status matmul(ThreadPool& pool, const Graph& g, const Node& n) {
   const bool tiled = wt.layout == WeightLayout::kCpuTile16;
   const WeightMat w = tiled ? WeightMat{wt.dtype, static_cast<const char*>(wt.host_data()), 0, 0, N, wt.shape[1]}
                             : weight_view(wt, &dense);
-  // Prefill on AMX where the CPU has it (bf16 activations, weights decoded to bf16 per panel).
-  const bool amx = M >= kAmxMinRows && dtype_traits(w.dtype).is_quantized && amx_usable() &&
+  // Prefill on AMX where the CPU has it and it is enabled (bf16 activations, weights decoded to
+  // bf16 per panel; off by default: matmul_amx.h).
+  const bool amx = M >= amx_min_rows(tiled) && dtype_traits(w.dtype).is_quantized && amx_usable() &&
                    amx_supports(w.dtype, tiled, N, w.K);
   PackedAct act;
   if (!amx) pack_activations(pool, x, nullptr, M, w.dtype, &act);

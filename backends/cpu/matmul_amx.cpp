@@ -15,6 +15,7 @@
 #include "backends/cpu/matmul_amx.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -333,12 +334,19 @@ bool amx_present() {
   return present;
 }
 
+namespace {
+// Off unless TESSERA_CPU_AMX=1 (matmul_amx.h says why).
+std::atomic<bool> g_amx_enabled{[] {
+  const char* e = std::getenv("TESSERA_CPU_AMX");
+  return e && std::strcmp(e, "1") == 0;
+}()};
+}  // namespace
+
+void amx_set_enabled(bool on) { g_amx_enabled.store(on, std::memory_order_relaxed); }
+
 bool amx_usable() {
-  static const bool granted = [] {
-    const char* e = std::getenv("TESSERA_CPU_AMX");
-    if (e && std::strcmp(e, "0") == 0) return false;
-    return amx_present() && request_tile_state();
-  }();
+  if (!g_amx_enabled.load(std::memory_order_relaxed)) return false;
+  static const bool granted = amx_present() && request_tile_state();
   return granted && (hwy::SupportedTargets() & HWY_AVX3_DL) != 0;
 }
 
@@ -407,6 +415,7 @@ void gemm_amx(ThreadPool& pool, const Tensor& x, int64_t M, DType w, const char*
 
 bool amx_present() { return false; }
 bool amx_usable() { return false; }
+void amx_set_enabled(bool) {}
 bool amx_supports(DType, bool, int64_t, int64_t) { return false; }
 void gemm_amx(ThreadPool&, const Tensor&, int64_t, DType, const char*, int64_t, bool, int64_t, int64_t, float*,
               int64_t) {}

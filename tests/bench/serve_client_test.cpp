@@ -112,6 +112,18 @@ TEST(ServeClient, CountsPerTokenLogprobsIncludingHeldBackText) {
   EXPECT_EQ(r.tokens[1], "x");
 }
 
+TEST(ServeClient, IgnoresTextChunksWithoutLogprobsInAStreamThatHasThem) {
+  // A server with per-token logprobs may still send a chunk without them (a last flush): it is
+  // no token, whatever its text.
+  const StreamResult r = run({R"({"choices":[{"text":"a","logprobs":{"tokens":["a"]}}]})",
+                              R"({"choices":[{"text":"b","logprobs":{"tokens":["b"]}}]})",
+                              R"({"choices":[{"text":"c","logprobs":{"tokens":["c"]}}]})",
+                              R"({"choices":[{"text":"","finish_reason":null}]})", kUsage3, "[DONE]"});
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_FALSE(r.counted_by_text);
+  EXPECT_EQ(r.token_times.size(), 3u);
+}
+
 TEST(ServeClient, CountsChatStyleLogprobContent) {
   const StreamResult r = run({R"({"choices":[{"text":"ab","logprobs":{"content":[{"token":"a","logprob":-1},{"token":"b","logprob":-1}]}}]})",
                               R"({"choices":[{"text":"c","logprobs":{"content":[{"token":"c","logprob":-1}]}}]})", kUsage3,

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "backends/cpu/cpu_device.h"
 #include "backends/cpu/kernels.h"
@@ -97,6 +99,17 @@ TEST(CpuKernels, EverySimdTargetMatchesTheReference) {
   hwy::SetSupportedTargetsForTest(0);
   EXPECT_GE(tested, 2) << "expected at least SCALAR and one SIMD target";
 }
+
+// Turns the AMX path on or off for a scope, then back to what TESSERA_CPU_AMX says.
+struct AmxSetting {
+  explicit AmxSetting(bool on) { amx_set_enabled(on); }
+  ~AmxSetting() {
+    const char* e = std::getenv("TESSERA_CPU_AMX");
+    amx_set_enabled(e && std::string(e) == "1");
+  }
+  AmxSetting(const AmxSetting&) = delete;
+  AmxSetting& operator=(const AmxSetting&) = delete;
+};
 
 // Runs a graph built by |build| and returns compute's status.
 Status run(const std::function<void(CaseContext&)>& build) {
@@ -220,7 +233,10 @@ TEST(CpuKernels, DecodeGemvMatchesTheTiledPath) {
 // prepare_weight repacks Q4_0/Q4_1/Q8_0/Q4_K/Q6_K weights whose N is a multiple of 16 into row tiles (on
 // x86-64) and keeps every other weight; under every SIMD target the tiled kernels agree with the
 // row kernels up to f32 rounding (both see the same int8 activations): decode, a batch, prefill.
+// AMX is off here: it takes prefill at a row count that depends on the layout, in bf16
+// (AmxPrefillMatchesTheExactProduct tests it).
 TEST(CpuKernels, PreparedTilesMatchTheRowKernels) {
+  const AmxSetting amx_off(false);  // should TESSERA_CPU_AMX=1 be set
   const int64_t supported = hwy::SupportedTargets();  // before any is forced (see above)
   for (int64_t target : {HWY_AVX3_DL, HWY_AVX3, HWY_AVX2, HWY_SCALAR}) {
     if (target != HWY_SCALAR && !(supported & target)) continue;
@@ -328,15 +344,17 @@ TEST(CpuKernels, SupportsExactlyTheImplementedDtypes) {
 }
 
 
-// On a CPU with AMX, prefill (M >= kAmxMinRows) runs in bf16 on the tile unit: the tiled formats
+// On a CPU with AMX, prefill (M >= amx_min_rows) runs in bf16 on the tile unit: the tiled formats
 // decode their tiles, every other block format its rows. Both must stay within bf16 rounding of
 // the exact product (NMSE ~2.5e-6 expected from rounding x and w to 8 bits of mantissa), and the
 // graph's matmul must be exactly gemm_amx (so the path under test is the one that runs). N = 48
-// takes one 32-column panel and one 16-column tail; M = 45 a full strip and a partial one.
+// takes one 32-column panel and one 16-column tail; M = 270 eight full strips and a partial one.
 TEST(CpuKernels, AmxPrefillMatchesTheExactProduct) {
   if (!amx_present()) GTEST_SKIP() << "this CPU has no AMX-BF16 (hardware absent)";
-  ASSERT_TRUE(amx_usable()) << "AMX present but unusable: TESSERA_CPU_AMX=0 or the kernel refused the tile state";
-  const int64_t M = 45, N = 48;
+  const AmxSetting amx_on(true);  // off by default (matmul_amx.h)
+  ASSERT_TRUE(amx_usable()) << "AMX present but unusable: the kernel refused the tile state";
+  const int64_t M = 270, N = 48;
+  static_assert(M >= kAmxMinRowsTiled && M >= kAmxMinRowsRows);
   int tested = 0;
   for (DType w : conformance::all_weight_dtypes()) {
     if (!dtype_traits(w).is_quantized) continue;
