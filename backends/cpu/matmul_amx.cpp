@@ -1,9 +1,10 @@
 // AMX prefill GEMM (matmul_amx.h). Work split: each thread takes a contiguous range of 32-column
-// weight panels; per panel it decodes the weights for all of K into the tile unit's B layout
-// (bf16 pairs: B row i of a K-block holds, for each of 16 columns n, w[n][2i] and w[n][2i+1] in
-// one dword), then every 32-row strip of the bf16 activations runs the whole K through four f32
-// accumulator tiles (2 x 2 tiles of 16 x 16) and stores them once. The activations are converted
-// to bf16 once per call ([ceil32(M)][K], zero rows past M).
+// weight panels and decodes a group of them (gemm_amx: up to kAmxGroupBytes) for all of K into
+// the tile unit's B layout (bf16 pairs: B row i of a K-block holds, for each of 16 columns n,
+// w[n][2i] and w[n][2i+1] in one dword); then, chunk by chunk of activation rows, every 32-row
+// strip runs the whole K of each panel through four f32 accumulator tiles (2 x 2 tiles of 16 x 16)
+// and stores them once. The activations are converted to bf16 once per call, in the A tiles'
+// order (row_to_a; zero rows past M).
 //
 // Tiles: 0-3 accumulators C[row half][column half], 4-5 A (activation rows 0-15, 16-31 of the
 // strip), 6-7 B (columns 0-15, 16-31 of the panel). Every tile is 16 rows of 64 bytes.
@@ -11,7 +12,7 @@
 // Weight decode: the tiled formats (tile_layout.h) already hold 16 rows side by side, 4 codes of
 // a row per dword lane, so a 64-byte code chunk becomes two B rows with a few conversions
 // (chunk_to_b); every other block format goes through its scalar dequantize_row and a 16 x 16
-// dword transpose (rows_to_b).
+// dword transpose (decode_rows).
 #include "backends/cpu/matmul_amx.h"
 
 #include <algorithm>
@@ -240,25 +241,16 @@ constexpr int64_t kAmxGroupBytes = int64_t(4) << 20, kAmxChunkBytes = int64_t(51
 // K-blocks ahead that strip() prefetches its A and B tiles.
 constexpr int64_t kAmxPrefetch = 2;
 
-// C[32 x 16 NT] += the strip's activation rows (|lda| bytes apart) times K-blocks [0, nkb) of the
-// panel; C lives at |out| (row stride |ldo| floats) and starts from zero when |first|.
+// C[32 x 16 NT] of the strip whose A tiles start at |a| (two 1 KB tiles per K-block) against
+// K-blocks [0, nkb) of the panel, stored at |out| (row stride |ldo| floats).
 template <int NT>
-AMX_TARGET void strip(const char* a, const char* panel, int64_t nkb, float* out, int64_t ldo, bool first) {
+AMX_TARGET void strip(const char* a, const char* panel, int64_t nkb, float* out, int64_t ldo) {
   const int64_t ldc = ldo * 4;
-  if (first) {
-    _tile_zero(0);
-    _tile_zero(2);
-    if constexpr (NT == 2) {
-      _tile_zero(1);
-      _tile_zero(3);
-    }
-  } else {
-    _tile_loadd(0, out, ldc);
-    _tile_loadd(2, out + 16 * ldo, ldc);
-    if constexpr (NT == 2) {
-      _tile_loadd(1, out + 16, ldc);
-      _tile_loadd(3, out + 16 * ldo + 16, ldc);
-    }
+  _tile_zero(0);
+  _tile_zero(2);
+  if constexpr (NT == 2) {
+    _tile_zero(1);
+    _tile_zero(3);
   }
   for (int64_t kb = 0; kb < nkb; ++kb) {
     // Tiles are not renamed: a tile load waits for the products that read its previous
@@ -293,10 +285,10 @@ template <int NT>
 AMX_TARGET void panel_strips(const char* a, int64_t m0, int64_t m1, int64_t K, const char* panel, float* out,
                              int64_t ldo) {
   const int64_t nkb = K / 32, full = m0 + (m1 - m0) / 32 * 32;
-  for (int64_t m = m0; m < full; m += 32) strip<NT>(a + m / 32 * nkb * 2048, panel, nkb, out + m * ldo, ldo, true);
+  for (int64_t m = m0; m < full; m += 32) strip<NT>(a + m / 32 * nkb * 2048, panel, nkb, out + m * ldo, ldo);
   if (full < m1) {  // the last rows through a 32 x 32 buffer (A's rows past M are zero)
     alignas(64) float tail[32 * 32];
-    strip<NT>(a + full / 32 * nkb * 2048, panel, nkb, tail, 32, true);
+    strip<NT>(a + full / 32 * nkb * 2048, panel, nkb, tail, 32);
     for (int64_t r = 0; r < m1 - full; ++r) std::memcpy(out + (full + r) * ldo, tail + 32 * r, size_t(16 * NT) * 4);
   }
 }
