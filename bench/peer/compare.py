@@ -80,6 +80,18 @@ def tessera_tools(build):
             find_tool(dirs, "tessera", hint))
 
 
+def parse_variants(specs, reserved):
+    """[(name, environment)] from --variant NAME:VAR=VALUE specs; |reserved| are the engines' own names."""
+    variants = []
+    for v in specs:
+        name, _, assign = v.partition(":")
+        var, eq, val = assign.partition("=")
+        if not name or not var or not eq or name in reserved:
+            raise CompareError(f"--variant {v!r}: expected NAME:VAR=VALUE")
+        variants.append((name, dict(os.environ, **{var: val})))
+    return variants
+
+
 def cpu_isa(tessera):
     """The CPU line of `tessera info` (what Tessera's dispatch sees), else /proc/cpuinfo's flags."""
     try:
@@ -215,13 +227,7 @@ def main():
                          "round (repeatable; e.g. --variant no-amx:TESSERA_CPU_AMX=0 for the AVX-512 kernels "
                          "on an AMX machine)")
     a = ap.parse_args()
-    variants = []  # (name, env)
-    for v in (["rows:TESSERA_CPU_REPACK=0"] if a.rows else []) + a.variant:
-        name, _, assign = v.partition(":")
-        var, eq, val = assign.partition("=")
-        if not name or not var or not eq or name in ("tessera", "llama.cpp"):
-            raise CompareError(f"--variant {v!r}: expected NAME:VAR=VALUE")
-        variants.append((name, dict(os.environ, **{var: val})))
+    variants = parse_variants((["rows:TESSERA_CPU_REPACK=0"] if a.rows else []) + a.variant, ("tessera", "llama.cpp"))
     rounds = 1 if a.quick else a.rounds
     if rounds < 1 or a.reps < 1:
         raise CompareError("--rounds and --reps must be at least 1")

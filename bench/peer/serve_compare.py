@@ -120,13 +120,7 @@ def main():
         raise compare.CompareError("--rounds must be at least 1")
     if not os.path.isfile(a.model):
         raise compare.CompareError(f"{a.model} does not exist (bench/peer/compare.sh --only Q4_0 makes it)")
-    variants = []
-    for v in a.variant:
-        name, _, assign = v.partition(":")
-        var, eq, val = assign.partition("=")
-        if not name or not var or not eq or name in ("tessera", "llama-server"):
-            raise compare.CompareError(f"--variant {v!r}: expected NAME:VAR=VALUE")
-        variants.append((name, dict(os.environ, **{var: val})))
+    variants = compare.parse_variants(a.variant, ("tessera", "llama-server"))
     peer_bin = [os.path.join(a.peer, "build", "bin"), os.path.join(a.peer, "bin"), a.peer]
     server = compare.find_tool(peer_bin, "llama-server", "bash /work/shared/peer/llama-cpp.sh builds it")
     bench, _, tessera = compare.tessera_tools(os.path.abspath(a.build))
