@@ -1,0 +1,128 @@
+// The arguments of the GPU kernels (backends/cuda/kernels.h): plain structs of device addresses,
+// sizes and byte strides that the host planner (plan.h) fills from a graph node and a kernel
+// reads by value. Shared by the CUDA and HIP builds and by the host simulator (sim/), so they
+// hold no vendor type.
+#pragma once
+#include <cstdint>
+
+#include "quant/decode16.h"
+
+namespace tessera::gpu {
+
+// A tensor as kernels see it: element 0's address, dtype, up to 4 dims and byte strides.
+// Rows are every dim but the last; cols the last (contiguous for block formats).
+struct View {
+  uint8_t* p = nullptr;
+  DType dtype = DType::kF32;
+  int rank = 0;
+  int64_t shape[4] = {0, 0, 0, 0};
+  int64_t stride[4] = {0, 0, 0, 0};
+
+  TS_HD int64_t cols() const { return rank == 0 ? 1 : shape[rank - 1]; }
+  TS_HD int64_t rows() const {
+    int64_t r = 1;
+    for (int i = 0; i + 1 < rank; ++i) r *= shape[i];
+    return r;
+  }
+  // Byte offset of flat row |r| (leading indices in row-major order).
+  TS_HD int64_t row_offset(int64_t r) const {
+    int64_t off = 0;
+    for (int i = rank - 2; i >= 0; --i) {
+      off += (r % shape[i]) * stride[i];
+      r /= shape[i];
+    }
+    return off;
+  }
+  TS_HD uint8_t* row(int64_t r) const { return p + row_offset(r); }
+  TS_HD int64_t col_stride() const { return rank == 0 ? 0 : stride[rank - 1]; }
+};
+
+// Float element access for the activation dtypes (f32, f16, bf16) and i32.
+TS_HD float load_f(const uint8_t* p, DType t) {
+  switch (t) {
+    case DType::kF16: return decode::f16_to_f32(decode::u16(p));
+    case DType::kBF16: return decode::bf16_to_f32(decode::u16(p));
+    case DType::kI32: return float(int32_t(decode::u32(p)));
+    default: return decode::f32_at(p);
+  }
+}
+TS_HD void store_f(uint8_t* p, DType t, float v) {
+  switch (t) {
+    case DType::kF16: { const uint16_t h = decode::f32_to_f16(v); p[0] = uint8_t(h); p[1] = uint8_t(h >> 8); break; }
+    case DType::kBF16: { const uint16_t h = decode::f32_to_bf16(v); p[0] = uint8_t(h); p[1] = uint8_t(h >> 8); break; }
+    default: { const uint32_t u = decode::f32_bits(v); for (int i = 0; i < 4; ++i) p[i] = uint8_t(u >> (8 * i)); break; }
+  }
+}
+TS_HD int32_t load_i32(const View& v, int64_t flat) {
+  const int64_t c = v.cols();
+  return int32_t(decode::u32(v.row(flat / c) + (flat % c) * v.col_stride()));
+}
+
+// Errors kernels find in data they read at run time (token or expert ids, block tables, slots):
+// the first one is stored in the device's error word, which the device reads when it waits.
+enum class KernelError : int32_t {
+  kNone = 0,
+  kEmbedId = 1,        // embed: an id outside the weight's rows
+  kExpertId = 2,       // matmul_id: an expert id outside [0, E)
+  kAttnMetadata = 3,   // attention: query_start / seq_lens / block table / slot out of range
+};
+const char* kernel_error_message(KernelError e);
+
+enum class Pointwise : uint8_t { kAdd, kMul, kScale, kSiluGlu, kGeluGlu, kGelu, kConvert };
+
+struct PointwiseArgs {
+  Pointwise op;
+  View a, b, out;  // b: the second operand of add/mul/glu (rows broadcast by r % b.rows)
+  float scale;
+};
+struct NormArgs {
+  bool layer;      // layer_norm (mean-centred, with an optional bias) else rms_norm
+  View x, w, b, out;  // w / b: p == nullptr when absent
+  float eps;
+};
+struct SoftmaxArgs {
+  View x, out;
+  float scale;
+};
+struct RopeArgs {
+  View x, pos, freq, out;  // freq: p == nullptr when absent
+  int n_dims, neox, n_ctx_orig;
+  float freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow;
+};
+struct EmbedArgs {
+  View w, ids, out;
+  int32_t* err;
+};
+struct MatmulArgs {
+  View x, w, bias, out;  // w: rows of K (kRows layout); bias: p == nullptr when absent
+};
+// Rows per warp of the matmul kernel: a warp reads each weight row once for this many activation
+// rows (the decode GEMV is M <= 8 in one pass).
+inline constexpr int kMatmulRows = 8;
+inline constexpr int kMatmulWarps = 4;  // warps (output columns) per block
+struct MatmulIdArgs {
+  View x, w, ids, weights, out;  // w [E, N, K]; weights: p == nullptr when absent
+  int32_t* err;
+};
+struct TopkRouteArgs {
+  View logits, bias, ids, weights;
+  int k, softmax, renormalize, n_groups, topk_groups;
+  float weight_scale;
+};
+inline constexpr int kMaxRouteExperts = 512;
+struct KvStoreArgs {
+  View k, v, k_cache, v_cache, slots;  // caches viewed as [n_slots * Hkv, D] rows
+  int64_t n_slots;
+  int32_t* err;
+};
+struct AttentionArgs {
+  View q, k_cache, v_cache, query_start, seq_lens, block_tables, out;
+  int64_t n_seqs, hkv, block_size, n_blocks;
+  float scale, softcap;
+  int sliding_window, causal;
+  int32_t* err;
+};
+inline constexpr int kAttnWarps = 4;
+inline constexpr int kMaxHeadDim = 256;
+
+}  // namespace tessera::gpu

@@ -1,0 +1,40 @@
+// Launch -> kernel instantiation, once for every runner: the CUDA/HIP stream launcher
+// (device.cu) and the host simulator (sim/). A Runner provides
+//   template <class K> void run(const Launch& l, const typename K::Args& args);
+#pragma once
+#include "backends/cuda/kernels.h"
+#include "backends/cuda/plan.h"
+
+namespace tessera::gpu {
+
+template <template <DType> class K, class R, class A>
+void dispatch_weight(R& r, const Launch& l, const A& a) {
+  switch (l.weight) {
+#define TS_CASE(D)                         \
+  case DType::D:                           \
+    r.template run<K<DType::D>>(l, a);     \
+    break;
+    TS_FOR_EACH_WEIGHT_DTYPE(TS_CASE)
+#undef TS_CASE
+    default: break;  // plan_node admits only the formats above (supports())
+  }
+}
+
+template <class R>
+void dispatch(R& r, const Launch& l) {
+  if (l.grid_x == 0 || l.grid_y == 0) return;
+  switch (l.kind) {
+    case KernelKind::kPointwise: r.template run<PointwiseKernel>(l, std::get<PointwiseArgs>(l.args)); break;
+    case KernelKind::kNorm: r.template run<NormKernel>(l, std::get<NormArgs>(l.args)); break;
+    case KernelKind::kSoftmax: r.template run<SoftmaxKernel>(l, std::get<SoftmaxArgs>(l.args)); break;
+    case KernelKind::kRope: r.template run<RopeKernel>(l, std::get<RopeArgs>(l.args)); break;
+    case KernelKind::kEmbed: dispatch_weight<EmbedKernel>(r, l, std::get<EmbedArgs>(l.args)); break;
+    case KernelKind::kMatmul: dispatch_weight<MatmulKernel>(r, l, std::get<MatmulArgs>(l.args)); break;
+    case KernelKind::kMatmulId: dispatch_weight<MatmulIdKernel>(r, l, std::get<MatmulIdArgs>(l.args)); break;
+    case KernelKind::kTopkRoute: r.template run<TopkRouteKernel>(l, std::get<TopkRouteArgs>(l.args)); break;
+    case KernelKind::kKvStore: r.template run<KvStoreKernel>(l, std::get<KvStoreArgs>(l.args)); break;
+    case KernelKind::kAttention: r.template run<AttentionKernel>(l, std::get<AttentionArgs>(l.args)); break;
+  }
+}
+
+}  // namespace tessera::gpu

@@ -1,0 +1,486 @@
+// The GPU kernels of the op set, written once for CUDA, HIP and the host simulator (sim/).
+//
+// Each kernel is a struct with an Args type (args.h) and a body `run(c, args)` templated on an
+// execution context C, which supplies what a kernel asks of the hardware:
+//   c.tid() c.ntid()                thread index in the block, block size (1-D blocks)
+//   c.bx() c.by() c.nbx() c.nby()   block index and grid size (2-D grids)
+//   c.sync()                        __syncthreads
+//   c.shfl_xor(v, mask)             butterfly exchange within a warp of kWarp (32) lanes
+//   c.template smem<Slot, T, N>()   the block's shared array number Slot
+//   c.set_error(err, code)          records the first run-time data error (atomicCAS)
+// kernel_ctx.h maps them to CUDA/HIP intrinsics; sim/ runs every thread of a block as a fiber
+// on the host, so the conformance suite checks these bodies against the reference without a GPU.
+//
+// kWarp is 32 on every vendor: HIP's wave64 GPUs run these shuffles in halves (width 32).
+#pragma once
+#include <math.h>
+
+#include "backends/cuda/args.h"
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define TS_KFN __device__ __forceinline__
+#else
+#define TS_KFN inline
+#endif
+
+namespace tessera::gpu {
+
+inline constexpr int kWarp = 32;
+
+template <class C> TS_KFN float warp_sum(C& c, float v) {
+  for (int m = kWarp / 2; m > 0; m /= 2) v += c.shfl_xor(v, m);
+  return v;
+}
+template <class C> TS_KFN float warp_max(C& c, float v) {
+  for (int m = kWarp / 2; m > 0; m /= 2) v = fmaxf(v, c.shfl_xor(v, m));
+  return v;
+}
+// The sum of |v| over the block (every thread gets it). Uses shared slot 0 (32 floats).
+template <class C> TS_KFN float block_sum(C& c, float v) {
+  float* part = c.template smem<0, float, 32>();
+  v = warp_sum(c, v);
+  if (c.tid() % kWarp == 0) part[c.tid() / kWarp] = v;
+  c.sync();
+  float s = 0.0f;
+  for (int w = 0; w < (c.ntid() + kWarp - 1) / kWarp; ++w) s += part[w];
+  c.sync();
+  return s;
+}
+template <class C> TS_KFN float block_max(C& c, float v) {
+  float* part = c.template smem<0, float, 32>();
+  v = warp_max(c, v);
+  if (c.tid() % kWarp == 0) part[c.tid() / kWarp] = v;
+  c.sync();
+  float s = -INFINITY;
+  for (int w = 0; w < (c.ntid() + kWarp - 1) / kWarp; ++w) s = fmaxf(s, part[w]);
+  c.sync();
+  return s;
+}
+
+TS_KFN float gelu_tanh(float x) { return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))); }
+TS_KFN float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f)); }
+
+// add, mul, scale, glu, gelu, cast, copy: one block per row, threads over the columns.
+struct PointwiseKernel {
+  using Args = PointwiseArgs;
+  template <class C> TS_KFN static void run(C& c, const Args& a) {
+    const int64_t r = c.bx();
+    const int64_t n = a.out.cols();
+    const uint8_t* ra = a.a.row(r);
+    const uint8_t* rb = a.b.p ? a.b.row(r % a.b.rows()) : nullptr;
+    uint8_t* ro = a.out.row(r);
+    const int64_t sa = a.a.col_stride(), sb = a.b.col_stride(), so = a.out.col_stride();
+    for (int64_t i = c.tid(); i < n; i += c.ntid()) {
+      const float x = load_f(ra + i * sa, a.a.dtype);
+      const float y = rb ? load_f(rb + i * sb, a.b.dtype) : 0.0f;
+      float v = x;
+      switch (a.op) {
+        case Pointwise::kAdd: v = x + y; break;
+        case Pointwise::kMul: v = x * y; break;
+        case Pointwise::kScale: v = x * a.scale; break;
+        case Pointwise::kSiluGlu: v = x / (1.0f + expf(-x)) * y; break;
+        case Pointwise::kGeluGlu: v = gelu_tanh(x) * y; break;
+        case Pointwise::kGelu: v = gelu_erf(x); break;
+        case Pointwise::kConvert: break;
+      }
+      store_f(ro + i * so, a.out.dtype, v);
+    }
+  }
+};
+
+// rms_norm and layer_norm: one block per row.
+struct NormKernel {
+  using Args = NormArgs;
+  template <class C> TS_KFN static void run(C& c, const Args& a) {
+    const int64_t r = c.bx(), n = a.x.cols();
+    const uint8_t* rx = a.x.row(r);
+    uint8_t* ro = a.out.row(r);
+    const int64_t sx = a.x.col_stride(), so = a.out.col_stride();
+    float mean = 0.0f;
+    if (a.layer) {
+      float s = 0.0f;
+      for (int64_t i = c.tid(); i < n; i += c.ntid()) s += load_f(rx + i * sx, a.x.dtype);
+      mean = block_sum(c, s) / float(n);
+    }
+    float ss = 0.0f;
+    for (int64_t i = c.tid(); i < n; i += c.ntid()) {
+      const float v = load_f(rx + i * sx, a.x.dtype) - mean;
+      ss += v * v;
+    }
+    const float inv = 1.0f / sqrtf(block_sum(c, ss) / float(n) + a.eps);
+    for (int64_t i = c.tid(); i < n; i += c.ntid()) {
+      float v = (load_f(rx + i * sx, a.x.dtype) - mean) * inv;
+      if (a.w.p) v *= load_f(a.w.p + i * a.w.col_stride(), a.w.dtype);
+      if (a.b.p) v += load_f(a.b.p + i * a.b.col_stride(), a.b.dtype);
+      store_f(ro + i * so, a.out.dtype, v);
+    }
+  }
+};
+
+struct SoftmaxKernel {
+  using Args = SoftmaxArgs;
+  template <class C> TS_KFN static void run(C& c, const Args& a) {
+    const int64_t r = c.bx(), n = a.x.cols();
+    const uint8_t* rx = a.x.row(r);
+    uint8_t* ro = a.out.row(r);
+    const int64_t sx = a.x.col_stride(), so = a.out.col_stride();
+    float mx = -INFINITY;
+    for (int64_t i = c.tid(); i < n; i += c.ntid()) mx = fmaxf(mx, load_f(rx + i * sx, a.x.dtype) * a.scale);
+    mx = block_max(c, mx);
+    float s = 0.0f;
+    for (int64_t i = c.tid(); i < n; i += c.ntid()) s += expf(load_f(rx + i * sx, a.x.dtype) * a.scale - mx);
+    const float inv = 1.0f / block_sum(c, s);
+    for (int64_t i = c.tid(); i < n; i += c.ntid())
+      store_f(ro + i * so, a.out.dtype, expf(load_f(rx + i * sx, a.x.dtype) * a.scale - mx) * inv);
+  }
+};
+
+// Rotary embedding: one block per (token, head) row; angles in double (positions reach 1e5+).
+struct RopeKernel {
+  using Args = RopeArgs;
+  template <class C> TS_KFN static void run(C& c, const Args& a) {
+    const int64_t r = c.bx(), H = a.x.shape[1], D = a.x.cols();
+    const int32_t position = load_i32(a.pos, r / H);
+    const uint8_t* rx = a.x.row(r);
+    uint8_t* ro = a.out.row(r);
+    const int64_t sx = a.x.col_stride(), so = a.out.col_stride();
+    const int half = a.n_dims / 2;
+    for (int i = c.tid(); i < half; i += c.ntid()) {
+      const int i0 = 2 * i;
+      const double ff = a.freq.p ? double(load_f(a.freq.p + i * a.freq.col_stride(), a.freq.dtype)) : 1.0;
+      const double theta_extrap = double(position) * pow(double(a.freq_base), -double(i0) / a.n_dims) / ff;
+      const double theta_interp = a.freq_scale * theta_extrap;
+      double theta = theta_interp, mscale = a.attn_factor;
+      if (a.ext_factor != 0.0f) {
+        const double lb = 2.0 * log(double(a.freq_base));
+        const double lo = fmax(0.0, floor(a.n_dims * log(a.n_ctx_orig / (a.beta_fast * 2.0 * M_PI)) / lb));
+        const double hi = fmin(double(a.n_dims - 1), ceil(a.n_dims * log(a.n_ctx_orig / (a.beta_slow * 2.0 * M_PI)) / lb));
+        const double y = (i0 / 2 - lo) / fmax(0.001, hi - lo);
+        const double ramp = (1.0 - fmin(1.0, fmax(0.0, y))) * a.ext_factor;
+        theta = theta_interp * (1.0 - ramp) + theta_extrap * ramp;
+        mscale *= 1.0 + 0.1 * log(1.0 / a.freq_scale);
+      }
+      const double cs = cos(theta) * mscale, sn = sin(theta) * mscale;
+      const int64_t ia = a.neox ? i : i0, ib = a.neox ? i + half : i0 + 1;
+      const double x0 = load_f(rx + ia * sx, a.x.dtype), x1 = load_f(rx + ib * sx, a.x.dtype);
+      store_f(ro + ia * so, a.out.dtype, float(x0 * cs - x1 * sn));
+      store_f(ro + ib * so, a.out.dtype, float(x0 * sn + x1 * cs));
+    }
+    for (int64_t i = a.n_dims + c.tid(); i < D; i += c.ntid()) store_f(ro + i * so, a.out.dtype, load_f(rx + i * sx, a.x.dtype));
+  }
+};
+
+// decode16 of elements e0.. of a row of |n| elements; returns how many are valid (16, or fewer at
+// the end of a float row, whose length need not be a multiple of 16; block formats always fill).
+template <DType W>
+TS_KFN int decode16_tail(const uint8_t* row, int64_t e0, int64_t n, float* out) {
+  if constexpr (W == DType::kF32 || W == DType::kF16 || W == DType::kBF16) {
+    if (e0 + 16 > n) {
+      const int m = int(n - e0);
+      for (int i = 0; i < m; ++i) out[i] = load_f(row + (e0 + i) * (W == DType::kF32 ? 4 : 2), W);
+      return m;
+    }
+  }
+  decode::decode16<W>(row, e0, out);
+  return 16;
+}
+
+// embed: one block per token, threads over runs of 16 elements of the weight row.
+template <DType W>
+struct EmbedKernel {
+  using Args = EmbedArgs;
+  template <class C> TS_KFN static void run(C& c, const Args& a) {
+    const int64_t t = c.bx(), n = a.out.cols();
+    const int32_t id = load_i32(a.ids, t);
+    uint8_t* ro = a.out.row(t);
+    const int64_t so = a.out.col_stride();
+    const bool ok = id >= 0 && id < a.w.shape[0];
+    if (!ok && c.tid() == 0) c.set_error(a.err, KernelError::kEmbedId);
+    const uint8_t* rw = a.w.row(ok ? id : 0);
+    float v[16];
+    for (int64_t e0 = 16 * int64_t(c.tid()); e0 < n; e0 += 16 * int64_t(c.ntid())) {
+      const int m = decode16_tail<W>(rw, e0, n, v);
+      for (int i = 0; i < m; ++i) store_f(ro + (e0 + i) * so, a.out.dtype, ok ? v[i] : 0.0f);
+    }
+  }
+};
+
+// The dot products of up to kMatmulRows activation rows (x rows m0..) with one weight row, summed
+// over the warp; every lane returns the sums. Lanes take runs of 16 weights 512 apart, so a warp
+// reads the row once, in order, for all its activation rows.
+template <DType W, class C>
+TS_KFN void warp_dots(C& c, const View& x, int64_t m0, int rows, const uint8_t* wrow, int64_t K, float* acc) {
+  const int lane = c.tid() % kWarp;
+  for (int r = 0; r < kMatmulRows; ++r) acc[r] = 0.0f;
+  const int64_t sx = x.col_stride();
+  float w[16];
+  for (int64_t e0 = 16 * int64_t(lane); e0 < K; e0 += 16 * kWarp) {
+    const int n16 = decode16_tail<W>(wrow, e0, K, w);
+    for (int r = 0; r < kMatmulRows; ++r) {
+      if (r >= rows) break;
+      const uint8_t* xr = x.row(m0 + r) + e0 * sx;
+      float s = 0.0f;
+      for (int i = 0; i < n16; ++i) s += w[i] * load_f(xr + i * sx, x.dtype);
+      acc[r] += s;
+    }
+  }
+  for (int r = 0; r < kMatmulRows; ++r) acc[r] = warp_sum(c, acc[r]);
+}
+
+// matmul: out[M, N] = x[M, K] w[N, K]^T (+ bias). Block: kMatmulWarps warps, one output column
+// each; grid (N / warps, M / kMatmulRows).
+template <DType W>
+struct MatmulKernel {
+  using Args = MatmulArgs;
+  template <class C> TS_KFN static void run(C& c, const Args& a) {
+    const int64_t n = int64_t(c.bx()) * kMatmulWarps + c.tid() / kWarp;
+    const int64_t N = a.w.shape[0], K = a.x.cols(), M = a.x.rows();
+    if (n >= N) return;  // the whole warp
+    const int64_t m0 = int64_t(c.by()) * kMatmulRows;
+    const int rows = int(M - m0 < kMatmulRows ? M - m0 : kMatmulRows);
+    float acc[kMatmulRows];
+    warp_dots<W>(c, a.x, m0, rows, a.w.row(n), K, acc);
+    const float bias = a.bias.p ? load_f(a.bias.p + n * a.bias.col_stride(), a.bias.dtype) : 0.0f;
+    const int lane = c.tid() % kWarp;
+    if (lane < rows) {
+      float v = 0.0f;
+      for (int r = 0; r < kMatmulRows; ++r)
+        if (r == lane) v = acc[r];
+      store_f(a.out.row(m0 + lane) + n * a.out.col_stride(), a.out.dtype, v + bias);
+    }
+  }
+};
+
+// matmul_id: one warp per (token, output column), over the token's k experts; weighted: the
+// weighted sum in one row, else one row per (token, slot).
+template <DType W>
+struct MatmulIdKernel {
+  using Args = MatmulIdArgs;
+  template <class C> TS_KFN static void run(C& c, const Args& a) {
+    const int64_t n = int64_t(c.bx()) * kMatmulWarps + c.tid() / kWarp;
+    const int64_t t = c.by();
+    const int64_t E = a.w.shape[0], N = a.w.shape[1], K = a.w.cols(), k = a.ids.cols();
+    if (n >= N) return;
+    const int lane = c.tid() % kWarp;
+    float total = 0.0f, acc[kMatmulRows];
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t e = load_i32(a.ids, t * k + j);
+      const bool ok = e >= 0 && e < E;
+      if (!ok && lane == 0) c.set_error(a.err, KernelError::kExpertId);
+      const int64_t xrow = a.x.rank == 2 ? t : t * k + j;
+      warp_dots<W>(c, a.x, xrow, 1, a.w.row((ok ? e : 0) * N + n), K, acc);
+      const float y = ok ? acc[0] : 0.0f;
+      if (a.weights.p) {
+        total += load_f(a.weights.row(t) + j * a.weights.col_stride(), a.weights.dtype) * y;
+      } else if (lane == 0) {
+        store_f(a.out.row(t * k + j) + n * a.out.col_stride(), a.out.dtype, y);
+      }
+    }
+    if (a.weights.p && lane == 0) store_f(a.out.row(t) + n * a.out.col_stride(), a.out.dtype, total);
+  }
+};
+
+// topk_route: one thread per token (E <= kMaxRouteExperts), ties to the lower expert index.
+struct TopkRouteKernel {
+  using Args = TopkRouteArgs;
+  template <class C> TS_KFN static void run(C& c, const Args& a) {
+    const int64_t t = int64_t(c.bx()) * c.ntid() + c.tid();
+    if (t >= a.logits.rows()) return;
+    const int E = int(a.logits.cols());
+    float score[kMaxRouteExperts], sel[kMaxRouteExperts];
+    const uint8_t* rl = a.logits.row(t);
+    const int64_t sl = a.logits.col_stride();
+    float mx = -INFINITY;
+    for (int e = 0; e < E; ++e) { score[e] = load_f(rl + e * sl, a.logits.dtype); mx = fmaxf(mx, score[e]); }
+    if (a.softmax) {
+      float s = 0.0f;
+      for (int e = 0; e < E; ++e) { score[e] = expf(score[e] - mx); s += score[e]; }
+      for (int e = 0; e < E; ++e) score[e] /= s;
+    } else {
+      for (int e = 0; e < E; ++e) score[e] = 1.0f / (1.0f + expf(-score[e]));
+    }
+    for (int e = 0; e < E; ++e)
+      sel[e] = score[e] + (a.bias.p ? load_f(a.bias.p + e * a.bias.col_stride(), a.bias.dtype) : 0.0f);
+    if (a.n_groups > 1) {
+      const int gs = E / a.n_groups;
+      float best[64];
+      bool keep[64];
+      for (int g = 0; g < a.n_groups; ++g) {
+        best[g] = -INFINITY;
+        keep[g] = false;
+        for (int e = g * gs; e < (g + 1) * gs; ++e) best[g] = fmaxf(best[g], sel[e]);
+      }
+      for (int i = 0; i < a.topk_groups; ++i) {
+        int bi = -1;
+        for (int g = 0; g < a.n_groups; ++g)
+          if (!keep[g] && (bi < 0 || best[g] > best[bi])) bi = g;
+        keep[bi] = true;
+      }
+      for (int e = 0; e < E; ++e)
+        if (!keep[e / gs]) sel[e] = -INFINITY;
+    }
+    uint32_t taken[kMaxRouteExperts / 32];
+    for (int i = 0; i < kMaxRouteExperts / 32; ++i) taken[i] = 0;
+    float w[64];
+    int ids[64];
+    float sum = 0.0f;
+    for (int j = 0; j < a.k; ++j) {
+      int bi = -1;
+      for (int e = 0; e < E; ++e)
+        if (!((taken[e / 32] >> (e % 32)) & 1u) && (bi < 0 || sel[e] > sel[bi])) bi = e;
+      taken[bi / 32] |= 1u << (bi % 32);
+      ids[j] = bi;
+      w[j] = score[bi];
+      sum += w[j];
+    }
+    uint8_t* ri = a.ids.row(t);
+    uint8_t* rw = a.weights.row(t);
+    for (int j = 0; j < a.k; ++j) {
+      const float v = (a.renormalize && sum > 0.0f ? w[j] / sum : w[j]) * a.weight_scale;
+      const uint32_t u = uint32_t(ids[j]);
+      uint8_t* p = ri + j * a.ids.col_stride();
+      for (int b = 0; b < 4; ++b) p[b] = uint8_t(u >> (8 * b));
+      store_f(rw + j * a.weights.col_stride(), a.weights.dtype, v);
+    }
+  }
+};
+
+// Element c of a KV cache row: f32/f16/bf16, or a row-scaled FP8 E4M3 / INT8_PC row ([f32 scale]
+// then one code per element).
+TS_KFN float kv_load(const uint8_t* row, DType t, int64_t c) {
+  if (t == DType::kFP8_E4M3) return decode::fp8_e4m3_to_f32(row[4 + c]) * decode::f32_at(row);
+  if (t == DType::kINT8_PC) return float(int8_t(row[4 + c])) * decode::f32_at(row);
+  return load_f(row + c * (t == DType::kF32 ? 4 : 2), t);
+}
+
+// Stores the new tokens' K and V in their cache slots: one block per token, a warp per KV head.
+struct KvStoreKernel {
+  using Args = KvStoreArgs;
+  template <class C> TS_KFN static void store_row(C& c, const View& src, int64_t sr, const View& cache, int64_t cr) {
+    const int lane = c.tid() % kWarp;
+    const int64_t D = src.cols(), ss = src.col_stride();
+    const uint8_t* rs = src.row(sr);
+    uint8_t* rc = cache.row(cr);
+    const DType t = cache.dtype;
+    if (t == DType::kFP8_E4M3 || t == DType::kINT8_PC) {
+      float amax = 0.0f;
+      for (int64_t i = lane; i < D; i += kWarp) amax = fmaxf(amax, fabsf(load_f(rs + i * ss, src.dtype)));
+      amax = warp_max(c, amax);
+      const float scale = amax / (t == DType::kFP8_E4M3 ? 448.0f : 127.0f);
+      const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+      if (lane == 0) store_f(rc, DType::kF32, scale);
+      for (int64_t i = lane; i < D; i += kWarp) {
+        const float x = load_f(rs + i * ss, src.dtype);
+        uint8_t code = 0;
+        if (t == DType::kFP8_E4M3) {
+          code = scale > 0.0f ? decode::f32_to_fp8_e4m3(x / scale) : uint8_t(0);
+        } else {
+          const float q = roundf(x * inv);
+          code = uint8_t(int8_t(q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q));
+        }
+        rc[4 + i] = code;
+      }
+    } else {
+      const int64_t sc = t == DType::kF32 ? 4 : 2;
+      for (int64_t i = lane; i < D; i += kWarp) store_f(rc + i * sc, t, load_f(rs + i * ss, src.dtype));
+    }
+  }
+  template <class C> TS_KFN static void run(C& c, const Args& a) {
+    const int64_t t = c.bx(), H = a.k.shape[1];
+    const int32_t slot = load_i32(a.slots, t);
+    if (slot < 0) return;
+    if (slot >= a.n_slots) {
+      if (c.tid() == 0) c.set_error(a.err, KernelError::kAttnMetadata);
+      return;
+    }
+    for (int64_t h = c.tid() / kWarp; h < H; h += c.ntid() / kWarp) {
+      store_row(c, a.k, t * H + h, a.k_cache, int64_t(slot) * H + h);
+      store_row(c, a.v, t * H + h, a.v_cache, int64_t(slot) * H + h);
+    }
+  }
+};
+
+// Paged attention of one query row (token, head) over its sequence's cached keys: kAttnWarps
+// warps take keys in turn, each with its own online softmax, merged at the end.
+struct AttentionKernel {
+  using Args = AttentionArgs;
+  template <class C> TS_KFN static void run(C& c, const Args& a) {
+    const int64_t t = c.bx(), h = c.by();
+    const int64_t Hq = a.q.shape[1], D = a.q.cols(), T = a.q.shape[0];
+    const int64_t group = Hq / a.hkv, hk = h / group;
+    const int lane = c.tid() % kWarp, warp = c.tid() / kWarp;
+    float* q = c.template smem<1, float, kMaxHeadDim>();
+    float* om = c.template smem<2, float, kAttnWarps * (kMaxHeadDim + 2)>();
+    // The sequence of token t: the last s with query_start[s] <= t.
+    int64_t lo_s = 0, hi_s = a.n_seqs - 1;
+    while (lo_s < hi_s) {
+      const int64_t mid = (lo_s + hi_s + 1) / 2;
+      if (load_i32(a.query_start, mid) <= t) lo_s = mid;
+      else hi_s = mid - 1;
+    }
+    const int64_t s = lo_s;
+    const int64_t q0 = load_i32(a.query_start, s), q1 = load_i32(a.query_start, s + 1);
+    const int64_t len = load_i32(a.seq_lens, s), n_new = q1 - q0;
+    const int64_t max_blocks = a.block_tables.cols();
+    const bool ok = load_i32(a.query_start, 0) == 0 && load_i32(a.query_start, a.n_seqs) == T && q0 <= t && t < q1 &&
+                    len >= n_new && (len + a.block_size - 1) / a.block_size <= max_blocks;
+    uint8_t* ro = a.out.row(t * Hq + h);
+    const int64_t so = a.out.col_stride();
+    if (!ok) {
+      if (c.tid() == 0) c.set_error(a.err, KernelError::kAttnMetadata);
+      for (int64_t i = c.tid(); i < D; i += c.ntid()) store_f(ro + i * so, a.out.dtype, 0.0f);
+      return;
+    }
+    const int64_t pos = len - n_new + (t - q0);
+    const int64_t lo = a.sliding_window > 0 && pos - a.sliding_window + 1 > 0 ? pos - a.sliding_window + 1 : 0;
+    const int64_t hi = a.causal ? pos : len - 1;
+    const uint8_t* rq = a.q.row(t * Hq + h);
+    for (int64_t i = c.tid(); i < D; i += c.ntid()) q[i] = load_f(rq + i * a.q.col_stride(), a.q.dtype);
+    c.sync();
+    constexpr int kPer = kMaxHeadDim / kWarp;
+    float o[kPer];
+    for (int i = 0; i < kPer; ++i) o[i] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    bool bad = false;
+    for (int64_t j = lo + warp; j <= hi; j += kAttnWarps) {
+      const int32_t blk = load_i32(a.block_tables, s * max_blocks + j / a.block_size);
+      if (blk < 0 || blk >= a.n_blocks) { bad = true; continue; }  // uniform over the warp
+      const int64_t slot = int64_t(blk) * a.block_size + j % a.block_size;
+      const uint8_t* rk = a.k_cache.row(slot * a.hkv + hk);
+      const uint8_t* rv = a.v_cache.row(slot * a.hkv + hk);
+      float d = 0.0f;
+      for (int64_t i = lane; i < D; i += kWarp) d += q[i] * kv_load(rk, a.k_cache.dtype, i);
+      d = warp_sum(c, d) * a.scale;
+      if (a.softcap > 0.0f) d = a.softcap * tanhf(d / a.softcap);
+      const float m_new = fmaxf(m, d);
+      const float corr = expf(m - m_new), p = expf(d - m_new);
+      l = l * corr + p;
+      for (int i = 0; i < kPer; ++i)
+        if (lane + i * kWarp < D) o[i] = o[i] * corr + p * kv_load(rv, a.v_cache.dtype, lane + i * kWarp);
+      m = m_new;
+    }
+    if (bad && lane == 0) c.set_error(a.err, KernelError::kAttnMetadata);
+    float* mine = om + warp * (kMaxHeadDim + 2);
+    for (int i = 0; i < kPer; ++i)
+      if (lane + i * kWarp < D) mine[lane + i * kWarp] = o[i];
+    if (lane == 0) { mine[kMaxHeadDim] = m; mine[kMaxHeadDim + 1] = l; }
+    c.sync();
+    float M = -INFINITY;
+    for (int w = 0; w < kAttnWarps; ++w) M = fmaxf(M, om[w * (kMaxHeadDim + 2) + kMaxHeadDim]);
+    float L = 0.0f;
+    for (int w = 0; w < kAttnWarps; ++w) {
+      const float* ow = om + w * (kMaxHeadDim + 2);
+      if (ow[kMaxHeadDim + 1] > 0.0f) L += ow[kMaxHeadDim + 1] * expf(ow[kMaxHeadDim] - M);
+    }
+    for (int64_t i = c.tid(); i < D; i += c.ntid()) {
+      float acc = 0.0f;
+      for (int w = 0; w < kAttnWarps; ++w) {
+        const float* ow = om + w * (kMaxHeadDim + 2);
+        if (ow[kMaxHeadDim + 1] > 0.0f) acc += ow[i] * expf(ow[kMaxHeadDim] - M);
+      }
+      store_f(ro + i * so, a.out.dtype, L > 0.0f ? acc / L : 0.0f);
+    }
+  }
+};
+
+}  // namespace tessera::gpu

@@ -1,0 +1,300 @@
+#include "backends/cuda/plan.h"
+
+#include <cmath>
+#include <string>
+
+namespace tessera::gpu {
+
+const char* kernel_error_message(KernelError e) {
+  switch (e) {
+    case KernelError::kNone: return "no error";
+    case KernelError::kEmbedId: return "embed: a token id outside the embedding's rows";
+    case KernelError::kExpertId: return "matmul_id: an expert id outside [0, experts)";
+    case KernelError::kAttnMetadata:
+      return "attention: query_start, seq_lens, a block table entry or a slot is out of range";
+  }
+  return "unknown kernel error";
+}
+
+const char* kernel_name(KernelKind k) {
+  switch (k) {
+    case KernelKind::kPointwise: return "pointwise";
+    case KernelKind::kNorm: return "norm";
+    case KernelKind::kSoftmax: return "softmax";
+    case KernelKind::kRope: return "rope";
+    case KernelKind::kEmbed: return "embed";
+    case KernelKind::kMatmul: return "matmul";
+    case KernelKind::kMatmulId: return "matmul_id";
+    case KernelKind::kTopkRoute: return "topk_route";
+    case KernelKind::kKvStore: return "kv_store";
+    case KernelKind::kAttention: return "attention";
+  }
+  return "?";
+}
+
+namespace {
+
+bool is_act(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+bool is_weight(DType t) {
+  switch (t) {
+#define TS_CASE(D) case DType::D:
+    TS_FOR_EACH_WEIGHT_DTYPE(TS_CASE)
+#undef TS_CASE
+    return true;
+    default: return false;
+  }
+}
+bool is_kv(DType t) { return is_act(t) || t == DType::kFP8_E4M3 || t == DType::kINT8_PC; }
+
+View view_of(const Tensor& t, const AddressOf& address) {
+  View v;
+  v.p = address(t);
+  v.dtype = t.dtype;
+  v.rank = t.rank;
+  for (int i = 0; i < t.rank; ++i) {
+    v.shape[i] = t.shape[size_t(i)];
+    v.stride[i] = t.stride[size_t(i)];
+  }
+  // Block formats keep stride 0 in the last dim (core/tensor.h); kernels never step by it.
+  return v;
+}
+
+constexpr uint32_t kMaxGridY = 65535;
+constexpr int64_t kMaxGridX = 2147483647;
+
+}  // namespace
+
+bool supports(OpKind op, DType act, DType weight) {
+  switch (op) {
+    case OpKind::kEmbed:
+      return is_act(act) && is_weight(weight);
+    case OpKind::kMatmul:
+    case OpKind::kMatmulId:
+      return is_act(act) && is_weight(weight);
+    case OpKind::kAttention:
+      return is_act(act) && is_kv(weight);
+    case OpKind::kCast:
+      return is_act(act) && is_act(weight);
+    case OpKind::kRmsNorm:
+    case OpKind::kLayerNorm:
+    case OpKind::kRope:
+    case OpKind::kGlu:
+    case OpKind::kAdd:
+    case OpKind::kMul:
+    case OpKind::kScale:
+    case OpKind::kSoftmax:
+    case OpKind::kTopkRoute:
+    case OpKind::kCopy:
+    case OpKind::kGelu:
+      return is_act(act) && act == weight;
+    case OpKind::kView:
+      return true;
+    case OpKind::kCount:
+      return false;
+  }
+  return false;
+}
+
+Status plan_node(const Graph& g, int ni, const AddressOf& address, int32_t* err, std::vector<Launch>& out) {
+  const Node& n = g.nodes()[size_t(ni)];
+  auto fail = [&](const std::string& why) {
+    return InvalidArgument(std::string("gpu: node ") + std::to_string(ni) + " (" + op_name(n.op) + "): " + why);
+  };
+  auto in = [&](int i) { return g.has_input(n, i) ? view_of(g.input_tensor(n, i), address) : View{}; };
+  const View o = n.op == OpKind::kView ? View{} : view_of(g.output_tensor(n), address);
+  auto rows_grid = [&](int64_t rows, Launch& l) -> Status {
+    if (rows > kMaxGridX) return fail("too many rows for one launch");
+    l.grid_x = uint32_t(rows);  // 0: nothing to launch
+    return OkStatus();
+  };
+  for (int i = 0; i < int(n.inputs.size()); ++i)
+    if (g.has_input(n, i) && g.input_tensor(n, i).layout != WeightLayout::kRows)
+      return fail("input " + std::to_string(i) + " is in another backend's weight layout");
+  Launch l;
+  l.node = ni;
+  switch (n.op) {
+    case OpKind::kView:
+      return OkStatus();
+    case OpKind::kAdd:
+    case OpKind::kMul:
+    case OpKind::kScale:
+    case OpKind::kGlu:
+    case OpKind::kGelu:
+    case OpKind::kCast:
+    case OpKind::kCopy: {
+      PointwiseArgs a{};
+      a.a = in(0);
+      a.out = o;
+      a.scale = 1.0f;
+      switch (n.op) {
+        case OpKind::kAdd: a.op = Pointwise::kAdd; a.b = in(1); break;
+        case OpKind::kMul: a.op = Pointwise::kMul; a.b = in(1); break;
+        case OpKind::kScale: a.op = Pointwise::kScale; a.scale = n.param<ScaleParams>().scale; break;
+        case OpKind::kGlu:
+          a.op = n.param<GluParams>().kind == GluKind::kSilu ? Pointwise::kSiluGlu : Pointwise::kGeluGlu;
+          a.b = in(1);
+          break;
+        case OpKind::kGelu: a.op = Pointwise::kGelu; break;
+        default: a.op = Pointwise::kConvert; break;
+      }
+      l.kind = KernelKind::kPointwise;
+      TS_RETURN_IF_ERROR(rows_grid(a.out.rows(), l));
+      l.args = a;
+      break;
+    }
+    case OpKind::kRmsNorm:
+    case OpKind::kLayerNorm: {
+      NormArgs a{};
+      a.layer = n.op == OpKind::kLayerNorm;
+      a.x = in(0);
+      a.w = in(1);
+      if (a.layer) {
+        a.b = in(in::kLayerNormB);
+        a.eps = n.param<LayerNormParams>().eps;
+      } else {
+        a.eps = n.param<RmsNormParams>().eps;
+      }
+      a.out = o;
+      l.kind = KernelKind::kNorm;
+      TS_RETURN_IF_ERROR(rows_grid(a.out.rows(), l));
+      l.args = a;
+      break;
+    }
+    case OpKind::kSoftmax: {
+      l.kind = KernelKind::kSoftmax;
+      l.args = SoftmaxArgs{in(0), o, n.param<SoftmaxParams>().scale};
+      TS_RETURN_IF_ERROR(rows_grid(o.rows(), l));
+      break;
+    }
+    case OpKind::kRope: {
+      const auto& p = n.param<RopeParams>();
+      RopeArgs a{};
+      a.x = in(in::kRopeX);
+      a.pos = in(in::kRopePos);
+      a.freq = in(in::kRopeFreqFactors);
+      a.out = o;
+      if (a.x.rank != 3) return fail("rope takes [T, H, D]");
+      a.n_dims = p.n_dims;
+      a.neox = p.mode == RopeMode::kNeox;
+      a.n_ctx_orig = p.n_ctx_orig;
+      a.freq_base = p.freq_base;
+      a.freq_scale = p.freq_scale;
+      a.ext_factor = p.ext_factor;
+      a.attn_factor = p.attn_factor;
+      a.beta_fast = p.beta_fast;
+      a.beta_slow = p.beta_slow;
+      l.kind = KernelKind::kRope;
+      l.block = 64;
+      TS_RETURN_IF_ERROR(rows_grid(a.x.rows(), l));
+      l.args = a;
+      break;
+    }
+    case OpKind::kEmbed: {
+      EmbedArgs a{in(in::kEmbedWeight), in(in::kEmbedIds), o, err};
+      l.kind = KernelKind::kEmbed;
+      l.weight = a.w.dtype;
+      TS_RETURN_IF_ERROR(rows_grid(a.ids.shape[0], l));
+      l.args = a;
+      break;
+    }
+    case OpKind::kMatmul: {
+      MatmulArgs a{in(in::kMatmulX), in(in::kMatmulW), in(in::kMatmulBias), o};
+      l.kind = KernelKind::kMatmul;
+      l.weight = a.w.dtype;
+      l.block = kMatmulWarps * 32;
+      const int64_t gx = (a.w.shape[0] + kMatmulWarps - 1) / kMatmulWarps;
+      const int64_t gy = (a.x.rows() + kMatmulRows - 1) / kMatmulRows;
+      if (gy > kMaxGridY || gx > kMaxGridX) return fail("matmul too large for one launch");
+      l.grid_x = uint32_t(gx);
+      l.grid_y = uint32_t(gy);
+      l.args = a;
+      break;
+    }
+    case OpKind::kMatmulId: {
+      MatmulIdArgs a{in(in::kMatmulIdX), in(in::kMatmulIdW), in(in::kMatmulIdIds), in(in::kMatmulIdWeights), o, err};
+      l.kind = KernelKind::kMatmulId;
+      l.weight = a.w.dtype;
+      l.block = kMatmulWarps * 32;
+      const int64_t gx = (a.w.shape[1] + kMatmulWarps - 1) / kMatmulWarps;
+      const int64_t gy = a.ids.shape[0];
+      if (gy > kMaxGridY || gx > kMaxGridX) return fail("matmul_id too large for one launch");
+      l.grid_x = uint32_t(gx);
+      l.grid_y = uint32_t(gy);
+      l.args = a;
+      break;
+    }
+    case OpKind::kTopkRoute: {
+      const auto& p = n.param<TopkRouteParams>();
+      TopkRouteArgs a{};
+      a.logits = in(in::kRouteLogits);
+      a.bias = in(in::kRouteBias);
+      a.ids = view_of(g.output_tensor(n, 0), address);
+      a.weights = view_of(g.output_tensor(n, 1), address);
+      if (a.logits.cols() > kMaxRouteExperts) return fail("more than " + std::to_string(kMaxRouteExperts) + " experts");
+      if (p.k > 64 || p.n_groups > 64) return fail("k or n_groups above 64");
+      a.k = p.k;
+      a.softmax = p.scoring == RouteScoring::kSoftmax;
+      a.renormalize = p.renormalize;
+      a.n_groups = p.n_groups;
+      a.topk_groups = p.topk_groups;
+      a.weight_scale = p.weight_scale;
+      l.kind = KernelKind::kTopkRoute;
+      l.block = 64;
+      l.grid_x = uint32_t((a.logits.rows() + 63) / 64);
+      l.args = a;
+      break;
+    }
+    case OpKind::kAttention: {
+      const auto& p = n.param<AttentionParams>();
+      const View q = in(in::kAttnQ), kc = in(in::kAttnKCache);
+      const int64_t D = q.cols();
+      if (D > kMaxHeadDim) return fail("head dim " + std::to_string(D) + " above " + std::to_string(kMaxHeadDim));
+      if (q.shape[0] > kMaxGridX || q.shape[1] > kMaxGridY) return fail("too many tokens or heads for one launch");
+      KvStoreArgs s{in(in::kAttnK), in(in::kAttnV), kc, in(in::kAttnVCache), in(in::kAttnSlotMapping),
+                    kc.shape[0] * kc.shape[1], err};
+      Launch ls;
+      ls.node = ni;
+      ls.kind = KernelKind::kKvStore;
+      ls.block = 128;
+      ls.grid_x = uint32_t(q.shape[0]);
+      ls.args = s;
+      out.push_back(ls);
+      AttentionArgs a{};
+      a.q = q;
+      a.k_cache = kc;
+      a.v_cache = in(in::kAttnVCache);
+      a.query_start = in(in::kAttnQueryStart);
+      a.seq_lens = in(in::kAttnSeqLens);
+      a.block_tables = in(in::kAttnBlockTables);
+      a.out = o;
+      a.n_seqs = a.seq_lens.shape[0];
+      a.hkv = in(in::kAttnK).shape[1];
+      a.block_size = kc.shape[1];
+      a.n_blocks = kc.shape[0];
+      a.scale = p.scale > 0.0f ? p.scale : 1.0f / std::sqrt(float(D));
+      a.softcap = p.softcap;
+      a.sliding_window = p.sliding_window;
+      a.causal = p.causal;
+      a.err = err;
+      l.kind = KernelKind::kAttention;
+      l.block = kAttnWarps * 32;
+      l.grid_x = uint32_t(q.shape[0]);
+      l.grid_y = uint32_t(q.shape[1]);
+      l.args = a;
+      break;
+    }
+    case OpKind::kCount:
+      return fail("not an op");
+  }
+  out.push_back(l);
+  return OkStatus();
+}
+
+Result<std::vector<Launch>> plan_graph(const Graph& graph, const AddressOf& address, int32_t* err) {
+  std::vector<Launch> out;
+  out.reserve(graph.nodes().size() + 4);
+  for (int i = 0; i < int(graph.nodes().size()); ++i) TS_RETURN_IF_ERROR(plan_node(graph, i, address, err, out));
+  return out;
+}
+
+}  // namespace tessera::gpu

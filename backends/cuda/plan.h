@@ -1,0 +1,46 @@
+// From a graph node to the GPU kernel launches that compute it: which kernel, its grid and block,
+// and its arguments (args.h). Host code only, shared by the CUDA and HIP devices and by the host
+// simulator, so launch configuration and argument packing are tested here without a GPU.
+#pragma once
+#include <functional>
+#include <variant>
+#include <vector>
+
+#include "backends/cuda/args.h"
+#include "core/graph.h"
+#include "core/status.h"
+
+namespace tessera::gpu {
+
+enum class KernelKind : uint8_t {
+  kPointwise, kNorm, kSoftmax, kRope, kEmbed, kMatmul, kMatmulId, kTopkRoute, kKvStore, kAttention,
+};
+const char* kernel_name(KernelKind k);
+
+using KernelArgs = std::variant<PointwiseArgs, NormArgs, SoftmaxArgs, RopeArgs, EmbedArgs, MatmulArgs, MatmulIdArgs,
+                                TopkRouteArgs, KvStoreArgs, AttentionArgs>;
+
+struct Launch {
+  KernelKind kind = KernelKind::kPointwise;
+  DType weight = DType::kF32;  // the weight format a templated kernel is instantiated for
+  uint32_t grid_x = 1, grid_y = 1;  // a grid with no block (no rows) launches nothing
+  uint32_t block = 128;
+  int node = -1;  // the graph node it computes (for messages)
+  KernelArgs args;
+};
+
+// Device address of a bound tensor's element 0 (the backend's buffers know it).
+using AddressOf = std::function<uint8_t*(const Tensor&)>;
+
+// Whether the GPU kernels implement |op| for (act, weight) (the HAL's supports()).
+bool supports(OpKind op, DType act, DType weight);
+
+// The launches of |node|, in order; |err| is the device's error word (args.h KernelError).
+// Fails, naming the node, on a shape the kernels do not take (a head dim above kMaxHeadDim, a
+// weight in another backend's layout, more than kMaxRouteExperts experts, a grid too large).
+Status plan_node(const Graph& graph, int node_index, const AddressOf& address, int32_t* err,
+                 std::vector<Launch>& out);
+// Every node of |graph| (views compute nothing and get no launch).
+Result<std::vector<Launch>> plan_graph(const Graph& graph, const AddressOf& address, int32_t* err);
+
+}  // namespace tessera::gpu

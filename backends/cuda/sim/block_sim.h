@@ -1,0 +1,81 @@
+// A host simulator of GPU thread blocks: runs a kernel body (backends/cuda/kernels.h) with every
+// thread of a block as a fiber (ucontext), switching at the block barrier and at warp shuffles,
+// so the same source that nvcc and hipcc compile runs, and is checked, on a machine without a
+// GPU. Blocks run one after another; a barrier that not every live thread of the block (or
+// lane of the warp) reaches is reported as a divergence error instead of hanging.
+#pragma once
+#include <ucontext.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/args.h"
+
+namespace tessera::gpu::sim {
+
+class BlockSim;
+
+// The execution context kernels.h asks for (see there), on the host.
+class HostCtx {
+ public:
+  int tid() const { return tid_; }
+  int ntid() const { return ntid_; }
+  int bx() const { return bx_; }
+  int by() const { return by_; }
+  int nbx() const { return nbx_; }
+  int nby() const { return nby_; }
+  void sync();
+  float shfl_xor(float v, int mask);
+  template <int Slot, class T, int N>
+  T* smem() {
+    static_assert(Slot >= 0 && Slot < kSlots && sizeof(T) * N <= kSlotBytes, "shared slot too large for the simulator");
+    return reinterpret_cast<T*>(shared_base() + Slot * kSlotBytes);
+  }
+  void set_error(int32_t* err, KernelError e) {
+    if (*err == 0) *err = int32_t(e);  // fibers never run concurrently
+  }
+
+  static constexpr int kSlots = 4;
+  static constexpr size_t kSlotBytes = 16384;
+
+ private:
+  friend class BlockSim;
+  uint8_t* shared_base();
+  BlockSim* sim_ = nullptr;
+  int tid_ = 0, ntid_ = 0, bx_ = 0, by_ = 0, nbx_ = 0, nby_ = 0;
+};
+
+class BlockSim {
+ public:
+  BlockSim() = default;
+  BlockSim(const BlockSim&) = delete;
+  BlockSim& operator=(const BlockSim&) = delete;
+  // Runs |body| for every thread of a grid_x x grid_y grid of |threads|-thread blocks. Returns
+  // an empty string, or what went wrong (a divergent barrier).
+  std::string run(uint32_t grid_x, uint32_t grid_y, uint32_t threads, const std::function<void(HostCtx&)>& body);
+
+ private:
+  friend class HostCtx;
+  enum class State : uint8_t { kRun, kBlockWait, kWarpWait, kDone };
+  struct Fiber {
+    ucontext_t ctx;
+    std::vector<uint8_t> stack;
+    State state = State::kRun;
+    int parity = 0;
+    HostCtx hc;
+  };
+  static void entry();
+  void yield(int tid, State s);
+  std::string run_block();
+
+  ucontext_t sched_{};
+  std::vector<Fiber> fibers_;
+  std::vector<float> bank_[2];
+  std::vector<uint8_t> shared_;
+  const std::function<void(HostCtx&)>* body_ = nullptr;
+  int current_ = 0;
+};
+
+}  // namespace tessera::gpu::sim
