@@ -5,7 +5,9 @@
 namespace tessera::gpu::sim {
 
 namespace {
+#if !TESSERA_SIM_BOOST_CONTEXT
 thread_local BlockSim* g_running = nullptr;  // the simulator whose fiber is starting
+#endif
 constexpr size_t kStackBytes = 64 * 1024;
 }  // namespace
 
@@ -26,6 +28,43 @@ float HostCtx::shfl_xor(float v, int mask) {
   return sim_->bank_[bank][size_t(src)];
 }
 
+#if TESSERA_SIM_BOOST_CONTEXT
+namespace {
+// Hands a fiber the simulator's own stack memory (kept across blocks) instead of allocating.
+struct BorrowedStack {
+  std::vector<uint8_t>* memory;
+  boost::context::stack_context allocate() {
+    boost::context::stack_context sc;
+    sc.size = memory->size();
+    sc.sp = memory->data() + memory->size();
+    return sc;
+  }
+  void deallocate(boost::context::stack_context&) noexcept {}
+};
+}  // namespace
+
+void BlockSim::start(int tid) {
+  Fiber& f = fibers_[size_t(tid)];
+  f.fiber = boost::context::fiber(std::allocator_arg, BorrowedStack{&f.stack}, [this, tid](boost::context::fiber&& sink) {
+    Fiber& me = fibers_[size_t(tid)];
+    me.sink = std::move(sink);
+    (*body_)(me.hc);
+    me.state = State::kDone;
+    return std::move(me.sink);
+  });
+}
+
+void BlockSim::resume(int tid) {
+  Fiber& f = fibers_[size_t(tid)];
+  f.fiber = std::move(f.fiber).resume();
+}
+
+void BlockSim::yield(int tid, State s) {
+  Fiber& f = fibers_[size_t(tid)];
+  f.state = s;
+  f.sink = std::move(f.sink).resume();
+}
+#else
 void BlockSim::entry() {
   BlockSim* s = g_running;
   const int tid = s->current_;
@@ -34,23 +73,34 @@ void BlockSim::entry() {
   // Returning resumes uc_link: the scheduler.
 }
 
+void BlockSim::start(int tid) {
+  Fiber& f = fibers_[size_t(tid)];
+  getcontext(&f.ctx);
+  f.ctx.uc_stack.ss_sp = f.stack.data();
+  f.ctx.uc_stack.ss_size = f.stack.size();
+  f.ctx.uc_link = &sched_;
+  makecontext(&f.ctx, &BlockSim::entry, 0);
+}
+
+void BlockSim::resume(int tid) {
+  current_ = tid;
+  g_running = this;
+  swapcontext(&sched_, &fibers_[size_t(tid)].ctx);
+}
+
 void BlockSim::yield(int tid, State s) {
   fibers_[size_t(tid)].state = s;
   swapcontext(&fibers_[size_t(tid)].ctx, &sched_);
 }
+#endif
 
 std::string BlockSim::run_block() {
   const int n = int(fibers_.size());
   for (;;) {
-    bool ran = false;
     for (int i = 0; i < n; ++i) {
       if (fibers_[size_t(i)].state != State::kRun) continue;
-      current_ = i;
-      g_running = this;
-      swapcontext(&sched_, &fibers_[size_t(i)].ctx);
-      ran = true;
+      resume(i);
     }
-    (void)ran;
     bool live = false;
     for (const auto& f : fibers_) live |= f.state != State::kDone;
     if (!live) return {};
@@ -100,11 +150,7 @@ std::string BlockSim::run(uint32_t grid_x, uint32_t grid_y, uint32_t threads, co
         f.hc.by_ = int(by);
         f.hc.nbx_ = int(grid_x);
         f.hc.nby_ = int(grid_y);
-        getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = f.stack.data();
-        f.ctx.uc_stack.ss_size = f.stack.size();
-        f.ctx.uc_link = &sched_;
-        makecontext(&f.ctx, &BlockSim::entry, 0);
+        start(int(t));
       }
       std::string err = run_block();
       if (!err.empty()) return err + " (block " + std::to_string(bx) + ", " + std::to_string(by) + ")";

@@ -1,10 +1,15 @@
 // A host simulator of GPU thread blocks: runs a kernel body (backends/cuda/kernels.h) with every
 // thread of a block as a fiber (ucontext), switching at the block barrier and at warp shuffles,
 // so the same source that nvcc and hipcc compile runs, and is checked, on a machine without a
-// GPU. Blocks run one after another; a barrier that not every live thread of the block (or
+// GPU. Fibers switch through Boost.Context where the build found it (a few nanoseconds), else
+// through ucontext (which makes a system call per switch). Blocks run one after another; a barrier that not every live thread of the block (or
 // lane of the warp) reaches is reported as a divergence error instead of hanging.
 #pragma once
+#if TESSERA_SIM_BOOST_CONTEXT
+#include <boost/context/fiber.hpp>
+#else
 #include <ucontext.h>
+#endif
 
 #include <cstdint>
 #include <functional>
@@ -60,17 +65,28 @@ class BlockSim {
   friend class HostCtx;
   enum class State : uint8_t { kRun, kBlockWait, kWarpWait, kDone };
   struct Fiber {
+#if TESSERA_SIM_BOOST_CONTEXT
+    boost::context::fiber fiber;  // the thread, while suspended
+    boost::context::fiber sink;   // the scheduler, while the thread runs
+#else
     ucontext_t ctx;
+#endif
     std::vector<uint8_t> stack;
     State state = State::kRun;
     int parity = 0;
     HostCtx hc;
   };
+#if !TESSERA_SIM_BOOST_CONTEXT
   static void entry();
+#endif
+  void start(int tid);
+  void resume(int tid);
   void yield(int tid, State s);
   std::string run_block();
 
+#if !TESSERA_SIM_BOOST_CONTEXT
   ucontext_t sched_{};
+#endif
   std::vector<Fiber> fibers_;
   std::vector<float> bank_[2];
   std::vector<uint8_t> shared_;
