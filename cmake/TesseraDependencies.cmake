@@ -32,6 +32,12 @@ if(NOT TESSERA_CUDA STREQUAL "OFF")
   if(CMAKE_CUDA_COMPILER)
     set(CMAKE_CUDA_ARCHITECTURES ${TESSERA_CUDA_ARCHS})
     enable_language(CUDA)
+    # CMake 3.25 predates nvcc's C++20 support and would refuse the project's CXX_STANDARD 20
+    # for .cu files; nvcc 12+ takes -std=c++20.
+    if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+      set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    endif()
     find_package(CUDAToolkit QUIET)
     if(CUDAToolkit_FOUND)
       set(TESSERA_HAVE_CUDA ON)

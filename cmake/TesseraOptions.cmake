@@ -7,7 +7,7 @@ option(TESSERA_FUZZ "Build libFuzzer targets (needs clang)" OFF)
 set(TESSERA_VULKAN "AUTO" CACHE STRING "Vulkan backend: AUTO, ON or OFF")
 set(TESSERA_CUDA "AUTO" CACHE STRING "CUDA backend: AUTO, ON or OFF")
 set(TESSERA_HIP "AUTO" CACHE STRING "HIP backend: AUTO, ON or OFF")
-set(TESSERA_CUDA_ARCHS "80;89;90a" CACHE STRING "CUDA architectures")
+set(TESSERA_CUDA_ARCHS "80;89;90a;100a;120a" CACHE STRING "CUDA architectures (Ampere, Ada, Hopper, Blackwell DC, Blackwell RTX)")
 set(TESSERA_HIP_ARCHS "gfx90a;gfx1030" CACHE STRING "HIP offload architectures")
 
 find_program(CCACHE_PROGRAM ccache)

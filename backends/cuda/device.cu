@@ -1,0 +1,268 @@
+// The CUDA (and, built by hipcc, the HIP) device on HAL v2: one non-blocking stream per device;
+// device, pinned and mapped memory; batched copies; every executable captured once as a graph
+// (CUDA graphs / HIP graphs) of the node's kernel launches (plan.h) and replayed on submit;
+// events recorded per submission. Data errors the kernels find (a token id outside the vocabulary,
+// a bad block table) land in a mapped error word that wait() and synchronize() report.
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "backends/cuda/dispatch.h"
+#include "backends/cuda/kernel_ctx.h"
+#include "backends/cuda/vendor.h"
+#include "core/registry.h"
+
+namespace tessera::TS_GPU_NS {
+
+namespace {
+
+template <class K>
+__global__ void entry(typename K::Args args) {
+  gpu::DeviceCtx c;
+  K::run(c, args);
+}
+
+Status gpu_status(gpuError_t e, const std::string& what) {
+  if (e == gpuSuccess) return OkStatus();
+  return Internal(std::string(TS_GPU_NAME) + ": " + what + ": " + gpuGetErrorName(e) + ": " + gpuGetErrorString(e));
+}
+
+// Launches every kernel of a plan on one stream (dispatch.h's runner).
+struct StreamRunner {
+  gpuStream_t stream;
+  gpuError_t error = gpuSuccess;
+  template <class K>
+  void run(const gpu::Launch& l, const typename K::Args& args) {
+    entry<K><<<dim3(l.grid_x, l.grid_y), dim3(l.block), 0, stream>>>(args);
+    if (error == gpuSuccess) error = gpuGetLastError();
+  }
+};
+
+class GpuBuffer final : public Buffer {
+ public:
+  GpuBuffer(Device* d, size_t size, void* host, void* dev, bool pinned)
+      : Buffer(d, size, host), dev_(dev), pinned_(pinned) {}
+  ~GpuBuffer() override {
+    if (pinned_) gpuFreeHost(dev_);
+    else gpuFree(dev_);
+  }
+  uint8_t* device_ptr() const { return static_cast<uint8_t*>(dev_); }
+
+ private:
+  void* dev_;
+  bool pinned_;
+};
+
+struct GpuExecutable final : Executable {
+  gpuGraph_t graph = nullptr;
+  gpuGraphExec_t exec = nullptr;
+  gpuStream_t stream = nullptr;
+  ~GpuExecutable() override {
+    if (stream) gpuStreamSynchronize(stream);
+    if (exec) gpuGraphExecDestroy(exec);
+    if (graph) gpuGraphDestroy(graph);
+  }
+};
+
+class GpuDevice final : public Device {
+ public:
+  static Result<DevicePtr> create(int ordinal) {
+    auto d = std::shared_ptr<GpuDevice>(new GpuDevice(ordinal));
+    TS_RETURN_IF_ERROR(d->init());
+    return DevicePtr(d);
+  }
+  ~GpuDevice() override {
+    release_executor();
+    if (stream_) gpuStreamSynchronize(stream_);
+    for (auto& e : events_) gpuEventDestroy(e.second);
+    if (error_word_) gpuFreeHost(error_word_);
+    if (stream_) gpuStreamDestroy(stream_);
+  }
+  const DeviceInfo& info() const override { return info_; }
+
+  Result<BufferPtr> alloc(size_t bytes, MemoryKind kind) override {
+    TS_RETURN_IF_ERROR(select());
+    void* p = nullptr;
+    const size_t n = bytes ? bytes : 1;
+    if (kind == MemoryKind::kDevice) {
+      if (gpuMalloc(&p, n) != gpuSuccess) {
+        gpuGetLastError();
+        return ResourceExhausted(info_.id + ": cannot allocate " + std::to_string(bytes) + " bytes of device memory");
+      }
+      return BufferPtr(std::make_shared<GpuBuffer>(this, bytes, nullptr, p, false));
+    }
+    // Pinned and host-visible memory: page-locked and mapped, one address for host and device.
+    if (gpuHostAlloc(&p, n, gpuHostAllocMapped) != gpuSuccess) {
+      gpuGetLastError();
+      return ResourceExhausted(info_.id + ": cannot allocate " + std::to_string(bytes) + " bytes of pinned memory");
+    }
+    return BufferPtr(std::make_shared<GpuBuffer>(this, bytes, p, p, true));
+  }
+  MemoryInfo memory() const override {
+    size_t free = 0, total = 0;
+    if (const_cast<GpuDevice*>(this)->select().ok() && gpuMemGetInfo(&free, &total) == gpuSuccess) return {total, free};
+    return {};
+  }
+
+  Status upload(const Tensor& dst, const void* src, size_t bytes) override {
+    TS_RETURN_IF_ERROR(check_tensor(dst, bytes, "upload to"));
+    // From pageable memory the copy has been staged when the call returns, so |src| is reusable.
+    return gpu_status(gpuMemcpyAsync(address(dst), src, bytes, gpuMemcpyDefault, stream_), "upload");
+  }
+  Status download(const Tensor& src, void* dst, size_t bytes) override {
+    TS_RETURN_IF_ERROR(check_tensor(src, bytes, "download from"));
+    TS_RETURN_IF_ERROR(gpu_status(gpuMemcpyAsync(dst, address(src), bytes, gpuMemcpyDefault, stream_), "download"));
+    return synchronize();
+  }
+  Result<Event> copy(std::span<const CopyRegion> regions) override {
+    TS_RETURN_IF_ERROR(check_copy_regions(*this, regions));
+    TS_RETURN_IF_ERROR(select());
+    for (const CopyRegion& r : regions) {
+      auto* src = static_cast<const GpuBuffer*>(r.src)->device_ptr() + r.src_offset;
+      auto* dst = static_cast<const GpuBuffer*>(r.dst)->device_ptr() + r.dst_offset;
+      TS_RETURN_IF_ERROR(gpu_status(gpuMemcpyAsync(dst, src, r.bytes, gpuMemcpyDefault, stream_), "copy"));
+    }
+    return record();
+  }
+
+  bool supports(OpKind op, DType act, DType weight) const override { return gpu::supports(op, act, weight); }
+
+  // Plans the graph's launches and captures them into a graph, replayed by every submit().
+  Result<ExecutablePtr> prepare(Graph& graph) override {
+    TS_RETURN_IF_ERROR(select());
+    TS_ASSIGN_OR_RETURN(auto launches, gpu::plan_graph(graph, [](const Tensor& t) { return address(t); }, error_word_));
+    auto exe = std::make_unique<GpuExecutable>();
+    exe->stream = stream_;
+    TS_RETURN_IF_ERROR(gpu_status(gpuStreamBeginCapture(stream_, gpuStreamCaptureModeThreadLocal), "begin capture"));
+    StreamRunner runner{stream_};
+    for (const gpu::Launch& l : launches) gpu::dispatch(runner, l);
+    const gpuError_t end = gpuStreamEndCapture(stream_, &exe->graph);
+    TS_RETURN_IF_ERROR(gpu_status(runner.error, "kernel launch during capture"));
+    TS_RETURN_IF_ERROR(gpu_status(end, "end capture"));
+    TS_RETURN_IF_ERROR(gpu_status(gpuGraphInstantiate(&exe->exec, exe->graph), "instantiate graph"));
+    return ExecutablePtr(std::move(exe));
+  }
+  Result<Event> submit(Executable& e) override {
+    TS_RETURN_IF_ERROR(select());
+    auto& exe = static_cast<GpuExecutable&>(e);
+    TS_RETURN_IF_ERROR(gpu_status(gpuGraphLaunch(exe.exec, stream_), "graph launch"));
+    return record();
+  }
+  Status wait(Event ev) override {
+    if (ev.value == 0) return check_error_word();
+    auto it = events_.find(ev.value);
+    if (it != events_.end()) {
+      TS_RETURN_IF_ERROR(gpu_status(gpuEventSynchronize(it->second), "wait"));
+      // Events up to this one are complete: recycle them.
+      for (auto j = events_.begin(); j != events_.end() && j->first <= ev.value;) {
+        free_events_.push_back(j->second);
+        j = events_.erase(j);
+      }
+    }
+    return check_error_word();
+  }
+  Status synchronize() override {
+    TS_RETURN_IF_ERROR(select());
+    TS_RETURN_IF_ERROR(gpu_status(gpuStreamSynchronize(stream_), "synchronize"));
+    for (auto& e : events_) free_events_.push_back(e.second);
+    events_.clear();
+    return check_error_word();
+  }
+
+ private:
+  explicit GpuDevice(int ordinal) : ordinal_(ordinal) {}
+
+  Status init() {
+    TS_RETURN_IF_ERROR(select());
+    gpuDeviceProp prop{};
+    TS_RETURN_IF_ERROR(gpu_status(gpuGetDeviceProperties(&prop, ordinal_), "device properties"));
+    info_.id = std::string(TS_GPU_NAME) + ":" + std::to_string(ordinal_);
+    info_.name = prop.name;
+    info_.kind = TS_GPU_KIND;
+    info_.memory_bytes = prop.totalGlobalMem;
+    info_.features = "cc " + std::to_string(prop.major) + "." + std::to_string(prop.minor) + " sms " +
+                     std::to_string(prop.multiProcessorCount) + " warp " + std::to_string(prop.warpSize) + " graphs";
+    // NOTE: f32 activations until the tensor-core GEMMs land (the kernels take f16/bf16 too).
+    info_.activation_dtype = DType::kF32;
+    info_.pads_decode_batches = true;
+    TS_RETURN_IF_ERROR(gpu_status(gpuStreamCreateWithFlags(&stream_, gpuStreamNonBlocking), "create stream"));
+    void* w = nullptr;
+    TS_RETURN_IF_ERROR(gpu_status(gpuHostAlloc(&w, sizeof(int32_t), gpuHostAllocMapped), "error word"));
+    error_word_ = static_cast<int32_t*>(w);
+    *error_word_ = 0;
+    return OkStatus();
+  }
+  Status select() { return gpu_status(gpuSetDevice(ordinal_), "set device " + std::to_string(ordinal_)); }
+
+  static uint8_t* address(const Tensor& t) {
+    return static_cast<const GpuBuffer*>(t.buffer.get())->device_ptr() + t.offset;
+  }
+  Status check_tensor(const Tensor& t, size_t bytes, const char* what) const {
+    if (!t.buffer || t.buffer->device() != this) return InvalidArgument(info_.id + ": " + what + " a tensor of another device");
+    if (int64_t(bytes) > t.nbytes() || t.offset + bytes > t.buffer->size())
+      return OutOfRange(info_.id + ": " + what + " " + t.shape_string() + ": " + std::to_string(bytes) + " bytes");
+    return OkStatus();
+  }
+  Result<Event> record() {
+    gpuEvent_t e = nullptr;
+    if (!free_events_.empty()) {
+      e = free_events_.back();
+      free_events_.pop_back();
+    } else {
+      TS_RETURN_IF_ERROR(gpu_status(gpuEventCreateWithFlags(&e, gpuEventDisableTiming), "create event"));
+    }
+    TS_RETURN_IF_ERROR(gpu_status(gpuEventRecord(e, stream_), "record event"));
+    const uint64_t v = ++next_event_;
+    events_.emplace_back(v, e);
+    return Event{v};
+  }
+  Status check_error_word() {
+    const int32_t code = *reinterpret_cast<volatile int32_t*>(error_word_);
+    if (code == 0) return OkStatus();
+    *error_word_ = 0;
+    return InvalidArgument(info_.id + ": " + gpu::kernel_error_message(gpu::KernelError(code)));
+  }
+
+  int ordinal_;
+  DeviceInfo info_;
+  gpuStream_t stream_ = nullptr;
+  int32_t* error_word_ = nullptr;
+  uint64_t next_event_ = 0;
+  // Recorded events not yet waited for, in submission order.
+  struct EventList : std::deque<std::pair<uint64_t, gpuEvent_t>> {
+    iterator find(uint64_t v) {
+      for (auto it = begin(); it != end(); ++it)
+        if (it->first == v) return it;
+      return end();
+    }
+  } events_;
+  std::vector<gpuEvent_t> free_events_;
+};
+
+}  // namespace
+
+// Every device the runtime reports, or one unavailable entry saying why there is none.
+void probe(std::vector<DeviceEntry>& out) {
+  int count = 0;
+  const gpuError_t err = gpuGetDeviceCount(&count);
+  if (err != gpuSuccess || count <= 0) {
+    std::string why = err == gpuSuccess ? "no device" : std::string(gpuGetErrorName(err)) + ": " + gpuGetErrorString(err);
+#if !defined(__HIPCC__)
+    if (err == cudaErrorInsufficientDriver) why = "no NVIDIA driver (or one older than this CUDA runtime) is installed";
+    if (err == cudaErrorNoDevice) why = "the driver found no CUDA device";
+#endif
+    gpuGetLastError();
+    out.push_back({TS_GPU_NAME, TS_GPU_NAME, nullptr, Unavailable(std::string(TS_GPU_NAME) + ": " + why)});
+    return;
+  }
+  for (int i = 0; i < count; ++i) {
+    const std::string id = std::string(TS_GPU_NAME) + ":" + std::to_string(i);
+    auto d = GpuDevice::create(i);
+    if (d.ok()) out.push_back({TS_GPU_NAME, id, *d, OkStatus()});
+    else out.push_back({TS_GPU_NAME, id, nullptr, Unavailable(d.status().message())});
+  }
+}
+
+}  // namespace tessera::TS_GPU_NS
