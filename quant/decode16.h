@@ -13,7 +13,7 @@
 #include "quant/dtype.h"
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
-#define TS_HD __host__ __device__ __forceinline__
+#define TS_HD __host__ __device__ inline __attribute__((always_inline))
 #else
 #define TS_HD inline
 #endif

@@ -45,8 +45,8 @@ class GpuBuffer final : public Buffer {
   GpuBuffer(Device* d, size_t size, void* host, void* dev, bool pinned)
       : Buffer(d, size, host), dev_(dev), pinned_(pinned) {}
   ~GpuBuffer() override {
-    if (pinned_) gpuFreeHost(dev_);
-    else gpuFree(dev_);
+    if (pinned_) (void)gpuFreeHost(dev_);
+    else (void)gpuFree(dev_);
   }
   uint8_t* device_ptr() const { return static_cast<uint8_t*>(dev_); }
 
@@ -60,9 +60,9 @@ struct GpuExecutable final : Executable {
   gpuGraphExec_t exec = nullptr;
   gpuStream_t stream = nullptr;
   ~GpuExecutable() override {
-    if (stream) gpuStreamSynchronize(stream);
-    if (exec) gpuGraphExecDestroy(exec);
-    if (graph) gpuGraphDestroy(graph);
+    if (stream) (void)gpuStreamSynchronize(stream);
+    if (exec) (void)gpuGraphExecDestroy(exec);
+    if (graph) (void)gpuGraphDestroy(graph);
   }
 };
 
@@ -75,10 +75,11 @@ class GpuDevice final : public Device {
   }
   ~GpuDevice() override {
     release_executor();
-    if (stream_) gpuStreamSynchronize(stream_);
-    for (auto& e : events_) gpuEventDestroy(e.second);
-    if (error_word_) gpuFreeHost(error_word_);
-    if (stream_) gpuStreamDestroy(stream_);
+    if (stream_) (void)gpuStreamSynchronize(stream_);
+    for (auto& e : events_) (void)gpuEventDestroy(e.second);
+    for (auto e : free_events_) (void)gpuEventDestroy(e);
+    if (error_word_) (void)gpuFreeHost(error_word_);
+    if (stream_) (void)gpuStreamDestroy(stream_);
   }
   const DeviceInfo& info() const override { return info_; }
 
@@ -88,14 +89,14 @@ class GpuDevice final : public Device {
     const size_t n = bytes ? bytes : 1;
     if (kind == MemoryKind::kDevice) {
       if (gpuMalloc(&p, n) != gpuSuccess) {
-        gpuGetLastError();
+        (void)gpuGetLastError();
         return ResourceExhausted(info_.id + ": cannot allocate " + std::to_string(bytes) + " bytes of device memory");
       }
       return BufferPtr(std::make_shared<GpuBuffer>(this, bytes, nullptr, p, false));
     }
     // Pinned and host-visible memory: page-locked and mapped, one address for host and device.
     if (gpuHostAlloc(&p, n, gpuHostAllocMapped) != gpuSuccess) {
-      gpuGetLastError();
+      (void)gpuGetLastError();
       return ResourceExhausted(info_.id + ": cannot allocate " + std::to_string(bytes) + " bytes of pinned memory");
     }
     return BufferPtr(std::make_shared<GpuBuffer>(this, bytes, p, p, true));
@@ -253,7 +254,7 @@ void probe(std::vector<DeviceEntry>& out) {
     if (err == cudaErrorInsufficientDriver) why = "no NVIDIA driver (or one older than this CUDA runtime) is installed";
     if (err == cudaErrorNoDevice) why = "the driver found no CUDA device";
 #endif
-    gpuGetLastError();
+    (void)gpuGetLastError();
     out.push_back({TS_GPU_NAME, TS_GPU_NAME, nullptr, Unavailable(std::string(TS_GPU_NAME) + ": " + why)});
     return;
   }

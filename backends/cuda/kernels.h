@@ -18,7 +18,7 @@
 #include "backends/cuda/args.h"
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
-#define TS_KFN __device__ __forceinline__
+#define TS_KFN __device__ inline __attribute__((always_inline))
 #else
 #define TS_KFN inline
 #endif
