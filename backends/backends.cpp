@@ -1,4 +1,8 @@
 // The probes of every compiled-in backend, in preference order.
+#include <cstdlib>
+#include <string>
+
+#include "backends/cuda/sim/sim_device.h"
 #include "core/reference/reference.h"
 #include "core/registry.h"
 
@@ -27,6 +31,12 @@ std::vector<std::pair<std::string, BackendProbe>> builtin_backend_probes() {
   probes.emplace_back("vulkan", probe_vulkan);
 #endif
   probes.emplace_back("cpu", probe_cpu);
+  // The GPU kernels on the host simulator (backends/cuda/sim): for developers and tests, only
+  // under TESSERA_CUDA_SIM=1; emulated, so never the default.
+  probes.emplace_back("cuda-sim", [](std::vector<DeviceEntry>& out) {
+    const char* e = std::getenv("TESSERA_CUDA_SIM");
+    if (e && std::string(e) == "1") out.push_back({"cuda-sim", "cuda-sim", gpu::sim::make_sim_device(), OkStatus()});
+  });
   // Last: opened by name only ("--device reference"); Registry::devices() and "auto" skip it.
   probes.emplace_back("reference", [](std::vector<DeviceEntry>& out) {
     out.push_back({"reference", "reference", std::make_shared<ref::ReferenceDevice>(), OkStatus()});

@@ -4,7 +4,6 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "backends/cuda/sim/sim_device.h"
 #include "core/reference/reference.h"
 #include "core/registry.h"
 
@@ -176,8 +175,6 @@ int64_t fit_k(DType w, int64_t k) {
 std::vector<DevicePtr> devices_under_test() {
   std::vector<DevicePtr> out;
   const char* only = std::getenv("TESSERA_TEST_DEVICE");
-  // The GPU kernels on the host simulator (backends/cuda/sim): only when asked for by name.
-  if (only && std::string(only) == "cuda-sim") return {gpu::sim::make_sim_device()};
   // The reference device is what every device is compared with: tested only when asked for.
   for (const DeviceEntry& e : Registry::global().entries())
     if (e.device && (!only || !*only ? e.device->info().kind != DeviceKind::kReference : e.id == only || e.backend == only))

@@ -45,6 +45,10 @@ struct BorrowedStack {
 
 void BlockSim::start(int tid) {
   Fiber& f = fibers_[size_t(tid)];
+  // A fiber left suspended by a divergent block is unwound first, while its stack (which the new
+  // fiber reuses) is still intact.
+  f.fiber = boost::context::fiber();
+  f.sink = boost::context::fiber();
   f.fiber = boost::context::fiber(std::allocator_arg, BorrowedStack{&f.stack}, [this, tid](boost::context::fiber&& sink) {
     Fiber& me = fibers_[size_t(tid)];
     me.sink = std::move(sink);

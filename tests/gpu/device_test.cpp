@@ -1,0 +1,95 @@
+// The GPU device's host-visible behaviour without a GPU: the CUDA/HIP probes say why a backend
+// is unavailable; through cuda-sim (the same planner and kernels), a recurring step shape reuses
+// its executable (on CUDA: replays its captured graph), and a bad token id is reported by the
+// kernel's error word instead of reading out of bounds.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "core/exec/executor.h"
+#include "core/registry.h"
+#include "tests/support/test_support.h"
+
+namespace tessera {
+namespace {
+
+const DeviceEntry* entry(const std::string& backend) {
+  for (const DeviceEntry& e : Registry::global().entries())
+    if (e.backend == backend) return &e;
+  return nullptr;
+}
+
+TEST(GpuDevice, ProbesWithoutAGpuSayWhatIsMissing) {
+#if TESSERA_HAVE_CUDA
+  const DeviceEntry* e = entry("cuda");
+  ASSERT_NE(e, nullptr) << "a CUDA build lists the cuda backend";
+  if (std::filesystem::exists("/dev/nvidia0") || std::filesystem::exists("/dev/nvidiactl")) {
+    GTEST_SKIP() << "an NVIDIA driver is present: the no-driver path is not reachable here";
+  }
+  EXPECT_EQ(e->device, nullptr);
+  EXPECT_NE(e->why.message().find("no NVIDIA driver"), std::string::npos) << e->why.to_string();
+#endif
+#if TESSERA_HAVE_HIP
+  const DeviceEntry* h = entry("hip");
+  ASSERT_NE(h, nullptr);
+  if (!std::filesystem::exists("/dev/kfd")) {
+    EXPECT_EQ(h->device, nullptr);
+    EXPECT_FALSE(h->why.message().empty());
+  }
+#endif
+  ASSERT_NE(entry("cuda-sim"), nullptr) << "unit_gpu runs with TESSERA_CUDA_SIM=1";
+}
+
+DevicePtr sim_device() {
+  auto d = Registry::global().find("cuda-sim");
+  return d.ok() ? *d : nullptr;
+}
+
+TEST(GpuDevice, ARecurringGraphShapeReusesItsExecutable) {
+  DevicePtr dev = sim_device();
+  ASSERT_NE(dev, nullptr);
+  testing::Rng rng(3);
+  auto w = upload_new(*dev, Tensor::make(DType::kF32, {24, 64}), testing::random_floats(rng, 24 * 64).data());
+  ASSERT_TRUE(w.ok());
+  // The step's input lives at the same address every step (as the model's step buffer does);
+  // each step uploads new data into it.
+  auto x = upload_new(*dev, Tensor::make(DType::kF32, {2, 64}), nullptr);
+  ASSERT_TRUE(x.ok());
+  std::vector<std::vector<double>> outs;
+  const auto before = dev->executor().stats();
+  for (int step = 0; step < 3; ++step) {
+    const auto xv = testing::random_floats(rng, 2 * 64);
+    ASSERT_TRUE(dev->upload(*x, xv.data(), xv.size() * 4).ok());
+    Graph g;
+    const ValueId y = g.matmul(g.input(*x), g.input(*w));
+    g.mark_output(y);
+    ASSERT_TRUE(dev->compute(g).ok());
+    outs.push_back(testing::download_values(*dev, g.tensor(y)));
+  }
+  const auto after = dev->executor().stats();
+  EXPECT_EQ(after.built - before.built, 1);
+  EXPECT_EQ(after.reused - before.reused, 2);
+  EXPECT_NE(outs[0], outs[1]) << "a replay computes the new step's data";
+}
+
+TEST(GpuDevice, AnOutOfRangeTokenIdIsAnErrorNotARead) {
+  DevicePtr dev = sim_device();
+  ASSERT_NE(dev, nullptr);
+  testing::Rng rng(4);
+  const Tensor desc = Tensor::make(DType::kQ8_0, {10, 32});
+  const auto bytes = testing::encode(desc, testing::random_floats(rng, 10 * 32));
+  auto table = upload_new(*dev, desc, bytes.data());
+  ASSERT_TRUE(table.ok());
+  const std::vector<int32_t> ids = {1, 10, 3};
+  auto id_t = upload_new(*dev, Tensor::make(DType::kI32, {3}), ids.data());
+  ASSERT_TRUE(id_t.ok());
+  Graph g;
+  g.mark_output(g.embed(g.input(*table), g.input(*id_t)));
+  const Status s = dev->compute(g);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("token id outside"), std::string::npos) << s.to_string();
+}
+
+}  // namespace
+}  // namespace tessera

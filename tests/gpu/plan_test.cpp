@@ -1,0 +1,169 @@
+// Launch planning of the GPU backends (backends/cuda/plan.h): grids, blocks, the launches per op,
+// argument packing, and the shapes it refuses, checked on the host.
+#include "backends/cuda/plan.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "core/host_buffer.h"
+#include "tests/support/test_support.h"
+
+namespace tessera::gpu {
+namespace {
+
+// Graphs over host memory: planning needs only addresses.
+struct Fixture {
+  Graph g;
+  std::vector<std::shared_ptr<HostBuffer>> keep;
+  ValueId input(DType t, std::initializer_list<int64_t> shape) {
+    Tensor d = Tensor::make(t, shape);
+    auto b = HostBuffer::create(nullptr, size_t(d.nbytes()) + 64);
+    keep.push_back(b);
+    d.buffer = b;
+    return g.input(d);
+  }
+  // Binds every intermediate to memory of its own (what the executor's arena does).
+  void bind() {
+    for (auto& v : g.mutable_values()) {
+      if (v.kind != Value::Kind::kIntermediate) continue;
+      auto b = HostBuffer::create(nullptr, size_t(v.tensor.nbytes()) + 64);
+      keep.push_back(b);
+      v.tensor.buffer = b;
+    }
+  }
+  Result<std::vector<Launch>> plan() {
+    bind();
+    return plan_graph(g, [](const Tensor& t) { return static_cast<uint8_t*>(t.host_data()); }, &err);
+  }
+  int32_t err = 0;
+};
+
+TEST(GpuPlan, MatmulGridCoversColumnsByWarpsAndRowsByEights) {
+  for (auto [M, N, expect_x, expect_y] : {std::tuple{1, 33, 9, 1}, {8, 64, 16, 1}, {9, 64, 16, 2}, {130, 19, 5, 17}}) {
+    Fixture f;
+    const ValueId y = f.g.matmul(f.input(DType::kF32, {M, 64}), f.input(DType::kQ4_0, {N, 64}));
+    f.g.mark_output(y);
+    auto p = f.plan();
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    ASSERT_EQ(p->size(), 1u);
+    const Launch& l = (*p)[0];
+    EXPECT_EQ(l.kind, KernelKind::kMatmul);
+    EXPECT_EQ(l.weight, DType::kQ4_0);
+    EXPECT_EQ(l.block, uint32_t(kMatmulWarps * 32));
+    EXPECT_EQ(l.grid_x, uint32_t(expect_x)) << "M=" << M << " N=" << N;
+    EXPECT_EQ(l.grid_y, uint32_t(expect_y)) << "M=" << M << " N=" << N;
+    const auto& a = std::get<MatmulArgs>(l.args);
+    EXPECT_EQ(a.w.shape[0], N);
+    EXPECT_EQ(a.x.rows(), M);
+    EXPECT_EQ(a.bias.p, nullptr);
+  }
+}
+
+TEST(GpuPlan, AttentionStoresTheCacheThenAttendsPerTokenAndHead) {
+  Fixture f;
+  const int64_t T = 5, Hq = 6, Hkv = 2, D = 64, blocks = 4, bs = 16;
+  Graph::AttentionInputs in{f.input(DType::kF16, {T, Hq, D}), f.input(DType::kF16, {T, Hkv, D}),
+                            f.input(DType::kF16, {T, Hkv, D}), f.input(DType::kFP8_E4M3, {blocks, bs, Hkv, D}),
+                            f.input(DType::kFP8_E4M3, {blocks, bs, Hkv, D}), f.input(DType::kI32, {T}),
+                            f.input(DType::kI32, {3}), f.input(DType::kI32, {2}), f.input(DType::kI32, {2, 4})};
+  f.g.mark_output(f.g.attention(in, AttentionParams{}));
+  auto p = f.plan();
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  ASSERT_EQ(p->size(), 2u);
+  EXPECT_EQ((*p)[0].kind, KernelKind::kKvStore);
+  EXPECT_EQ((*p)[0].grid_x, uint32_t(T));
+  EXPECT_EQ(std::get<KvStoreArgs>((*p)[0].args).n_slots, blocks * bs);
+  const Launch& a = (*p)[1];
+  EXPECT_EQ(a.kind, KernelKind::kAttention);
+  EXPECT_EQ(a.grid_x, uint32_t(T));
+  EXPECT_EQ(a.grid_y, uint32_t(Hq));
+  const auto& args = std::get<AttentionArgs>(a.args);
+  EXPECT_EQ(args.hkv, Hkv);
+  EXPECT_EQ(args.n_seqs, 2);
+  EXPECT_EQ(args.block_size, bs);
+  EXPECT_FLOAT_EQ(args.scale, 0.125f);  // 1 / sqrt(64)
+  EXPECT_EQ(args.err, &f.err);
+}
+
+TEST(GpuPlan, RefusesShapesTheKernelsDoNotTakeNamingTheNode) {
+  {
+    Fixture f;  // head dim above kMaxHeadDim
+    const int64_t D = 320;
+    Graph::AttentionInputs in{f.input(DType::kF32, {1, 1, D}), f.input(DType::kF32, {1, 1, D}),
+                              f.input(DType::kF32, {1, 1, D}), f.input(DType::kF32, {1, 16, 1, D}),
+                              f.input(DType::kF32, {1, 16, 1, D}), f.input(DType::kI32, {1}),
+                              f.input(DType::kI32, {2}), f.input(DType::kI32, {1}), f.input(DType::kI32, {1, 1})};
+    f.g.mark_output(f.g.attention(in, AttentionParams{}));
+    auto p = f.plan();
+    ASSERT_FALSE(p.ok());
+    EXPECT_NE(p.status().message().find("head dim 320"), std::string::npos) << p.status().to_string();
+    EXPECT_NE(p.status().message().find("attention"), std::string::npos);
+  }
+  {
+    Fixture f;  // a weight repacked by another backend
+    const ValueId x = f.input(DType::kF32, {1, 64});
+    const ValueId w = f.input(DType::kQ4_0, {16, 64});
+    f.g.mutable_values()[size_t(w)].tensor.layout = WeightLayout::kCpuTile16;
+    f.g.mark_output(f.g.matmul(x, w));
+    auto p = f.plan();
+    ASSERT_FALSE(p.ok());
+    EXPECT_NE(p.status().message().find("another backend's weight layout"), std::string::npos) << p.status().to_string();
+  }
+  {
+    Fixture f;  // more experts than one thread's selection holds
+    auto [ids, w] = f.g.topk_route(f.input(DType::kF32, {2, 600}), TopkRouteParams{});
+    f.g.mark_output(ids);
+    f.g.mark_output(w);
+    auto p = f.plan();
+    ASSERT_FALSE(p.ok());
+    EXPECT_NE(p.status().message().find("more than 512 experts"), std::string::npos) << p.status().to_string();
+  }
+}
+
+TEST(GpuPlan, AnEmptyBatchLaunchesNothingAndViewsGetNoLaunch) {
+  Fixture f;
+  const ValueId x = f.input(DType::kF32, {0, 32});
+  const ValueId y = f.g.rms_norm(f.g.reshape(x, {0, 32}), kNoValue, 1e-5f);
+  f.g.mark_output(y);
+  auto p = f.plan();
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  ASSERT_EQ(p->size(), 1u);  // the reshape is a view
+  EXPECT_EQ((*p)[0].kind, KernelKind::kNorm);
+  EXPECT_EQ((*p)[0].grid_x, 0u);
+}
+
+TEST(GpuPlan, ViewRowOffsetsMatchTheTensorsForStridedRanks) {
+  Tensor t = Tensor::make(DType::kF32, {3, 4, 5, 6});
+  t.stride = {1000, 200, 32, 4};
+  View v;
+  v.rank = 4;
+  for (int i = 0; i < 4; ++i) {
+    v.shape[i] = t.shape[size_t(i)];
+    v.stride[i] = t.stride[size_t(i)];
+  }
+  for (int64_t r = 0; r < t.rows(); ++r) ASSERT_EQ(v.row_offset(r), t.row_offset(r)) << r;
+  EXPECT_EQ(v.rows(), 60);
+  EXPECT_EQ(v.cols(), 6);
+}
+
+TEST(GpuPlan, SupportsEveryOpForEveryActivationAndWeightFormat) {
+  for (DType act : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int i = 0; i < kNumDTypes; ++i) {
+      const DType w = DType(i);
+      const bool weight_format = w != DType::kI8 && w != DType::kI32;
+      EXPECT_EQ(supports(OpKind::kMatmul, act, w), weight_format) << dtype_name(w);
+      EXPECT_EQ(supports(OpKind::kMatmulId, act, w), weight_format) << dtype_name(w);
+      EXPECT_EQ(supports(OpKind::kEmbed, act, w), weight_format) << dtype_name(w);
+    }
+    for (DType kv : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8_E4M3, DType::kINT8_PC})
+      EXPECT_TRUE(supports(OpKind::kAttention, act, kv)) << dtype_name(kv);
+    EXPECT_FALSE(supports(OpKind::kAttention, act, DType::kQ8_0));
+    EXPECT_TRUE(supports(OpKind::kRope, act, act));
+    EXPECT_FALSE(supports(OpKind::kRope, act, DType::kI32));
+  }
+  EXPECT_FALSE(supports(OpKind::kAdd, DType::kI32, DType::kI32));
+}
+
+}  // namespace
+}  // namespace tessera::gpu
