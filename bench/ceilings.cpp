@@ -238,6 +238,14 @@ Result<Stat> hal_rate(Device& device, const KernelCase& c, double amount, double
 
 std::vector<Ceiling> hal_ceilings(Device& device, const CeilingOptions& o) {
   std::vector<Ceiling> out;
+  // Devices with peak kernels of their own (CUDA/HIP) measure their ceilings with them: a roof
+  // made of the HAL's own ops at one shape is no roof (kernels plot above it).
+  if (auto peaks = device.measure_peaks(o.quick); peaks.ok()) {
+    for (const PeakFigure& p : *peaks)
+      if (!p.samples.empty())
+        out.push_back({p.name, p.name == "read" || p.name == "copy" ? "GB/s" : "GFLOP/s", p.method, make_stat(p.samples)});
+    return out;
+  }
   const int64_t n = o.quick ? 2048 : 4096;
   KernelCase gemv;
   gemv.op = OpKind::kMatmul, gemv.m = 1, gemv.n = n, gemv.k = n;

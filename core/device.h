@@ -12,6 +12,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/graph.h"
 #include "core/status.h"
@@ -92,6 +93,14 @@ using ExecutablePtr = std::unique_ptr<Executable>;
 
 class Executor;
 
+// A ceiling of the roofline measured by a kernel written for it (Device::measure_peaks): the
+// widest streaming loads for bandwidth, an FMA / matrix-unit throughput loop per dtype.
+struct PeakFigure {
+  std::string name;              // "read", "copy" (GB/s); "f32", "f16", "bf16", "int8" (GFLOP/s)
+  std::string method;            // how it was measured, in words
+  std::vector<double> samples;   // one figure per timed repetition, in GB/s or GFLOP/s
+};
+
 class Device {
  public:
   virtual ~Device();
@@ -169,6 +178,13 @@ class Device {
   // and the caller times compute() by host wall time instead.
   virtual Result<double> time_compute([[maybe_unused]] Graph& graph) {
     return Unimplemented(info().id + ": no device clock to time compute() by");
+  }
+
+  // (optional) The device's ceilings, measured by purpose-built peak kernels on the device's own
+  // clock (tessera-bench roofline). A device without them returns Unimplemented and the bench
+  // measures through the HAL's own ops instead.
+  virtual Result<std::vector<PeakFigure>> measure_peaks([[maybe_unused]] bool quick) {
+    return Unimplemented(info().id + ": no peak kernels");
   }
 
  protected:

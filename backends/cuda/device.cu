@@ -16,6 +16,8 @@
 
 namespace tessera::TS_GPU_NS {
 
+#include "backends/cuda/peaks.cuh"
+
 namespace {
 
 template <class K>
@@ -164,6 +166,71 @@ class GpuDevice final : public Device {
     }
     return check_error_word();
   }
+  Result<std::vector<PeakFigure>> measure_peaks(bool quick) override {
+    TS_RETURN_IF_ERROR(synchronize());
+    std::vector<PeakFigure> out;
+    const int reps = quick ? 3 : 7;
+    gpuEvent_t t0 = nullptr, t1 = nullptr;
+    TS_RETURN_IF_ERROR(gpu_status(gpuEventCreate(&t0), "timing event"));
+    TS_RETURN_IF_ERROR(gpu_status(gpuEventCreate(&t1), "timing event"));
+    // Times |launch| |reps| times on the device clock; amount / seconds / 1e9 per repetition.
+    auto timed = [&](const std::string& name, const std::string& method, double amount, auto launch) -> Status {
+      PeakFigure f{name, method, {}};
+      launch();  // warm-up
+      for (int r = 0; r < reps; ++r) {
+        TS_RETURN_IF_ERROR(gpu_status(gpuEventRecord(t0, stream_), "record"));
+        launch();
+        TS_RETURN_IF_ERROR(gpu_status(gpuGetLastError(), name + " peak kernel"));
+        TS_RETURN_IF_ERROR(gpu_status(gpuEventRecord(t1, stream_), "record"));
+        TS_RETURN_IF_ERROR(gpu_status(gpuEventSynchronize(t1), "wait"));
+        float ms = 0.0f;
+        TS_RETURN_IF_ERROR(gpu_status(gpuEventElapsedTime(&ms, t0, t1), "elapsed"));
+        if (ms > 0.0f) f.samples.push_back(amount / (double(ms) * 1e-3) / 1e9);
+      }
+      out.push_back(std::move(f));
+      return OkStatus();
+    };
+    const size_t bytes = quick ? (size_t(512) << 20) : (size_t(4) << 30);
+    void* buf = nullptr;
+    uint32_t* sink = nullptr;
+    TS_RETURN_IF_ERROR(gpu_status(gpuMalloc(&buf, bytes), "peak buffer"));
+    Status st = gpu_status(gpuMalloc(reinterpret_cast<void**>(&sink), 1 << 16), "sink");
+    const int blocks = sms_ * 8;
+    if (st.ok())
+      (void)(st = timed("read", "16-byte loads over " + std::to_string(bytes >> 20) + " MiB (device clock)", double(bytes), [&] {
+        peaks::read_kernel<<<blocks, 256, 0, stream_>>>(static_cast<const uint4*>(buf), bytes / 16, sink);
+      }));
+    if (st.ok())
+      (void)(st = timed("copy", "device-to-device copy of " + std::to_string(bytes >> 21) + " MiB (read + write)", double(bytes),
+                 [&] { (void)gpuMemcpyAsync(static_cast<char*>(buf) + bytes / 2, buf, bytes / 2, gpuMemcpyDeviceToDevice, stream_); }));
+    const int iters = quick ? 2048 : 8192;
+    if (st.ok())
+      (void)(st = timed("f32", std::to_string(peaks::kFmaChains) + " FMA chains per thread (f32)",
+                 2.0 * peaks::kFmaChains * double(iters) * blocks * 256,
+                 [&] { peaks::fma_kernel<<<blocks, 256, 0, stream_>>>(reinterpret_cast<float*>(sink), iters); }));
+#if !defined(__HIPCC__)
+    const double mma_flops = 2.0 * 16 * 16 * 16 * peaks::kMmaChains * double(iters) * blocks * 4;  // 4 warps a block
+    if (st.ok())
+      (void)(st = timed("f16", "WMMA 16x16x16 f16 -> f32 from registers (mma.sync)", mma_flops, [&] {
+        peaks::mma_kernel<__half, float><<<blocks, 128, 0, stream_>>>(reinterpret_cast<float*>(sink), iters);
+      }));
+    if (st.ok())
+      (void)(st = timed("bf16", "WMMA 16x16x16 bf16 -> f32 from registers (mma.sync)", mma_flops, [&] {
+        peaks::mma_kernel<__nv_bfloat16, float><<<blocks, 128, 0, stream_>>>(reinterpret_cast<float*>(sink), iters);
+      }));
+    if (st.ok())
+      (void)(st = timed("int8", "WMMA 16x16x16 s8 -> s32 from registers (mma.sync)", mma_flops, [&] {
+        peaks::mma_kernel<signed char, int><<<blocks, 128, 0, stream_>>>(reinterpret_cast<int*>(sink), iters);
+      }));
+#endif
+    (void)gpuFree(buf);
+    (void)gpuFree(sink);
+    (void)gpuEventDestroy(t0);
+    (void)gpuEventDestroy(t1);
+    TS_RETURN_IF_ERROR(st);
+    return out;
+  }
+
   Status synchronize() override {
     TS_RETURN_IF_ERROR(select());
     TS_RETURN_IF_ERROR(gpu_status(gpuStreamSynchronize(stream_), "synchronize"));
@@ -183,6 +250,7 @@ class GpuDevice final : public Device {
     info_.name = prop.name;
     info_.kind = TS_GPU_KIND;
     info_.memory_bytes = prop.totalGlobalMem;
+    sms_ = prop.multiProcessorCount;
     info_.features = "cc " + std::to_string(prop.major) + "." + std::to_string(prop.minor) + " sms " +
                      std::to_string(prop.multiProcessorCount) + " warp " + std::to_string(prop.warpSize) + " graphs";
     // NOTE: f32 activations until the tensor-core GEMMs land (the kernels take f16/bf16 too).
@@ -227,6 +295,7 @@ class GpuDevice final : public Device {
   }
 
   int ordinal_;
+  int sms_ = 1;
   DeviceInfo info_;
   gpuStream_t stream_ = nullptr;
   int32_t* error_word_ = nullptr;

@@ -51,6 +51,9 @@
 #define gpuEventSynchronize hipEventSynchronize
 #define gpuEventQuery hipEventQuery
 #define gpuEventDestroy hipEventDestroy
+#define gpuEventCreate hipEventCreate
+#define gpuEventElapsedTime hipEventElapsedTime
+#define gpuMemcpyDeviceToDevice hipMemcpyDeviceToDevice
 #else
 #include <cuda_runtime.h>
 #define TS_GPU_NS cuda
@@ -96,4 +99,7 @@
 #define gpuEventSynchronize cudaEventSynchronize
 #define gpuEventQuery cudaEventQuery
 #define gpuEventDestroy cudaEventDestroy
+#define gpuEventCreate cudaEventCreate
+#define gpuEventElapsedTime cudaEventElapsedTime
+#define gpuMemcpyDeviceToDevice cudaMemcpyDeviceToDevice
 #endif

@@ -25,7 +25,7 @@ TEST(GpuDevice, ProbesWithoutAGpuSayWhatIsMissing) {
   const DeviceEntry* e = entry("cuda");
   ASSERT_NE(e, nullptr) << "a CUDA build lists the cuda backend";
   if (std::filesystem::exists("/dev/nvidia0") || std::filesystem::exists("/dev/nvidiactl")) {
-    GTEST_SKIP() << "an NVIDIA driver is present: the no-driver path is not reachable here";
+    TESSERA_SKIP_HARDWARE() << "an NVIDIA driver is present: the no-driver path is not reachable here";
   }
   EXPECT_EQ(e->device, nullptr);
   EXPECT_NE(e->why.message().find("no NVIDIA driver"), std::string::npos) << e->why.to_string();
