@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 
+#include "core/op.h"
 #include "quant/decode16.h"
 
 namespace tessera::gpu {
@@ -86,8 +87,7 @@ struct SoftmaxArgs {
 };
 struct RopeArgs {
   View x, pos, freq, out;  // freq: p == nullptr when absent
-  int n_dims, neox, n_ctx_orig;
-  float freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow;
+  RopeParams p;
 };
 struct EmbedArgs {
   View w, ids, out;
@@ -106,8 +106,7 @@ struct MatmulIdArgs {
 };
 struct TopkRouteArgs {
   View logits, bias, ids, weights;
-  int k, softmax, renormalize, n_groups, topk_groups;
-  float weight_scale;
+  TopkRouteParams p;
 };
 inline constexpr int kMaxRouteExperts = 512;
 struct KvStoreArgs {

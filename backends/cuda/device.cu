@@ -2,7 +2,7 @@
 // device, pinned and mapped memory; batched copies; every executable captured once as a graph
 // (CUDA graphs / HIP graphs) of the node's kernel launches (plan.h) and replayed on submit;
 // events recorded per submission. Data errors the kernels find (a token id outside the vocabulary,
-// a bad block table) land in a mapped error word that wait() and synchronize() report.
+// a bad block table) land in an error word in device memory that wait() and synchronize() read.
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -80,7 +80,7 @@ class GpuDevice final : public Device {
     if (stream_) (void)gpuStreamSynchronize(stream_);
     for (auto& e : events_) (void)gpuEventDestroy(e.second);
     for (auto e : free_events_) (void)gpuEventDestroy(e);
-    if (error_word_) (void)gpuFreeHost(error_word_);
+    if (error_word_) (void)gpuFree(error_word_);
     if (stream_) (void)gpuStreamDestroy(stream_);
   }
   const DeviceInfo& info() const override { return info_; }
@@ -257,11 +257,11 @@ class GpuDevice final : public Device {
     info_.activation_dtype = DType::kF32;
     info_.pads_decode_batches = true;
     TS_RETURN_IF_ERROR(gpu_status(gpuStreamCreateWithFlags(&stream_, gpuStreamNonBlocking), "create stream"));
+    // Device memory, not mapped host memory: atomics on host memory need PCIe atomics.
     void* w = nullptr;
-    TS_RETURN_IF_ERROR(gpu_status(gpuHostAlloc(&w, sizeof(int32_t), gpuHostAllocMapped), "error word"));
+    TS_RETURN_IF_ERROR(gpu_status(gpuMalloc(&w, sizeof(int32_t)), "error word"));
     error_word_ = static_cast<int32_t*>(w);
-    *error_word_ = 0;
-    return OkStatus();
+    return gpu_status(gpuMemset(error_word_, 0, sizeof(int32_t)), "error word");
   }
   Status select() { return gpu_status(gpuSetDevice(ordinal_), "set device " + std::to_string(ordinal_)); }
 
@@ -287,10 +287,13 @@ class GpuDevice final : public Device {
     events_.emplace_back(v, e);
     return Event{v};
   }
+  // Called once the work that could have set it is complete. A blocking copy on the legacy
+  // stream, which does not wait for work queued since on this (non-blocking) stream.
   Status check_error_word() {
-    const int32_t code = *reinterpret_cast<volatile int32_t*>(error_word_);
+    int32_t code = 0;
+    TS_RETURN_IF_ERROR(gpu_status(gpuMemcpy(&code, error_word_, sizeof code, gpuMemcpyDeviceToHost), "error word"));
     if (code == 0) return OkStatus();
-    *error_word_ = 0;
+    TS_RETURN_IF_ERROR(gpu_status(gpuMemset(error_word_, 0, sizeof(int32_t)), "error word"));
     return InvalidArgument(info_.id + ": " + gpu::kernel_error_message(gpu::KernelError(code)));
   }
 

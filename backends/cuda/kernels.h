@@ -144,29 +144,31 @@ struct RopeKernel {
     const uint8_t* rx = a.x.row(r);
     uint8_t* ro = a.out.row(r);
     const int64_t sx = a.x.col_stride(), so = a.out.col_stride();
-    const int half = a.n_dims / 2;
+    const RopeParams& p = a.p;
+    const int half = p.n_dims / 2;
     for (int i = c.tid(); i < half; i += c.ntid()) {
       const int i0 = 2 * i;
       const double ff = a.freq.p ? double(load_f(a.freq.p + i * a.freq.col_stride(), a.freq.dtype)) : 1.0;
-      const double theta_extrap = double(position) * pow(double(a.freq_base), -double(i0) / a.n_dims) / ff;
-      const double theta_interp = a.freq_scale * theta_extrap;
-      double theta = theta_interp, mscale = a.attn_factor;
-      if (a.ext_factor != 0.0f) {
-        const double lb = 2.0 * log(double(a.freq_base));
-        const double lo = fmax(0.0, floor(a.n_dims * log(a.n_ctx_orig / (a.beta_fast * 2.0 * M_PI)) / lb));
-        const double hi = fmin(double(a.n_dims - 1), ceil(a.n_dims * log(a.n_ctx_orig / (a.beta_slow * 2.0 * M_PI)) / lb));
+      const double theta_extrap = double(position) * pow(double(p.freq_base), -double(i0) / p.n_dims) / ff;
+      const double theta_interp = p.freq_scale * theta_extrap;
+      double theta = theta_interp, mscale = p.attn_factor;
+      if (p.ext_factor != 0.0f) {
+        const double lb = 2.0 * log(double(p.freq_base));
+        const double lo = fmax(0.0, floor(p.n_dims * log(p.n_ctx_orig / (p.beta_fast * 2.0 * M_PI)) / lb));
+        const double hi = fmin(double(p.n_dims - 1), ceil(p.n_dims * log(p.n_ctx_orig / (p.beta_slow * 2.0 * M_PI)) / lb));
         const double y = (i0 / 2 - lo) / fmax(0.001, hi - lo);
-        const double ramp = (1.0 - fmin(1.0, fmax(0.0, y))) * a.ext_factor;
+        const double ramp = (1.0 - fmin(1.0, fmax(0.0, y))) * p.ext_factor;
         theta = theta_interp * (1.0 - ramp) + theta_extrap * ramp;
-        mscale *= 1.0 + 0.1 * log(1.0 / a.freq_scale);
+        mscale *= 1.0 + 0.1 * log(1.0 / p.freq_scale);
       }
       const double cs = cos(theta) * mscale, sn = sin(theta) * mscale;
-      const int64_t ia = a.neox ? i : i0, ib = a.neox ? i + half : i0 + 1;
+      const bool neox = p.mode == RopeMode::kNeox;
+      const int64_t ia = neox ? i : i0, ib = neox ? i + half : i0 + 1;
       const double x0 = load_f(rx + ia * sx, a.x.dtype), x1 = load_f(rx + ib * sx, a.x.dtype);
       store_f(ro + ia * so, a.out.dtype, float(x0 * cs - x1 * sn));
       store_f(ro + ib * so, a.out.dtype, float(x0 * sn + x1 * cs));
     }
-    for (int64_t i = a.n_dims + c.tid(); i < D; i += c.ntid()) store_f(ro + i * so, a.out.dtype, load_f(rx + i * sx, a.x.dtype));
+    for (int64_t i = p.n_dims + c.tid(); i < D; i += c.ntid()) store_f(ro + i * so, a.out.dtype, load_f(rx + i * sx, a.x.dtype));
   }
 };
 
@@ -292,7 +294,8 @@ struct TopkRouteKernel {
     const int64_t sl = a.logits.col_stride();
     float mx = -INFINITY;
     for (int e = 0; e < E; ++e) { score[e] = load_f(rl + e * sl, a.logits.dtype); mx = fmaxf(mx, score[e]); }
-    if (a.softmax) {
+    const TopkRouteParams& p = a.p;
+    if (p.scoring == RouteScoring::kSoftmax) {
       float s = 0.0f;
       for (int e = 0; e < E; ++e) { score[e] = expf(score[e] - mx); s += score[e]; }
       for (int e = 0; e < E; ++e) score[e] /= s;
@@ -301,18 +304,18 @@ struct TopkRouteKernel {
     }
     for (int e = 0; e < E; ++e)
       sel[e] = score[e] + (a.bias.p ? load_f(a.bias.p + e * a.bias.col_stride(), a.bias.dtype) : 0.0f);
-    if (a.n_groups > 1) {
-      const int gs = E / a.n_groups;
+    if (p.n_groups > 1) {
+      const int gs = E / p.n_groups;
       float best[64];
       bool keep[64];
-      for (int g = 0; g < a.n_groups; ++g) {
+      for (int g = 0; g < p.n_groups; ++g) {
         best[g] = -INFINITY;
         keep[g] = false;
         for (int e = g * gs; e < (g + 1) * gs; ++e) best[g] = fmaxf(best[g], sel[e]);
       }
-      for (int i = 0; i < a.topk_groups; ++i) {
+      for (int i = 0; i < p.topk_groups; ++i) {
         int bi = -1;
-        for (int g = 0; g < a.n_groups; ++g)
+        for (int g = 0; g < p.n_groups; ++g)
           if (!keep[g] && (bi < 0 || best[g] > best[bi])) bi = g;
         keep[bi] = true;
       }
@@ -324,7 +327,7 @@ struct TopkRouteKernel {
     float w[64];
     int ids[64];
     float sum = 0.0f;
-    for (int j = 0; j < a.k; ++j) {
+    for (int j = 0; j < p.k; ++j) {
       int bi = -1;
       for (int e = 0; e < E; ++e)
         if (!((taken[e / 32] >> (e % 32)) & 1u) && (bi < 0 || sel[e] > sel[bi])) bi = e;
@@ -335,8 +338,8 @@ struct TopkRouteKernel {
     }
     uint8_t* ri = a.ids.row(t);
     uint8_t* rw = a.weights.row(t);
-    for (int j = 0; j < a.k; ++j) {
-      const float v = (a.renormalize && sum > 0.0f ? w[j] / sum : w[j]) * a.weight_scale;
+    for (int j = 0; j < p.k; ++j) {
+      const float v = (p.renormalize && sum > 0.0f ? w[j] / sum : w[j]) * p.weight_scale;
       const uint32_t u = uint32_t(ids[j]);
       uint8_t* p = ri + j * a.ids.col_stride();
       for (int b = 0; b < 4; ++b) p[b] = uint8_t(u >> (8 * b));

@@ -54,6 +54,9 @@
 #define gpuEventCreate hipEventCreate
 #define gpuEventElapsedTime hipEventElapsedTime
 #define gpuMemcpyDeviceToDevice hipMemcpyDeviceToDevice
+#define gpuMemcpyDeviceToHost hipMemcpyDeviceToHost
+#define gpuMemcpy hipMemcpy
+#define gpuMemset hipMemset
 #else
 #include <cuda_runtime.h>
 #define TS_GPU_NS cuda
@@ -102,4 +105,7 @@
 #define gpuEventCreate cudaEventCreate
 #define gpuEventElapsedTime cudaEventElapsedTime
 #define gpuMemcpyDeviceToDevice cudaMemcpyDeviceToDevice
+#define gpuMemcpyDeviceToHost cudaMemcpyDeviceToHost
+#define gpuMemcpy cudaMemcpy
+#define gpuMemset cudaMemset
 #endif
