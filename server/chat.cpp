@@ -26,13 +26,13 @@ std::optional<ApiError> read_content(const json& m, const std::string& where, st
   }
   if (c.is_array()) {
     for (const auto& part : c) {
-      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+      if (!part.is_object() || string_member(part, "type") != "text" || !part.contains("text") || !part["text"].is_string())
         return ApiError{400, "'" + where + ".content' parts must be {\"type\": \"text\", \"text\": string}", where + ".content"};
       *content += part["text"].get<std::string>();
     }
     return std::nullopt;
   }
-  if (c.is_null() && m.value("role", "") == "assistant" && m.contains("tool_calls")) {
+  if (c.is_null() && string_member(m, "role") == "assistant" && m.contains("tool_calls")) {
     // An earlier call, written back as the model was told to write it (server/structured.cpp).
     const json& calls = m["tool_calls"];
     if (!calls.is_array()) return ApiError{400, "'" + where + ".tool_calls' must be an array", where + ".tool_calls"};
@@ -48,7 +48,7 @@ std::optional<ApiError> read_content(const json& m, const std::string& where, st
     }
     return std::nullopt;
   }
-  if (c.is_null() && m.value("role", "") == "assistant" && m.contains("function_call"))
+  if (c.is_null() && string_member(m, "role") == "assistant" && m.contains("function_call"))
     return ApiError{400, "'" + where + "': function_call is not supported by this server (use tool_calls)", where + ".function_call"};
   if (c.is_null())
     return ApiError{400, "'" + where + ".content' is required (a string or an array of text parts)", where + ".content"};

@@ -21,6 +21,14 @@ struct ApiError {
   std::string type = "invalid_request_error";
 };
 
+// |o|[key] when |o| is an object holding a string there, else "". (json::value(key, "") throws
+// when the member exists with another type: a client's {"type": {}} must be a 400, not a crash.)
+inline std::string string_member(const nlohmann::json& o, const char* key) {
+  if (!o.is_object()) return {};
+  const auto it = o.find(key);
+  return it != o.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 // One function a chat request offers (tools[i].function).
 struct ToolSpec {
   std::string name, description;

@@ -114,7 +114,7 @@ std::optional<ApiError> prepare_tools(const Model& model, const json& body, json
   for (size_t i = 0; i < it->size(); ++i) {
     const json& t = (*it)[i];
     const std::string where = "tools[" + std::to_string(i) + "]";
-    if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object())
+    if (!t.is_object() || string_member(t, "type") != "function" || !t.contains("function") || !t["function"].is_object())
       return ApiError{400, "'" + where + "' must be {\"type\": \"function\", \"function\": {...}}", where};
     const json& f = t["function"];
     if (!f.contains("name") || !f["name"].is_string() || f["name"].get<std::string>().empty())
@@ -133,7 +133,7 @@ std::optional<ApiError> prepare_tools(const Model& model, const json& body, json
       choice = c->get<std::string>();
       if (choice != "none" && choice != "auto" && choice != "required")
         return ApiError{400, "'tool_choice' is '" + choice + "'; expected none, auto, required or a named function", "tool_choice"};
-    } else if (c->is_object() && c->value("type", "") == "function" && c->contains("function") && (*c)["function"].is_object() &&
+    } else if (c->is_object() && string_member(*c, "type") == "function" && c->contains("function") && (*c)["function"].is_object() &&
                (*c)["function"].contains("name") && (*c)["function"]["name"].is_string()) {
       const std::string name = (*c)["function"]["name"].get<std::string>();
       bool found = false;
