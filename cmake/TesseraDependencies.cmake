@@ -60,4 +60,11 @@ if(NOT TESSERA_HIP STREQUAL "OFF")
   endif()
 endif()
 
+# --- Boost.Context: fast fiber switches for the GPU kernel simulator (backends/cuda/sim) ---
+set(TESSERA_HAVE_BOOST_CONTEXT OFF)
+find_package(Boost 1.74 QUIET COMPONENTS context)
+if(Boost_CONTEXT_FOUND)
+  set(TESSERA_HAVE_BOOST_CONTEXT ON)
+endif()
+
 message(STATUS "tessera: Vulkan=${TESSERA_HAVE_VULKAN} CUDA=${TESSERA_HAVE_CUDA} HIP=${TESSERA_HAVE_HIP} oneDNN=${dnnl_FOUND}")
