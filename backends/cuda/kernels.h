@@ -348,11 +348,14 @@ struct TopkRouteKernel {
   }
 };
 
-// Element c of a KV cache row: f32/f16/bf16, or a row-scaled FP8 E4M3 / INT8_PC row ([f32 scale]
-// then one code per element).
-TS_KFN float kv_load(const uint8_t* row, DType t, int64_t c) {
-  if (t == DType::kFP8_E4M3) return decode::fp8_e4m3_to_f32(row[4 + c]) * decode::f32_at(row);
-  if (t == DType::kINT8_PC) return float(int8_t(row[4 + c])) * decode::f32_at(row);
+// A KV cache row is f32/f16/bf16, or row-scaled FP8 E4M3 / INT8_PC ([f32 scale] then one code per
+// element). Element c is kv_code(row, t, c) * kv_scale(row, t): the scale is read once per row.
+TS_KFN float kv_scale(const uint8_t* row, DType t) {
+  return t == DType::kFP8_E4M3 || t == DType::kINT8_PC ? decode::f32_at(row) : 1.0f;
+}
+TS_KFN float kv_code(const uint8_t* row, DType t, int64_t c) {
+  if (t == DType::kFP8_E4M3) return decode::fp8_e4m3_to_f32(row[4 + c]);
+  if (t == DType::kINT8_PC) return float(int8_t(row[4 + c]));
   return load_f(row + c * (t == DType::kF32 ? 4 : 2), t);
 }
 
@@ -451,15 +454,16 @@ struct AttentionKernel {
       const int64_t slot = int64_t(blk) * a.block_size + j % a.block_size;
       const uint8_t* rk = a.k_cache.row(slot * a.hkv + hk);
       const uint8_t* rv = a.v_cache.row(slot * a.hkv + hk);
+      const float ks = kv_scale(rk, a.k_cache.dtype), vs = kv_scale(rv, a.v_cache.dtype);
       float d = 0.0f;
-      for (int64_t i = lane; i < D; i += kWarp) d += q[i] * kv_load(rk, a.k_cache.dtype, i);
+      for (int64_t i = lane; i < D; i += kWarp) d += q[i] * (kv_code(rk, a.k_cache.dtype, i) * ks);
       d = warp_sum(c, d) * a.scale;
       if (a.softcap > 0.0f) d = a.softcap * tanhf(d / a.softcap);
       const float m_new = fmaxf(m, d);
       const float corr = expf(m - m_new), p = expf(d - m_new);
       l = l * corr + p;
       for (int i = 0; i < kPer; ++i)
-        if (lane + i * kWarp < D) o[i] = o[i] * corr + p * kv_load(rv, a.v_cache.dtype, lane + i * kWarp);
+        if (lane + i * kWarp < D) o[i] = o[i] * corr + p * (kv_code(rv, a.v_cache.dtype, lane + i * kWarp) * vs);
       m = m_new;
     }
     if (bad && lane == 0) c.set_error(a.err, KernelError::kAttnMetadata);
