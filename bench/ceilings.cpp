@@ -238,7 +238,7 @@ Result<Stat> hal_rate(Device& device, const KernelCase& c, double amount, double
 
 std::vector<Ceiling> hal_ceilings(Device& device, const CeilingOptions& o) {
   std::vector<Ceiling> out;
-  // Devices with peak kernels of their own (CUDA/HIP) measure their ceilings with them: a roof
+  // Devices with peak kernels of their own (CUDA/HIP, Vulkan) measure their ceilings with them: a roof
   // made of the HAL's own ops at one shape is no roof (kernels plot above it).
   if (auto peaks = device.measure_peaks(o.quick); peaks.ok()) {
     for (const PeakFigure& p : *peaks)

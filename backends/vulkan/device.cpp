@@ -77,6 +77,7 @@ Status VulkanDevice::create_logical_device(const std::shared_ptr<Instance>& inst
   f12.bufferDeviceAddress = VK_TRUE;
   f12.storageBuffer8BitAccess = VK_TRUE;
   f12.timelineSemaphore = VK_TRUE;
+  f12.shaderFloat16 = caps.fp16_arithmetic;  // optional: the f16 peak kernel (measure_peaks)
   VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
   f11.storageBuffer16BitAccess = VK_TRUE;
   f11.pNext = &f12;

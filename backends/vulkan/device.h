@@ -119,6 +119,10 @@ class VulkanDevice final : public Device {
   Status synchronize() override;
   // The sum of last_timings() after compute(|graph|); Unimplemented without timestamp queries.
   Result<double> time_compute(Graph& graph) override;
+  // The ceilings from the peak kernels of shaders/peaks.comp on the queue's timestamps: 16-byte
+  // streaming read and copy over a buffer several times the last-level cache, f32 (and f16 where
+  // the device has shaderFloat16) FMA loops. Unimplemented without timestamp queries.
+  Result<std::vector<PeakFigure>> measure_peaks(bool quick) override;
 
   // Command buffers recorded so far (one per executable the executor built); a steady decode
   // records none.
@@ -153,6 +157,9 @@ class VulkanDevice final : public Device {
   Status read_timings(const VulkanExecutable& exe);
   Status copy_via_staging(const VulkanBuffer& buf, size_t offset, void* host, size_t bytes, bool to_device);
   Status check_validation() const;
+  // Runs |kernel| (no specialisation) |reps| times in one command buffer, a barrier between runs,
+  // and returns each run's seconds from the timestamps around it.
+  Result<std::vector<double>> time_peak_kernel(const std::string& kernel, uint64_t params_addr, uint32_t groups, int reps);
 
   DeviceInfo info_;
   Capabilities caps_;

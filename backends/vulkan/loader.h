@@ -29,7 +29,7 @@ namespace tessera::vulkan {
   X(vkDestroyPipelineCache) X(vkCreateCommandPool) X(vkDestroyCommandPool)                         \
   X(vkAllocateCommandBuffers) X(vkResetCommandBuffer) X(vkBeginCommandBuffer)                      \
   X(vkEndCommandBuffer) X(vkCmdBindPipeline) X(vkCmdPushConstants) X(vkCmdDispatch)                \
-  X(vkCmdPipelineBarrier) X(vkCmdCopyBuffer) X(vkCmdWriteTimestamp) X(vkCmdResetQueryPool)         \
+  X(vkCmdPipelineBarrier) X(vkCmdCopyBuffer) X(vkCmdFillBuffer) X(vkCmdWriteTimestamp) X(vkCmdResetQueryPool)         \
   X(vkCreateQueryPool) X(vkDestroyQueryPool) X(vkGetQueryPoolResults) X(vkCreateFence)             \
   X(vkDestroyFence) X(vkResetFences) X(vkWaitForFences) X(vkQueueSubmit) X(vkDeviceWaitIdle)       \
   X(vkFreeCommandBuffers) X(vkCreateSemaphore) X(vkDestroySemaphore) X(vkWaitSemaphores)           \
