@@ -207,6 +207,104 @@ TS_HD void decode16(const uint8_t* row, int64_t e0, float* out) {
   }
 }
 
+// Whether elements of |T| are an integer code times a scale plus an offset, constant over each
+// run of 16 (int_run16): the formats a GPU runs on int8 dot products against quantised
+// activations. The float formats (f32/f16/bf16, FP8) are not.
+template <DType T>
+inline constexpr bool kHasIntRun =
+    T == DType::kQ8_0 || T == DType::kQ4_0 || T == DType::kQ4_1 || T == DType::kQ5_0 || T == DType::kQ5_1 ||
+    T == DType::kQ4_K || T == DType::kQ5_K || T == DType::kQ6_K || T == DType::kMXFP4 || T == DType::kNVFP4 ||
+    T == DType::kINT8_PC || T == DType::kINT4_G32 || T == DType::kINT4_G64 || T == DType::kINT4_G128;
+
+// Elements e0 .. e0 + 15 of a row of |T| (kHasIntRun<T>, e0 a multiple of 16) as integer codes
+// q[0..15] (each within int8) with value_i = scale * q_i + offset: decode16's values up to f32
+// rounding (tests/quant/decode16_test.cpp checks every format), so a dot product with x is
+// scale * sum(q_i x_i) + offset * sum(x_i).
+template <DType T>
+TS_HD void int_run16(const uint8_t* row, int64_t e0, int8_t* q, float& scale, float& offset) {
+  offset = 0.0f;
+  if constexpr (T == DType::kQ8_0) {
+    const uint8_t* b = row + (e0 / 32) * 34;
+    scale = f16_to_f32(u16(b));
+    const int j = int(e0 % 32);
+    for (int i = 0; i < 16; ++i) q[i] = int8_t(b[2 + j + i]);
+  } else if constexpr (T == DType::kQ4_0 || T == DType::kQ4_1 || T == DType::kQ5_0 || T == DType::kQ5_1) {
+    constexpr bool kMin = T == DType::kQ4_1 || T == DType::kQ5_1;
+    constexpr bool kFive = T == DType::kQ5_0 || T == DType::kQ5_1;
+    constexpr int kBytes = T == DType::kQ4_0 ? 18 : T == DType::kQ4_1 ? 20 : T == DType::kQ5_0 ? 22 : 24;
+    const uint8_t* b = row + (e0 / 32) * kBytes;
+    scale = f16_to_f32(u16(b));
+    if constexpr (kMin) offset = f16_to_f32(u16(b + 2));
+    const uint8_t* qh = b + (kMin ? 4 : 2);
+    const uint8_t* qs = b + (kMin ? 4 : 2) + (kFive ? 4 : 0);
+    const int hi = int(e0 % 32) / 16;
+    const uint32_t h = kFive ? u32(qh) : 0u;
+    for (int i = 0; i < 16; ++i) {
+      int v = (qs[i] >> (4 * hi)) & 15;
+      if constexpr (kFive) v |= int((h >> (16 * hi + i)) & 1u) << 4;
+      q[i] = int8_t(kMin ? v : v - (kFive ? 16 : 8));
+    }
+  } else if constexpr (T == DType::kQ4_K || T == DType::kQ5_K) {
+    constexpr bool kFive = T == DType::kQ5_K;
+    const uint8_t* b = row + (e0 / 256) * (kFive ? 176 : 144);
+    const int e = int(e0 % 256);
+    int sc, mn;
+    k_scale_min(b + 4, e / 32, sc, mn);
+    scale = f16_to_f32(u16(b)) * float(sc);
+    offset = -(f16_to_f32(u16(b + 2)) * float(mn));
+    const uint8_t* qh = b + 16;
+    const uint8_t* qs = b + 16 + (kFive ? 32 : 0);
+    const int c = e / 64, r = e % 64;
+    for (int i = 0; i < 16; ++i) {
+      const int rr = r + i;
+      int v = (qs[32 * c + rr % 32] >> (4 * (rr / 32))) & 15;
+      if constexpr (kFive) v |= ((qh[(e + i) % 32] >> ((e + i) / 32)) & 1) << 4;
+      q[i] = int8_t(v);
+    }
+  } else if constexpr (T == DType::kQ6_K) {
+    const uint8_t* b = row + (e0 / 256) * 210;
+    const int e = int(e0 % 256);
+    scale = f16_to_f32(u16(b + 208)) * float(int8_t(b[192 + e / 16]));
+    const int h = e / 128;
+    for (int i = 0; i < 16; ++i) {
+      const int r = (e + i) % 128;
+      const int lo = (b[64 * h + r % 64] >> (4 * (r / 64))) & 15;
+      const int hi = (b[128 + 32 * h + r % 32] >> (2 * (r / 32))) & 3;
+      q[i] = int8_t((lo | (hi << 4)) - 32);
+    }
+  } else if constexpr (T == DType::kMXFP4 || T == DType::kNVFP4) {
+    // E2M1 codes as twice their value: 0 1 2 3 4 6 8 12 and negatives.
+    const int8_t kE2M1x2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    if constexpr (T == DType::kMXFP4) {
+      const uint8_t* b = row + (e0 / 32) * 17;
+      scale = e8m0_half(b[0]);
+      const int hi = int(e0 % 32) / 16;
+      for (int i = 0; i < 16; ++i) q[i] = kE2M1x2[(b[1 + i] >> (4 * hi)) & 15];
+    } else {
+      const uint8_t* b = row + (e0 / 64) * 36;
+      const int s = int(e0 % 64) / 16;
+      scale = 0.5f * ue4m3_to_f32(b[s]);
+      for (int l = 0; l < 8; ++l) {
+        q[l] = kE2M1x2[b[4 + 8 * s + l] & 15];
+        q[8 + l] = kE2M1x2[b[4 + 8 * s + l] >> 4];
+      }
+    }
+  } else if constexpr (T == DType::kINT8_PC) {
+    scale = f32_at(row);
+    for (int i = 0; i < 16; ++i) q[i] = int8_t(row[4 + e0 + i]);
+  } else if constexpr (T == DType::kINT4_G32 || T == DType::kINT4_G64 || T == DType::kINT4_G128) {
+    constexpr int G = T == DType::kINT4_G32 ? 32 : T == DType::kINT4_G64 ? 64 : 128;
+    const uint8_t* b = row + (e0 / G) * (4 + G / 2);
+    scale = f16_to_f32(u16(b));
+    offset = -float(b[2]) * scale;  // (q - zero) * d
+    const int j = int(e0 % G);
+    const int hi = j / (G / 2), j0 = j % (G / 2);
+    for (int i = 0; i < 16; ++i) q[i] = int8_t((b[4 + j0 + i] >> (4 * hi)) & 15);
+  } else {
+    static_assert(kHasIntRun<T>, "int_run16: not an integer-coded weight format");
+  }
+}
+
 // Every weight format decode16 handles, for dispatch tables (X-macro: X(DType::kQ4_0)).
 #define TS_FOR_EACH_WEIGHT_DTYPE(X)                                                                        \
   X(kF32) X(kF16) X(kBF16) X(kQ8_0) X(kQ4_0) X(kQ4_1) X(kQ5_0) X(kQ5_1) X(kQ4_K) X(kQ5_K) X(kQ6_K) \

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -47,6 +48,51 @@ TEST(Decode16, EveryWeightFormatDecodesLikeTheReference) {
 #define TS_CHECK_FORMAT(D) expect_rows_decode_like_the_reference<DType::D>();
   TS_FOR_EACH_WEIGHT_DTYPE(TS_CHECK_FORMAT)
 #undef TS_CHECK_FORMAT
+}
+
+// int_run16 (the GPU's int8 dot-product path) describes the same values as the reference:
+// scale * q + offset within f32 rounding of the larger of the two terms, q within int8.
+template <DType T>
+void expect_int_runs_match_the_reference() {
+  if constexpr (decode::kHasIntRun<T>) {
+    const auto& tr = dtype_traits(T);
+    testing::Rng rng{static_cast<uint64_t>(T) * 104729 + 3};
+    for (int64_t n : {int64_t(256), int64_t(768)}) {
+      const auto x = n != 256 ? testing::outlier_floats(rng, n) : testing::random_floats(rng, n);
+      std::vector<uint8_t> row(static_cast<size_t>(dtype_row_bytes(T, n)));
+      tr.quantize_row(x.data(), row.data(), n);
+      std::vector<float> want(static_cast<size_t>(n));
+      tr.dequantize_row(row.data(), want.data(), n);
+      int8_t q[16];
+      int distinct_codes = 0, last = 1000;
+      for (int64_t e0 = 0; e0 < n; e0 += 16) {
+        float scale = 0.0f, offset = 0.0f;
+        decode::int_run16<T>(row.data(), e0, q, scale, offset);
+        for (int i = 0; i < 16; ++i) {
+          const double got = double(scale) * q[i] + double(offset);
+          const double w = want[size_t(e0 + i)];
+          const double tol = 4e-7 * (std::fabs(double(scale) * q[i]) + std::fabs(double(offset))) + 1e-30;
+          ASSERT_NEAR(got, w, tol) << tr.name << " n=" << n << " element " << e0 + i << ": " << scale << " * "
+                                   << int(q[i]) << " + " << offset;
+          distinct_codes += q[i] != last;
+          last = q[i];
+        }
+      }
+      if (n == 256) {
+        EXPECT_GT(distinct_codes, n / 4) << tr.name;  // uniform rows: codes vary
+      }
+    }
+  }
+}
+
+TEST(Decode16, IntegerRunsOfEveryIntFormatMatchTheReference) {
+  int formats = 0;
+#define TS_CHECK_FORMAT(D)                                     \
+  expect_int_runs_match_the_reference<DType::D>();             \
+  formats += decode::kHasIntRun<DType::D>;
+  TS_FOR_EACH_WEIGHT_DTYPE(TS_CHECK_FORMAT)
+#undef TS_CHECK_FORMAT
+  EXPECT_EQ(formats, 14);  // every format but f32/f16/bf16 and the two FP8s
 }
 
 TEST(Decode16, HalfAndFp8CodecsMatchTheReference) {
