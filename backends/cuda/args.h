@@ -93,8 +93,25 @@ struct EmbedArgs {
   View w, ids, out;
   int32_t* err;
 };
+// Activations quantised for the int8 dot-product matmul: each run of 16 elements of a row as
+// int8 codes (4 per word) with their scale, value ~ d * q, and the sum of the quantised values
+// d * sum(q) (what a weight format's per-run offset multiplies).
+struct alignas(8) Q8Run {
+  float d;
+  float sum;
+  int32_t q[4];
+};
+static_assert(sizeof(Q8Run) == 24);
+struct QuantizeQ8Args {
+  View x;        // [M, K] activations, K % 16 == 0
+  Q8Run* out;    // [M, runs]
+  int64_t runs;  // K / 16
+};
 struct MatmulArgs {
   View x, w, bias, out;  // w: rows of K (kRows layout); bias: p == nullptr when absent
+  // The int8 path (weight formats with decode::kHasIntRun): x quantised by a QuantizeQ8 launch
+  // just before, [M, K / 16] runs; nullptr runs the float path (dequantise + FMA).
+  const Q8Run* xq = nullptr;
 };
 // Rows per warp of the matmul kernel: a warp reads each weight row once for this many activation
 // rows (the decode GEMV is M <= 8 in one pass).

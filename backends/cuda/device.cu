@@ -61,10 +61,12 @@ struct GpuExecutable final : Executable {
   gpuGraph_t graph = nullptr;
   gpuGraphExec_t exec = nullptr;
   gpuStream_t stream = nullptr;
+  void* scratch = nullptr;  // the plan's Scratch (quantised activations)
   ~GpuExecutable() override {
     if (stream) (void)gpuStreamSynchronize(stream);
     if (exec) (void)gpuGraphExecDestroy(exec);
     if (graph) (void)gpuGraphDestroy(graph);
+    if (scratch) (void)gpuFree(scratch);
   }
 };
 
@@ -135,9 +137,17 @@ class GpuDevice final : public Device {
   // Plans the graph's launches and captures them into a graph, replayed by every submit().
   Result<ExecutablePtr> prepare(Graph& graph) override {
     TS_RETURN_IF_ERROR(select());
-    TS_ASSIGN_OR_RETURN(auto launches, gpu::plan_graph(graph, [](const Tensor& t) { return address(t); }, error_word_));
+    const gpu::AddressOf addr = [](const Tensor& t) { return address(t); };
+    gpu::Scratch sizing;
+    TS_RETURN_IF_ERROR(gpu::plan_graph(graph, addr, error_word_, sizing).status());
     auto exe = std::make_unique<GpuExecutable>();
     exe->stream = stream_;
+    if (sizing.need > 0 && gpuMalloc(&exe->scratch, sizing.need) != gpuSuccess) {
+      (void)gpuGetLastError();
+      return ResourceExhausted(info_.id + ": cannot allocate " + std::to_string(sizing.need) + " bytes of scratch");
+    }
+    gpu::Scratch scratch{static_cast<uint8_t*>(exe->scratch), 0};
+    TS_ASSIGN_OR_RETURN(auto launches, gpu::plan_graph(graph, addr, error_word_, scratch));
     TS_RETURN_IF_ERROR(gpu_status(gpuStreamBeginCapture(stream_, gpuStreamCaptureModeThreadLocal), "begin capture"));
     StreamRunner runner{stream_};
     for (const gpu::Launch& l : launches) gpu::dispatch(runner, l);

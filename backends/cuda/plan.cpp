@@ -28,6 +28,7 @@ const char* kernel_name(KernelKind k) {
     case KernelKind::kTopkRoute: return "topk_route";
     case KernelKind::kKvStore: return "kv_store";
     case KernelKind::kAttention: return "attention";
+    case KernelKind::kQuantizeQ8: return "quantize_q8";
   }
   return "?";
 }
@@ -95,7 +96,18 @@ bool supports(OpKind op, DType act, DType weight) {
   return false;
 }
 
-Status plan_node(const Graph& g, int ni, const AddressOf& address, int32_t* err, std::vector<Launch>& out) {
+bool matmul_uses_q8(DType weight, int64_t k) {
+  switch (weight) {
+#define TS_CASE(D) \
+  case DType::D: return decode::kHasIntRun<DType::D> && k % 16 == 0;
+    TS_FOR_EACH_WEIGHT_DTYPE(TS_CASE)
+#undef TS_CASE
+    default: return false;
+  }
+}
+
+Status plan_node(const Graph& g, int ni, const AddressOf& address, int32_t* err, Scratch& scratch,
+                 std::vector<Launch>& out) {
   const Node& n = g.nodes()[size_t(ni)];
   auto fail = [&](const std::string& why) {
     return InvalidArgument(std::string("gpu: node ") + std::to_string(ni) + " (" + op_name(n.op) + "): " + why);
@@ -199,6 +211,19 @@ Status plan_node(const Graph& g, int ni, const AddressOf& address, int32_t* err,
       if (gy > kMaxGridY || gx > kMaxGridX) return fail("matmul too large for one launch");
       l.grid_x = uint32_t(gx);
       l.grid_y = uint32_t(gy);
+      const int64_t K = a.x.cols(), M = a.x.rows();
+      if (matmul_uses_q8(a.w.dtype, K) && M > 0) {
+        if (M > kMaxGridX) return fail("too many rows for one launch");
+        Launch lq;
+        lq.node = ni;
+        lq.kind = KernelKind::kQuantizeQ8;
+        lq.grid_x = uint32_t(M);
+        lq.block = 128;
+        auto* xq = reinterpret_cast<Q8Run*>(scratch.reserve(size_t(M) * size_t(K / 16) * sizeof(Q8Run)));
+        lq.args = QuantizeQ8Args{a.x, xq, K / 16};
+        out.push_back(lq);
+        a.xq = xq;
+      }
       l.args = a;
       break;
     }
@@ -277,10 +302,11 @@ Status plan_node(const Graph& g, int ni, const AddressOf& address, int32_t* err,
   return OkStatus();
 }
 
-Result<std::vector<Launch>> plan_graph(const Graph& graph, const AddressOf& address, int32_t* err) {
+Result<std::vector<Launch>> plan_graph(const Graph& graph, const AddressOf& address, int32_t* err, Scratch& scratch) {
   std::vector<Launch> out;
   out.reserve(graph.nodes().size() + 4);
-  for (int i = 0; i < int(graph.nodes().size()); ++i) TS_RETURN_IF_ERROR(plan_node(graph, i, address, err, out));
+  for (int i = 0; i < int(graph.nodes().size()); ++i)
+    TS_RETURN_IF_ERROR(plan_node(graph, i, address, err, scratch, out));
   return out;
 }
 

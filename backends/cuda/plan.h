@@ -13,12 +13,12 @@
 namespace tessera::gpu {
 
 enum class KernelKind : uint8_t {
-  kPointwise, kNorm, kSoftmax, kRope, kEmbed, kMatmul, kMatmulId, kTopkRoute, kKvStore, kAttention,
+  kPointwise, kNorm, kSoftmax, kRope, kEmbed, kMatmul, kMatmulId, kTopkRoute, kKvStore, kAttention, kQuantizeQ8,
 };
 const char* kernel_name(KernelKind k);
 
 using KernelArgs = std::variant<PointwiseArgs, NormArgs, SoftmaxArgs, RopeArgs, EmbedArgs, MatmulArgs, MatmulIdArgs,
-                                TopkRouteArgs, KvStoreArgs, AttentionArgs>;
+                                TopkRouteArgs, KvStoreArgs, AttentionArgs, QuantizeQ8Args>;
 
 struct Launch {
   KernelKind kind = KernelKind::kPointwise;
@@ -35,12 +35,27 @@ using AddressOf = std::function<uint8_t*(const Tensor&)>;
 // Whether the GPU kernels implement |op| for (act, weight) (the HAL's supports()).
 bool supports(OpKind op, DType act, DType weight);
 
+// Device memory a node's launches use between themselves (quantised activations): one region
+// at |base|, reused by every node, since a graph's launches run in order on one stream. Planning
+// with base == nullptr only sizes it (|need|, the largest node's); the device allocates that much
+// for the executable and plans again with the real base.
+struct Scratch {
+  uint8_t* base = nullptr;
+  size_t need = 0;
+  uint8_t* reserve(size_t bytes) {
+    need = need > bytes ? need : bytes;
+    return base;
+  }
+};
+
 // The launches of |node|, in order; |err| is the device's error word (args.h KernelError).
 // Fails, naming the node, on a shape the kernels do not take (a head dim above kMaxHeadDim, a
 // weight in another backend's layout, more than kMaxRouteExperts experts, a grid too large).
-Status plan_node(const Graph& graph, int node_index, const AddressOf& address, int32_t* err,
+Status plan_node(const Graph& graph, int node_index, const AddressOf& address, int32_t* err, Scratch& scratch,
                  std::vector<Launch>& out);
 // Every node of |graph| (views compute nothing and get no launch).
-Result<std::vector<Launch>> plan_graph(const Graph& graph, const AddressOf& address, int32_t* err);
+Result<std::vector<Launch>> plan_graph(const Graph& graph, const AddressOf& address, int32_t* err, Scratch& scratch);
+// Whether a matmul of |weight| over rows of |k| runs on int8 dot products (QuantizeQ8 first).
+bool matmul_uses_q8(DType weight, int64_t k);
 
 }  // namespace tessera::gpu

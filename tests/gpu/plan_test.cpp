@@ -34,22 +34,24 @@ struct Fixture {
   }
   Result<std::vector<Launch>> plan() {
     bind();
-    return plan_graph(g, [](const Tensor& t) { return static_cast<uint8_t*>(t.host_data()); }, &err);
+    return plan_graph(g, [](const Tensor& t) { return static_cast<uint8_t*>(t.host_data()); }, &err, scratch);
   }
   int32_t err = 0;
+  uint64_t scratch_memory[1] = {};
+  Scratch scratch{reinterpret_cast<uint8_t*>(scratch_memory), 0};  // an address to check; never written
 };
 
 TEST(GpuPlan, MatmulGridCoversColumnsByWarpsAndRowsByEights) {
   for (auto [M, N, expect_x, expect_y] : {std::tuple{1, 33, 9, 1}, {8, 64, 16, 1}, {9, 64, 16, 2}, {130, 19, 5, 17}}) {
     Fixture f;
-    const ValueId y = f.g.matmul(f.input(DType::kF32, {M, 64}), f.input(DType::kQ4_0, {N, 64}));
+    const ValueId y = f.g.matmul(f.input(DType::kF32, {M, 64}), f.input(DType::kF16, {N, 64}));
     f.g.mark_output(y);
     auto p = f.plan();
     ASSERT_TRUE(p.ok()) << p.status().to_string();
     ASSERT_EQ(p->size(), 1u);
     const Launch& l = (*p)[0];
     EXPECT_EQ(l.kind, KernelKind::kMatmul);
-    EXPECT_EQ(l.weight, DType::kQ4_0);
+    EXPECT_EQ(l.weight, DType::kF16);
     EXPECT_EQ(l.block, uint32_t(kMatmulWarps * 32));
     EXPECT_EQ(l.grid_x, uint32_t(expect_x)) << "M=" << M << " N=" << N;
     EXPECT_EQ(l.grid_y, uint32_t(expect_y)) << "M=" << M << " N=" << N;
@@ -58,6 +60,32 @@ TEST(GpuPlan, MatmulGridCoversColumnsByWarpsAndRowsByEights) {
     EXPECT_EQ(a.x.rows(), M);
     EXPECT_EQ(a.bias.p, nullptr);
   }
+}
+
+// Integer-coded weights: the activations are quantised into the scratch region first, and the
+// matmul reads them from there; float weights and K off a multiple of 16 keep the float path.
+TEST(GpuPlan, IntegerWeightsQuantiseTheActivationsIntoScratchFirst) {
+  const int64_t M = 9, N = 40, K = 96;
+  Fixture f;
+  const ValueId y = f.g.matmul(f.input(DType::kBF16, {M, K}), f.input(DType::kQ8_0, {N, K}));
+  f.g.mark_output(y);
+  auto p = f.plan();
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  ASSERT_EQ(p->size(), 2u);
+  EXPECT_EQ((*p)[0].kind, KernelKind::kQuantizeQ8);
+  EXPECT_EQ((*p)[0].grid_x, uint32_t(M));
+  const auto& q = std::get<QuantizeQ8Args>((*p)[0].args);
+  EXPECT_EQ(q.runs, K / 16);
+  EXPECT_EQ(q.x.dtype, DType::kBF16);
+  EXPECT_EQ(reinterpret_cast<uint8_t*>(q.out), f.scratch.base);
+  EXPECT_EQ(f.scratch.need, size_t(M * (K / 16)) * sizeof(Q8Run));
+  EXPECT_EQ((*p)[1].kind, KernelKind::kMatmul);
+  EXPECT_EQ(std::get<MatmulArgs>((*p)[1].args).xq, q.out);
+  for (DType w : {DType::kQ4_0, DType::kQ4_K, DType::kQ6_K, DType::kMXFP4, DType::kNVFP4, DType::kINT4_G32, DType::kINT8_PC})
+    EXPECT_TRUE(matmul_uses_q8(w, 256)) << dtype_name(w);
+  for (DType w : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8_E4M3, DType::kFP8_E5M2})
+    EXPECT_FALSE(matmul_uses_q8(w, 256)) << dtype_name(w);
+  EXPECT_FALSE(matmul_uses_q8(DType::kINT8_PC, 72));  // K not a whole number of runs
 }
 
 TEST(GpuPlan, AttentionStoresTheCacheThenAttendsPerTokenAndHead) {

@@ -13,6 +13,7 @@ namespace {
 
 struct SimExecutable final : Executable {
   std::vector<Launch> launches;
+  std::vector<uint64_t> scratch;  // the plan's Scratch (8-byte aligned)
 };
 
 // The dispatch runner (dispatch.h) that runs each launch's blocks through BlockSim.
@@ -62,8 +63,12 @@ class SimDevice final : public Device {
   bool supports(OpKind op, DType act, DType weight) const override { return gpu::supports(op, act, weight); }
   Result<ExecutablePtr> prepare(Graph& graph) override {
     auto exe = std::make_unique<SimExecutable>();
-    TS_ASSIGN_OR_RETURN(exe->launches,
-                        plan_graph(graph, [](const Tensor& t) { return static_cast<uint8_t*>(t.host_data()); }, &error_));
+    const AddressOf address = [](const Tensor& t) { return static_cast<uint8_t*>(t.host_data()); };
+    Scratch sizing;
+    TS_RETURN_IF_ERROR(plan_graph(graph, address, &error_, sizing).status());
+    exe->scratch.resize((sizing.need + 7) / 8);
+    Scratch scratch{reinterpret_cast<uint8_t*>(exe->scratch.data()), 0};
+    TS_ASSIGN_OR_RETURN(exe->launches, plan_graph(graph, address, &error_, scratch));
     return ExecutablePtr(std::move(exe));
   }
   Result<Event> submit(Executable& exe) override {
