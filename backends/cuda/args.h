@@ -137,8 +137,25 @@ struct AttentionArgs {
   float scale, softcap;
   int sliding_window, causal;
   int32_t* err;
+  // Split-K (flash decoding): with splits > 1 each (row, head) has |splits| blocks, each over one
+  // part of the row's keys, writing (acc[D], max, sum) to partial[(row * Hq + head) * splits +
+  // split] as D + 2 floats; an AttentionCombine launch merges them into out.
+  int splits = 1;
+  float* partial = nullptr;
+};
+struct AttentionCombineArgs {
+  View out;                // [T, Hq, D]
+  const float* partial;    // [T * Hq, splits, D + 2]
+  int splits;
 };
 inline constexpr int kAttnWarps = 4;
+// Split-K policy: decode-shaped launches (fewer than kAttnSplitTarget (row, head) blocks) over
+// a KV capacity (block table columns x block size) of at least 2 x kAttnSplitKeys split it
+// into up to kAttnMaxSplits parts of at least kAttnSplitKeys keys, aiming at kAttnSplitTarget
+// blocks: a single long decode fills the GPU instead of Hq blocks.
+inline constexpr int kAttnSplitKeys = 256;
+inline constexpr int kAttnSplitTarget = 512;
+inline constexpr int kAttnMaxSplits = 64;
 inline constexpr int kMaxHeadDim = 256;
 
 }  // namespace tessera::gpu

@@ -487,12 +487,15 @@ struct KvStoreKernel {
 };
 
 // Paged attention of one query row (token, head) over its sequence's cached keys: kAttnWarps
-// warps take keys in turn, each with its own online softmax, merged at the end.
+// warps take keys in turn, each with its own online softmax, merged at the end. With split-K
+// (a.splits > 1, grid x = rows * splits) the block takes one part of the keys and leaves its
+// unnormalised sum, max and denominator to AttentionCombineKernel.
 struct AttentionKernel {
   using Args = AttentionArgs;
   template <class C> TS_KFN static void run(C& c, const Args& a) {
-    const int64_t t = c.bx(), h = c.by();
+    const int64_t t = c.bx() / a.splits, split = c.bx() % a.splits, h = c.by();
     const int64_t Hq = a.q.shape[1], D = a.q.cols(), T = a.q.shape[0];
+    float* part = a.splits > 1 ? a.partial + ((t * Hq + h) * a.splits + split) * (D + 2) : nullptr;
     const int64_t group = Hq / a.hkv, hk = h / group;
     const int lane = c.tid() % kWarp, warp = c.tid() / kWarp;
     float* q = c.template smem<1, float, kMaxHeadDim>();
@@ -514,12 +517,21 @@ struct AttentionKernel {
     const int64_t so = a.out.col_stride();
     if (!ok) {
       if (c.tid() == 0) c.set_error(a.err, KernelError::kAttnMetadata);
-      for (int64_t i = c.tid(); i < D; i += c.ntid()) store_f(ro + i * so, a.out.dtype, 0.0f);
+      if (part) {
+        if (c.tid() == 0) { part[D] = -INFINITY; part[D + 1] = 0.0f; }  // the combine writes zeros
+      } else {
+        for (int64_t i = c.tid(); i < D; i += c.ntid()) store_f(ro + i * so, a.out.dtype, 0.0f);
+      }
       return;
     }
     const int64_t pos = len - n_new + (t - q0);
-    const int64_t lo = a.sliding_window > 0 && pos - a.sliding_window + 1 > 0 ? pos - a.sliding_window + 1 : 0;
-    const int64_t hi = a.causal ? pos : len - 1;
+    int64_t lo = a.sliding_window > 0 && pos - a.sliding_window + 1 > 0 ? pos - a.sliding_window + 1 : 0;
+    int64_t hi = a.causal ? pos : len - 1;
+    if (part) {  // this block's part of the keys (possibly none)
+      const int64_t chunk = (hi - lo + 1 + a.splits - 1) / a.splits;
+      lo += split * chunk;
+      hi = hi < lo + chunk - 1 ? hi : lo + chunk - 1;
+    }
     const uint8_t* rq = a.q.row(t * Hq + h);
     for (int64_t i = c.tid(); i < D; i += c.ntid()) q[i] = load_f(rq + i * a.q.col_stride(), a.q.dtype);
     c.sync();
@@ -564,6 +576,35 @@ struct AttentionKernel {
       for (int w = 0; w < kAttnWarps; ++w) {
         const float* ow = om + w * (kMaxHeadDim + 2);
         if (ow[kMaxHeadDim + 1] > 0.0f) acc += ow[i] * expf(ow[kMaxHeadDim] - M);
+      }
+      if (part) part[i] = acc;  // unnormalised, relative to M
+      else store_f(ro + i * so, a.out.dtype, L > 0.0f ? acc / L : 0.0f);
+    }
+    if (part && c.tid() == 0) { part[D] = M; part[D + 1] = L; }
+  }
+};
+
+// attention_combine: merges the split-K partials of one (row, head) per block: out = sum_s
+// acc_s e^(M_s - M) / sum_s L_s e^(M_s - M), over the splits that saw keys (L_s > 0).
+struct AttentionCombineKernel {
+  using Args = AttentionCombineArgs;
+  template <class C> TS_KFN static void run(C& c, const Args& a) {
+    const int64_t r = c.bx(), D = a.out.cols();
+    const float* base = a.partial + r * a.splits * (D + 2);
+    float M = -INFINITY, L = 0.0f;
+    for (int s = 0; s < a.splits; ++s)
+      if (base[s * (D + 2) + D + 1] > 0.0f) M = fmaxf(M, base[s * (D + 2) + D]);
+    for (int s = 0; s < a.splits; ++s) {
+      const float* ps = base + s * (D + 2);
+      if (ps[D + 1] > 0.0f) L += ps[D + 1] * expf(ps[D] - M);
+    }
+    uint8_t* ro = a.out.row(r);
+    const int64_t so = a.out.col_stride();
+    for (int64_t i = c.tid(); i < D; i += c.ntid()) {
+      float acc = 0.0f;
+      for (int s = 0; s < a.splits; ++s) {
+        const float* ps = base + s * (D + 2);
+        if (ps[D + 1] > 0.0f) acc += ps[i] * expf(ps[D] - M);
       }
       store_f(ro + i * so, a.out.dtype, L > 0.0f ? acc / L : 0.0f);
     }

@@ -29,6 +29,7 @@ const char* kernel_name(KernelKind k) {
     case KernelKind::kKvStore: return "kv_store";
     case KernelKind::kAttention: return "attention";
     case KernelKind::kQuantizeQ8: return "quantize_q8";
+    case KernelKind::kAttentionCombine: return "attention_combine";
   }
   return "?";
 }
@@ -94,6 +95,16 @@ bool supports(OpKind op, DType act, DType weight) {
       return false;
   }
   return false;
+}
+
+int attention_splits(int64_t rows, int64_t heads, int64_t capacity) {
+  const int64_t units = rows * heads;
+  if (units <= 0 || units >= kAttnSplitTarget || capacity < 2 * kAttnSplitKeys) return 1;
+  int64_t s = capacity / kAttnSplitKeys;
+  const int64_t fill = (kAttnSplitTarget + units - 1) / units;
+  if (fill < s) s = fill;
+  if (s > kAttnMaxSplits) s = kAttnMaxSplits;
+  return int(s < 1 ? 1 : s);
 }
 
 bool matmul_uses_q8(DType weight, int64_t k) {
@@ -290,8 +301,24 @@ Status plan_node(const Graph& g, int ni, const AddressOf& address, int32_t* err,
       a.err = err;
       l.kind = KernelKind::kAttention;
       l.block = kAttnWarps * 32;
-      l.grid_x = uint32_t(q.shape[0]);
+      a.splits = attention_splits(q.shape[0], q.shape[1], a.block_tables.cols() * a.block_size);
+      if (q.shape[0] * a.splits > kMaxGridX) a.splits = 1;
+      l.grid_x = uint32_t(q.shape[0] * a.splits);
       l.grid_y = uint32_t(q.shape[1]);
+      if (a.splits > 1) {
+        const int64_t units = q.shape[0] * q.shape[1];
+        a.partial = reinterpret_cast<float*>(scratch.reserve(size_t(units) * size_t(a.splits) * size_t(D + 2) * 4));
+        l.args = a;
+        out.push_back(l);
+        Launch lc;
+        lc.node = ni;
+        lc.kind = KernelKind::kAttentionCombine;
+        lc.block = 128;
+        lc.grid_x = uint32_t(units);
+        lc.args = AttentionCombineArgs{o, a.partial, a.splits};
+        out.push_back(lc);
+        return OkStatus();
+      }
       l.args = a;
       break;
     }

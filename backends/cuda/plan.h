@@ -14,11 +14,12 @@ namespace tessera::gpu {
 
 enum class KernelKind : uint8_t {
   kPointwise, kNorm, kSoftmax, kRope, kEmbed, kMatmul, kMatmulId, kTopkRoute, kKvStore, kAttention, kQuantizeQ8,
+  kAttentionCombine,
 };
 const char* kernel_name(KernelKind k);
 
 using KernelArgs = std::variant<PointwiseArgs, NormArgs, SoftmaxArgs, RopeArgs, EmbedArgs, MatmulArgs, MatmulIdArgs,
-                                TopkRouteArgs, KvStoreArgs, AttentionArgs, QuantizeQ8Args>;
+                                TopkRouteArgs, KvStoreArgs, AttentionArgs, QuantizeQ8Args, AttentionCombineArgs>;
 
 struct Launch {
   KernelKind kind = KernelKind::kPointwise;
@@ -55,6 +56,9 @@ Status plan_node(const Graph& graph, int node_index, const AddressOf& address, i
                  std::vector<Launch>& out);
 // Every node of |graph| (views compute nothing and get no launch).
 Result<std::vector<Launch>> plan_graph(const Graph& graph, const AddressOf& address, int32_t* err, Scratch& scratch);
+// The split-K factor of an attention launch over |rows| query rows of |heads| heads with a KV
+// capacity of |capacity| keys per sequence (args.h kAttnSplit*): 1 = no split.
+int attention_splits(int64_t rows, int64_t heads, int64_t capacity);
 // Whether a matmul of |weight| over rows of |k| runs on int8 dot products (QuantizeQ8 first).
 bool matmul_uses_q8(DType weight, int64_t k);
 

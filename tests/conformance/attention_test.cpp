@@ -80,6 +80,11 @@ std::vector<Case> attention_cases() {
       // past a query's own position in a sequence with a cached part.
       {"bidirectional batch", 12, 12, 32, 16, {{0, 20}, {0, 7}, {0, 45}}, 0, 0.0f, false, false},
       {"bidirectional gqa cached", 4, 2, 64, 16, {{10, 5}, {0, 1}}, 0, 0.0f, false, false},
+      // Long-context decodes (the GPU splits their keys, flash-decoding style, and merges the
+      // parts): one long sequence, a shorter one whose later parts are empty, a fresh one; and
+      // a sliding window that leaves most parts empty.
+      {"long decode", 8, 2, 64, 16, {{1100, 1}, {700, 1}, {0, 1}}, 0, 0.0f, false},
+      {"long decode window", 4, 1, 32, 16, {{900, 1}, {300, 2}}, 100, 0.0f, false},
   };
   std::vector<Case> cases;
   uint64_t seed = 3000;

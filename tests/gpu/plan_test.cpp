@@ -114,6 +114,38 @@ TEST(GpuPlan, AttentionStoresTheCacheThenAttendsPerTokenAndHead) {
   EXPECT_EQ(args.err, &f.err);
 }
 
+// A long-context decode splits its keys over several blocks per (row, head) and merges them in
+// a second launch; a prefill-sized launch or a short KV capacity does not split.
+TEST(GpuPlan, LongDecodeAttentionSplitsKeysAndCombines) {
+  EXPECT_EQ(attention_splits(1, 32, 32768), 16);  // 512 blocks / 32 heads
+  EXPECT_EQ(attention_splits(1, 8, 4096), 16);    // capped by 256 keys per part
+  EXPECT_EQ(attention_splits(1, 1, 1 << 20), kAttnMaxSplits);
+  EXPECT_EQ(attention_splits(1, 32, 511), 1);     // under two parts' worth of keys
+  EXPECT_EQ(attention_splits(64, 8, 32768), 1);   // 512 blocks already
+  Fixture f;
+  const int64_t T = 2, Hq = 8, Hkv = 2, D = 64, bs = 16, max_blocks = 128, blocks = 300;
+  Graph::AttentionInputs in{f.input(DType::kF16, {T, Hq, D}), f.input(DType::kF16, {T, Hkv, D}),
+                            f.input(DType::kF16, {T, Hkv, D}), f.input(DType::kF16, {blocks, bs, Hkv, D}),
+                            f.input(DType::kF16, {blocks, bs, Hkv, D}), f.input(DType::kI32, {T}),
+                            f.input(DType::kI32, {3}), f.input(DType::kI32, {2}), f.input(DType::kI32, {2, max_blocks})};
+  f.g.mark_output(f.g.attention(in, AttentionParams{}));
+  auto p = f.plan();
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  ASSERT_EQ(p->size(), 3u);
+  EXPECT_EQ((*p)[0].kind, KernelKind::kKvStore);
+  const int splits = attention_splits(T, Hq, max_blocks * bs);
+  EXPECT_EQ(splits, 8);  // 2048 keys / 256
+  const auto& a = std::get<AttentionArgs>((*p)[1].args);
+  EXPECT_EQ(a.splits, splits);
+  EXPECT_EQ((*p)[1].grid_x, uint32_t(T * splits));
+  EXPECT_EQ((*p)[1].grid_y, uint32_t(Hq));
+  EXPECT_EQ(reinterpret_cast<uint8_t*>(a.partial), f.scratch.base);
+  EXPECT_EQ(f.scratch.need, size_t(T * Hq * splits * (D + 2) * 4));
+  EXPECT_EQ((*p)[2].kind, KernelKind::kAttentionCombine);
+  EXPECT_EQ((*p)[2].grid_x, uint32_t(T * Hq));
+  EXPECT_EQ(std::get<AttentionCombineArgs>((*p)[2].args).partial, a.partial);
+}
+
 TEST(GpuPlan, RefusesShapesTheKernelsDoNotTakeNamingTheNode) {
   {
     Fixture f;  // head dim above kMaxHeadDim
