@@ -120,6 +120,23 @@ inline constexpr int kMatmulWarps = 4;  // warps (output columns) per block
 struct MatmulIdArgs {
   View x, w, ids, weights, out;  // w [E, N, K]; weights: p == nullptr when absent
   int32_t* err;
+  // Filled by the planner: the pairs grouped by expert (MoeSortArgs), the quantised x (nullptr:
+  // the float path) and, with weights, the per-pair results [T * k, N] the weighted sum reads.
+  const int32_t* order = nullptr;
+  const int32_t* offsets = nullptr;
+  const Q8Run* xq = nullptr;
+  float* y = nullptr;
+};
+struct MoeSortArgs {
+  View ids;          // [T, k] expert ids
+  int64_t experts;   // E
+  int32_t* order;    // [T * k] pair indices t * k + j, grouped by expert
+  int32_t* offsets;  // [E + 2]: group g is order[offsets[g] .. offsets[g + 1]); group E: bad ids
+  int32_t* err;
+};
+struct MoeWeightedSumArgs {
+  View weights, out;  // [T, k], [T, N]
+  const float* y;     // [T * k, N]
 };
 struct TopkRouteArgs {
   View logits, bias, ids, weights;

@@ -207,11 +207,11 @@ struct EmbedKernel {
   }
 };
 
-// The dot products of up to kMatmulRows activation rows (x rows m0..) with one weight row, summed
-// over the warp; every lane returns the sums. Lanes take runs of 16 weights 512 apart, so a warp
-// reads the row once, in order, for all its activation rows.
+// The dot products of up to kMatmulRows activation rows (x rows xrows[0..rows)) with one weight
+// row, summed over the warp; every lane returns the sums. Lanes take runs of 16 weights 512
+// apart, so a warp reads the row once, in order, for all its activation rows.
 template <DType W, class C>
-TS_KFN void warp_dots(C& c, const View& x, int64_t m0, int rows, const uint8_t* wrow, int64_t K, float* acc) {
+TS_KFN void warp_dots(C& c, const View& x, const int64_t* xrows, int rows, const uint8_t* wrow, int64_t K, float* acc) {
   const int lane = c.tid() % kWarp;
   for (int r = 0; r < kMatmulRows; ++r) acc[r] = 0.0f;
   const int64_t sx = x.col_stride();
@@ -220,7 +220,7 @@ TS_KFN void warp_dots(C& c, const View& x, int64_t m0, int rows, const uint8_t* 
     const int n16 = decode16_tail<W>(wrow, e0, K, w);
     for (int r = 0; r < kMatmulRows; ++r) {
       if (r >= rows) break;
-      const uint8_t* xr = x.row(m0 + r) + e0 * sx;
+      const uint8_t* xr = x.row(xrows[r]) + e0 * sx;
       float s = 0.0f;
       for (int i = 0; i < n16; ++i) s += w[i] * load_f(xr + i * sx, x.dtype);
       acc[r] += s;
@@ -281,7 +281,8 @@ struct QuantizeQ8Kernel {
 // int8 codes (decode::int_run16) and sums scale * d * (q . xq) + offset * sum(x) per row, four
 // dp4a per run and row instead of sixteen FMAs and sixteen activation loads.
 template <DType W, class C>
-TS_KFN void warp_dots_q8(C& c, const Q8Run* xq, int64_t runs, int64_t m0, int rows, const uint8_t* wrow, float* acc) {
+TS_KFN void warp_dots_q8(C& c, const Q8Run* xq, int64_t runs, const int64_t* xrows, int rows, const uint8_t* wrow,
+                         float* acc) {
   const int lane = c.tid() % kWarp;
   for (int r = 0; r < kMatmulRows; ++r) acc[r] = 0.0f;
   int8_t q[16];
@@ -294,13 +295,24 @@ TS_KFN void warp_dots_q8(C& c, const Q8Run* xq, int64_t runs, int64_t m0, int ro
                       (uint32_t(uint8_t(q[4 * w + 2])) << 16) | (uint32_t(uint8_t(q[4 * w + 3])) << 24));
     for (int r = 0; r < kMatmulRows; ++r) {
       if (r >= rows) break;
-      const Q8Run& x = xq[(m0 + r) * runs + j];
+      const Q8Run& x = xq[xrows[r] * runs + j];
       int32_t s = 0;
       for (int w = 0; w < 4; ++w) s = dot4_i8(wq[w], x.q[w], s);
       acc[r] += scale * (x.d * float(s)) + offset * x.sum;
     }
   }
   for (int r = 0; r < kMatmulRows; ++r) acc[r] = warp_sum(c, acc[r]);
+}
+
+// warp_dots_q8 when the activations were quantised (xq) and the format has integer runs, else
+// warp_dots.
+template <DType W, class C>
+TS_KFN void dots(C& c, const View& x, const Q8Run* xq, const int64_t* xrows, int rows, const uint8_t* wrow, int64_t K,
+                 float* acc) {
+  if constexpr (decode::kHasIntRun<W>) {
+    if (xq) return warp_dots_q8<W>(c, xq, K / 16, xrows, rows, wrow, acc);
+  }
+  warp_dots<W>(c, x, xrows, rows, wrow, K, acc);
 }
 
 // matmul: out[M, N] = x[M, K] w[N, K]^T (+ bias). Block: kMatmulWarps warps, one output column
@@ -316,12 +328,9 @@ struct MatmulKernel {
     const int64_t m0 = int64_t(c.by()) * kMatmulRows;
     const int rows = int(M - m0 < kMatmulRows ? M - m0 : kMatmulRows);
     float acc[kMatmulRows];
-    if constexpr (decode::kHasIntRun<W>) {
-      if (a.xq) warp_dots_q8<W>(c, a.xq, K / 16, m0, rows, a.w.row(n), acc);
-      else warp_dots<W>(c, a.x, m0, rows, a.w.row(n), K, acc);
-    } else {
-      warp_dots<W>(c, a.x, m0, rows, a.w.row(n), K, acc);
-    }
+    int64_t xrows[kMatmulRows];
+    for (int r = 0; r < kMatmulRows; ++r) xrows[r] = m0 + r;
+    dots<W>(c, a.x, a.xq, xrows, rows, a.w.row(n), K, acc);
     const float bias = a.bias.p ? load_f(a.bias.p + n * a.bias.col_stride(), a.bias.dtype) : 0.0f;
     const int lane = c.tid() % kWarp;
     if (lane < rows) {
@@ -333,32 +342,94 @@ struct MatmulKernel {
   }
 };
 
-// matmul_id: one warp per (token, output column), over the token's k experts; weighted: the
-// weighted sum in one row, else one row per (token, slot).
+// matmul_id, step 1 (one block): the (token, slot) pairs p = t * k + j grouped by expert, in
+// token order within each expert (deterministic: no atomics): offsets[g] .. offsets[g + 1] of
+// order[] are group g's pairs; group E collects pairs whose id is out of range (an error).
+struct MoeSortKernel {
+  using Args = MoeSortArgs;
+  template <class C> TS_KFN static void run(C& c, const Args& a) {
+    const int64_t P = a.ids.rows() * a.ids.cols(), E = a.experts;
+    auto group = [&](int64_t p) {
+      const int32_t e = load_i32(a.ids, p);
+      return e >= 0 && e < E ? int64_t(e) : E;
+    };
+    for (int64_t g = c.tid(); g <= E; g += c.ntid()) {
+      int32_t n = 0;
+      for (int64_t p = 0; p < P; ++p) n += group(p) == g;
+      a.offsets[g + 1] = n;
+    }
+    c.sync();
+    if (c.tid() == 0) {
+      a.offsets[0] = 0;
+      for (int64_t g = 0; g <= E; ++g) a.offsets[g + 1] += a.offsets[g];
+      if (a.offsets[E + 1] > a.offsets[E]) c.set_error(a.err, KernelError::kExpertId);
+    }
+    c.sync();
+    for (int64_t g = c.tid(); g <= E; g += c.ntid()) {
+      int32_t at = a.offsets[g];
+      for (int64_t p = 0; p < P; ++p)
+        if (group(p) == g) a.order[at++] = int32_t(p);
+    }
+  }
+};
+
+// matmul_id, step 2: one grouped launch. Block y is one tile of up to kMatmulRows pairs of one
+// expert (tiles numbered across the experts in order; blocks past the last tile exit), each warp
+// one output column: the expert's weight row is read once for the tile's rows, as a matmul
+// reads it. Results go to out row p (no weights) or to y[p, N] for the weighted sum.
 template <DType W>
 struct MatmulIdKernel {
   using Args = MatmulIdArgs;
   template <class C> TS_KFN static void run(C& c, const Args& a) {
     const int64_t n = int64_t(c.bx()) * kMatmulWarps + c.tid() / kWarp;
-    const int64_t t = c.by();
     const int64_t E = a.w.shape[0], N = a.w.shape[1], K = a.w.cols(), k = a.ids.cols();
     if (n >= N) return;
-    const int lane = c.tid() % kWarp;
-    float total = 0.0f, acc[kMatmulRows];
-    for (int64_t j = 0; j < k; ++j) {
-      const int32_t e = load_i32(a.ids, t * k + j);
-      const bool ok = e >= 0 && e < E;
-      if (!ok && lane == 0) c.set_error(a.err, KernelError::kExpertId);
-      const int64_t xrow = a.x.rank == 2 ? t : t * k + j;
-      warp_dots<W>(c, a.x, xrow, 1, a.w.row((ok ? e : 0) * N + n), K, acc);
-      const float y = ok ? acc[0] : 0.0f;
-      if (a.weights.p) {
-        total += load_f(a.weights.row(t) + j * a.weights.col_stride(), a.weights.dtype) * y;
-      } else if (lane == 0) {
-        store_f(a.out.row(t * k + j) + n * a.out.col_stride(), a.out.dtype, y);
-      }
+    int64_t tile = c.by(), g = 0;
+    for (; g <= E; ++g) {
+      const int64_t tiles = (a.offsets[g + 1] - a.offsets[g] + kMatmulRows - 1) / kMatmulRows;
+      if (tile < tiles) break;
+      tile -= tiles;
     }
-    if (a.weights.p && lane == 0) store_f(a.out.row(t) + n * a.out.col_stride(), a.out.dtype, total);
+    if (g > E) return;  // the whole block: no tile left
+    const int64_t p0 = a.offsets[g] + tile * kMatmulRows;
+    const int64_t left = a.offsets[g + 1] - p0;
+    const int rows = int(left < kMatmulRows ? left : kMatmulRows);
+    int64_t pairs[kMatmulRows], xrows[kMatmulRows];
+    for (int r = 0; r < kMatmulRows; ++r) {
+      pairs[r] = r < rows ? a.order[p0 + r] : 0;
+      xrows[r] = a.x.rank == 2 ? pairs[r] / k : pairs[r];
+    }
+    float acc[kMatmulRows];
+    if (g < E) {
+      dots<W>(c, a.x, a.xq, xrows, rows, a.w.row(g * N + n), K, acc);
+    } else {
+      for (float& v : acc) v = 0.0f;  // out-of-range ids (reported by the sort): zeros
+    }
+    const int lane = c.tid() % kWarp;
+    if (lane < rows) {
+      float v = 0.0f;
+      int64_t p = 0;
+      for (int r = 0; r < kMatmulRows; ++r)
+        if (r == lane) v = acc[r], p = pairs[r];
+      if (a.y) a.y[p * N + n] = v;
+      else store_f(a.out.row(p) + n * a.out.col_stride(), a.out.dtype, v);
+    }
+  }
+};
+
+// matmul_id, step 3 (weighted): out[t] = sum_j weights[t, j] * y[t * k + j], j in order.
+struct MoeWeightedSumKernel {
+  using Args = MoeWeightedSumArgs;
+  template <class C> TS_KFN static void run(C& c, const Args& a) {
+    const int64_t t = c.bx(), N = a.out.cols(), k = a.weights.cols();
+    const uint8_t* rw = a.weights.row(t);
+    uint8_t* ro = a.out.row(t);
+    for (int64_t n = c.tid(); n < N; n += c.ntid()) {
+      float total = 0.0f;
+      for (int64_t j = 0; j < k; ++j)
+        total += load_f(rw + j * a.weights.col_stride(), a.weights.dtype) * a.y[(t * k + j) * N + n];
+      store_f(ro + n * a.out.col_stride(), a.out.dtype, total);
+    }
   }
 };
 

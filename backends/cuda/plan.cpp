@@ -30,6 +30,8 @@ const char* kernel_name(KernelKind k) {
     case KernelKind::kAttention: return "attention";
     case KernelKind::kQuantizeQ8: return "quantize_q8";
     case KernelKind::kAttentionCombine: return "attention_combine";
+    case KernelKind::kMoeSort: return "moe_sort";
+    case KernelKind::kMoeWeightedSum: return "moe_weighted_sum";
   }
   return "?";
 }
@@ -240,15 +242,63 @@ Status plan_node(const Graph& g, int ni, const AddressOf& address, int32_t* err,
     }
     case OpKind::kMatmulId: {
       MatmulIdArgs a{in(in::kMatmulIdX), in(in::kMatmulIdW), in(in::kMatmulIdIds), in(in::kMatmulIdWeights), o, err};
+      const int64_t E = a.w.shape[0], N = a.w.shape[1], K = a.w.cols(), T = a.ids.shape[0], k = a.ids.cols();
+      const int64_t P = T * k, X = a.x.rows();
+      const bool q8 = matmul_uses_q8(a.w.dtype, K) && X > 0;
+      // Scratch: order [P] and offsets [E + 2] (int32), then the quantised x, then y [P, N].
+      auto align16 = [](size_t b) { return (b + 15) / 16 * 16; };
+      const size_t order_at = 0, offsets_at = align16(size_t(P) * 4);
+      const size_t xq_at = align16(offsets_at + size_t(E + 2) * 4);
+      const size_t y_at = align16(xq_at + (q8 ? size_t(X) * size_t(K / 16) * sizeof(Q8Run) : 0));
+      const size_t total = y_at + (a.weights.p ? size_t(P) * size_t(N) * 4 : 0);
+      if (P == 0) {  // nothing to compute
+        l.kind = KernelKind::kMatmulId;
+        l.weight = a.w.dtype;
+        l.grid_x = 0;
+        l.args = a;
+        break;
+      }
+      uint8_t* base = scratch.reserve(total);
+      auto at = [&](size_t off) { return base ? base + off : nullptr; };
+      a.order = reinterpret_cast<int32_t*>(at(order_at));
+      a.offsets = reinterpret_cast<int32_t*>(at(offsets_at));
+      Launch ls;
+      ls.node = ni;
+      ls.kind = KernelKind::kMoeSort;
+      ls.block = 256;
+      ls.args = MoeSortArgs{a.ids, E, const_cast<int32_t*>(a.order), const_cast<int32_t*>(a.offsets), err};
+      out.push_back(ls);
+      if (q8) {
+        if (X > kMaxGridX) return fail("too many rows for one launch");
+        Launch lq;
+        lq.node = ni;
+        lq.kind = KernelKind::kQuantizeQ8;
+        lq.grid_x = uint32_t(X);
+        auto* xq = reinterpret_cast<Q8Run*>(at(xq_at));
+        lq.args = QuantizeQ8Args{a.x, xq, K / 16};
+        out.push_back(lq);
+        a.xq = xq;
+      }
+      if (a.weights.p) a.y = reinterpret_cast<float*>(at(y_at));
       l.kind = KernelKind::kMatmulId;
       l.weight = a.w.dtype;
       l.block = kMatmulWarps * 32;
-      const int64_t gx = (a.w.shape[1] + kMatmulWarps - 1) / kMatmulWarps;
-      const int64_t gy = a.ids.shape[0];
+      const int64_t gx = (N + kMatmulWarps - 1) / kMatmulWarps;
+      const int64_t gy = (P + kMatmulRows - 1) / kMatmulRows + E + 1;  // tiles of every group, at most
       if (gy > kMaxGridY || gx > kMaxGridX) return fail("matmul_id too large for one launch");
       l.grid_x = uint32_t(gx);
       l.grid_y = uint32_t(gy);
       l.args = a;
+      if (a.weights.p) {
+        out.push_back(l);
+        Launch lw;
+        lw.node = ni;
+        lw.kind = KernelKind::kMoeWeightedSum;
+        lw.grid_x = uint32_t(T);
+        lw.args = MoeWeightedSumArgs{a.weights, o, a.y};
+        out.push_back(lw);
+        return OkStatus();
+      }
       break;
     }
     case OpKind::kTopkRoute: {

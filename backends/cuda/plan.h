@@ -14,12 +14,13 @@ namespace tessera::gpu {
 
 enum class KernelKind : uint8_t {
   kPointwise, kNorm, kSoftmax, kRope, kEmbed, kMatmul, kMatmulId, kTopkRoute, kKvStore, kAttention, kQuantizeQ8,
-  kAttentionCombine,
+  kAttentionCombine, kMoeSort, kMoeWeightedSum,
 };
 const char* kernel_name(KernelKind k);
 
 using KernelArgs = std::variant<PointwiseArgs, NormArgs, SoftmaxArgs, RopeArgs, EmbedArgs, MatmulArgs, MatmulIdArgs,
-                                TopkRouteArgs, KvStoreArgs, AttentionArgs, QuantizeQ8Args, AttentionCombineArgs>;
+                                TopkRouteArgs, KvStoreArgs, AttentionArgs, QuantizeQ8Args, AttentionCombineArgs,
+                                MoeSortArgs, MoeWeightedSumArgs>;
 
 struct Launch {
   KernelKind kind = KernelKind::kPointwise;

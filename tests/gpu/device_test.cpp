@@ -91,5 +91,25 @@ TEST(GpuDevice, AnOutOfRangeTokenIdIsAnErrorNotARead) {
   EXPECT_NE(s.message().find("token id outside"), std::string::npos) << s.to_string();
 }
 
+TEST(GpuDevice, AnOutOfRangeExpertIdIsAnErrorNotARead) {
+  DevicePtr dev = sim_device();
+  ASSERT_NE(dev, nullptr);
+  testing::Rng rng(5);
+  const int64_t E = 4, N = 8, K = 32;
+  const Tensor wdesc = Tensor::make(DType::kQ4_0, {E, N, K});
+  const auto wbytes = testing::encode(wdesc, testing::random_floats(rng, E * N * K));
+  auto w = upload_new(*dev, wdesc, wbytes.data());
+  const auto xv = testing::random_floats(rng, 3 * K);
+  auto x = upload_new(*dev, Tensor::make(DType::kF32, {3, K}), xv.data());
+  const std::vector<int32_t> ids = {0, 3, 2, 4, 1, 1};  // token 1, slot 1: expert 4 of 4
+  auto id_t = upload_new(*dev, Tensor::make(DType::kI32, {3, 2}), ids.data());
+  ASSERT_TRUE(w.ok() && x.ok() && id_t.ok());
+  Graph g;
+  g.mark_output(g.matmul_id(g.input(*x), g.input(*w), g.input(*id_t)));
+  const Status s = dev->compute(g);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("expert id outside"), std::string::npos) << s.to_string();
+}
+
 }  // namespace
 }  // namespace tessera

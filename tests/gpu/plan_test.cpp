@@ -146,6 +146,42 @@ TEST(GpuPlan, LongDecodeAttentionSplitsKeysAndCombines) {
   EXPECT_EQ(std::get<AttentionCombineArgs>((*p)[2].args).partial, a.partial);
 }
 
+// matmul_id is one grouped launch over the experts' tiles, after a sort of the (token, slot)
+// pairs by expert (and the activations' quantisation for integer formats); with routing weights
+// a weighted sum follows. Its grid covers every tile the pairs could need, with no padding of
+// each expert to the largest.
+TEST(GpuPlan, MatmulIdSortsPairsThenRunsOneGroupedLaunch) {
+  const int64_t T = 5, k = 2, E = 6, N = 40, K = 64;
+  Fixture f;
+  const ValueId x = f.input(DType::kF32, {T, K});
+  const ValueId w = f.input(DType::kQ4_0, {E, N, K});
+  const ValueId ids = f.input(DType::kI32, {T, k});
+  const ValueId wts = f.input(DType::kF32, {T, k});
+  f.g.mark_output(f.g.matmul_id(x, w, ids, wts));
+  auto p = f.plan();
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  ASSERT_EQ(p->size(), 4u);
+  EXPECT_EQ((*p)[0].kind, KernelKind::kMoeSort);
+  EXPECT_EQ((*p)[0].grid_x, 1u);
+  EXPECT_EQ(std::get<MoeSortArgs>((*p)[0].args).experts, E);
+  EXPECT_EQ((*p)[1].kind, KernelKind::kQuantizeQ8);
+  EXPECT_EQ((*p)[1].grid_x, uint32_t(T));
+  const Launch& mm = (*p)[2];
+  EXPECT_EQ(mm.kind, KernelKind::kMatmulId);
+  EXPECT_EQ(mm.grid_x, uint32_t((N + kMatmulWarps - 1) / kMatmulWarps));
+  EXPECT_EQ(mm.grid_y, uint32_t((T * k + kMatmulRows - 1) / kMatmulRows + E + 1));
+  const auto& a = std::get<MatmulIdArgs>(mm.args);
+  EXPECT_NE(a.xq, nullptr);
+  EXPECT_NE(a.y, nullptr);
+  EXPECT_EQ(reinterpret_cast<const uint8_t*>(a.order), f.scratch.base);
+  EXPECT_EQ((*p)[3].kind, KernelKind::kMoeWeightedSum);
+  EXPECT_EQ((*p)[3].grid_x, uint32_t(T));
+  EXPECT_EQ(std::get<MoeWeightedSumArgs>((*p)[3].args).y, a.y);
+  // order, offsets, the quantised x and y, each 16-byte aligned
+  const size_t want = 48 + 32 + size_t(T * K / 16) * sizeof(Q8Run) + size_t(T * k * N) * 4;
+  EXPECT_EQ(f.scratch.need, want);
+}
+
 TEST(GpuPlan, RefusesShapesTheKernelsDoNotTakeNamingTheNode) {
   {
     Fixture f;  // head dim above kMaxHeadDim
