@@ -96,7 +96,9 @@ def llama_round(server, bench, a, tmp):
 
 def tessera_round(bench, a, tmp, name, env):
     out = os.path.join(tmp, name)
-    compare.run([bench, "serve", "--model", a.model, f"--server-arg=--ctx={a.ctx}", "--out", out] + bench_args(a),
+    # A variant's SERVER_ARGS are flags of `tessera serve` (--variant NAME:SERVER_ARGS="--itl-factor=0 ...").
+    extra = [f"--server-arg={x}" for x in (env or {}).get("SERVER_ARGS", "").split()]
+    compare.run([bench, "serve", "--model", a.model, f"--server-arg=--ctx={a.ctx}", "--out", out] + extra + bench_args(a),
                 f"tessera-bench serve --model ({name})", env)
     return read_levels(out)
 
@@ -114,7 +116,8 @@ def main():
     ap.add_argument("--output", type=int, default=64, help="output tokens per request (default 64)")
     ap.add_argument("--requests", type=int, default=0, help="requests per level (0: tessera-bench's max(8, 4 x C))")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME:VAR=VALUE",
-                    help="also run tessera serve with this environment setting (repeatable)")
+                    help="also run tessera serve with this environment setting (repeatable); the variable "
+                         "SERVER_ARGS holds flags of tessera serve instead")
     a = ap.parse_args()
     if a.rounds < 1:
         raise compare.CompareError("--rounds must be at least 1")

@@ -202,7 +202,12 @@ void Scheduler::observe(double ms) { cost_.observe(ms); }
 std::vector<ScheduledSeq> Scheduler::plan(StepPlan* plan) {
   std::vector<ScheduledSeq> out;
   int32_t budget = cfg_.max_batch_tokens;
-  cost_.begin_step(decodes());
+  int32_t n_decoding = 0, n_awaiting = int32_t(waiting_.size());
+  for (const auto& r : running_) {
+    if (r->n_pending() == 1) ++n_decoding;
+    else if (r->n_pending() > 1) ++n_awaiting;  // mid-prompt
+  }
+  cost_.begin_step(decodes(), std::min(n_decoding, cfg_.max_seqs), n_awaiting);
   const int64_t preemptions_before = stats_.preemptions;
   schedule_running(&out, &budget);  // decodes (and unfinished prefill chunks) first
   // Then prefill chunks of waiting sequences, unless this step had to preempt: the pool is short,

@@ -6,7 +6,7 @@ namespace tessera {
 
 StepCostPolicy::StepCostPolicy(const StepCostPolicyConfig& cfg) : cfg_(cfg), model_(cfg.prior, cfg.forgetting) {}
 
-void StepCostPolicy::begin_step(const StepShape& decodes) {
+void StepCostPolicy::begin_step(const StepShape& decodes, int32_t n_decoding, int32_t n_awaiting) {
   if (stats_.last_prefill_tokens > 0) prev_prefill_tokens_ = stats_.last_prefill_tokens;
   limit_ms_ = 0;
   limit_shape_ = StepShape{};
@@ -15,7 +15,9 @@ void StepCostPolicy::begin_step(const StepShape& decodes) {
   if (cfg_.itl_factor <= 0 && cfg_.max_step_ms <= 0) return;
   if (decodes.n_tokens == 0) return;  // nobody waits on tokens: prefill may use the whole budget
   limit_shape_ = decodes;
-  limit_ms_ = cfg_.itl_factor > 0 ? cfg_.itl_factor * model_.predict_ms(limit_shape_) : cfg_.max_step_ms;
+  const double pressure = std::max(1.0, double(n_awaiting) / double(std::max(n_decoding, 1)));
+  stats_.last_pressure = pressure;
+  limit_ms_ = cfg_.itl_factor > 0 ? cfg_.itl_factor * pressure * model_.predict_ms(limit_shape_) : cfg_.max_step_ms;
   if (cfg_.max_step_ms > 0) limit_ms_ = std::min(limit_ms_, cfg_.max_step_ms);
   probe_ = cfg_.probe_every > 0 && ++steps_since_decode_only_ >= cfg_.probe_every;
 }

@@ -152,6 +152,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--model-name", o->serve.model_name, "the model id clients send (default: the file's stem)");
   cmd->add_option("--max-in-flight", o->serve.max_in_flight, "requests admitted at once; more get 429 + Retry-After")
       ->capture_default_str()->check(CLI::Range(1, 100000));
+  // A server's step budget is vLLM's chunked-prefill default: bursts of prompts prefill in few
+  // steps (the library's 512 suits one embedded caller); the ITL factor still sizes chunks
+  // beside running decodes.
+  o->scheduler.max_batch_tokens = 2048;
   cmd->add_option("--max-batch-tokens", o->scheduler.max_batch_tokens, "token budget of one engine step")->capture_default_str()
       ->check(CLI::Range(16, 1 << 20));
   cmd->add_option("--itl-factor", o->scheduler.itl_factor,

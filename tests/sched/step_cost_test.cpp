@@ -248,3 +248,40 @@ TEST(StepCostPolicy, AbsoluteStepLimitAndOffSwitch) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// The limit weighs one decode's ITL against one prompt's TTFT: sequences waiting on prefill
+// beyond the number decoding scale it up; fewer leave the plain factor.
+TEST(StepCostPolicy, WaitingPromptsBeyondTheDecodesScaleTheLimit) {
+  StepCostPolicyConfig cfg;
+  cfg.itl_factor = 2.0;
+  cfg.prior = kTruth;
+  cfg.probe_every = 0;
+  StepCostPolicy policy(cfg);
+  StepShape decodes;
+  for (int i = 0; i < 4; ++i) decodes.add(100 * (i + 1), 1, true);
+  auto limit_for = [&](int32_t decoding, int32_t awaiting) {
+    policy.begin_step(decodes, decoding, awaiting);
+    policy.end_step(decodes, 0);
+    return policy.stats().last_limit_ms;
+  };
+  const double plain = limit_for(4, 0);
+  EXPECT_NEAR(plain, 2.0 * true_ms(decodes), 1e-9);
+  EXPECT_DOUBLE_EQ(limit_for(4, 3), plain);         // fewer waiting than decoding: the plain factor
+  EXPECT_DOUBLE_EQ(limit_for(4, 4), plain);
+  EXPECT_NEAR(limit_for(4, 16), 4.0 * plain, 1e-9);  // 16 prompts waiting beside 4 decodes
+  EXPECT_DOUBLE_EQ(policy.stats().last_pressure, 4.0);
+  EXPECT_NEAR(limit_for(1, 31), 31.0 * plain, 1e-9);
+  // Off stays off however many wait.
+  StepCostPolicyConfig off = cfg;
+  off.itl_factor = 0;
+  StepCostPolicy none(off);
+  none.begin_step(decodes, 4, 100);
+  none.end_step(decodes, 0);
+  EXPECT_EQ(none.stats().last_limit_ms, 0.0);
+}
+
+}  // namespace
+}  // namespace tessera
