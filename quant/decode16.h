@@ -114,99 +114,6 @@ TS_HD void k_scale_min(const uint8_t* s, int i, int& sc, int& m) {
   }
 }
 
-// Elements e0 .. e0 + 15 of a row of |T| (e0 a multiple of 16) into out[0..15]. |row| is the
-// row's first byte (its header included).
-template <DType T>
-TS_HD void decode16(const uint8_t* row, int64_t e0, float* out) {
-  if constexpr (T == DType::kF32) {
-    for (int i = 0; i < 16; ++i) out[i] = f32_at(row + 4 * (e0 + i));
-  } else if constexpr (T == DType::kF16) {
-    for (int i = 0; i < 16; ++i) out[i] = f16_to_f32(u16(row + 2 * (e0 + i)));
-  } else if constexpr (T == DType::kBF16) {
-    for (int i = 0; i < 16; ++i) out[i] = bf16_to_f32(u16(row + 2 * (e0 + i)));
-  } else if constexpr (T == DType::kQ8_0) {
-    const uint8_t* b = row + (e0 / 32) * 34;
-    const float d = f16_to_f32(u16(b));
-    const int j = int(e0 % 32);
-    for (int i = 0; i < 16; ++i) out[i] = d * float(int8_t(b[2 + j + i]));
-  } else if constexpr (T == DType::kQ4_0 || T == DType::kQ4_1 || T == DType::kQ5_0 || T == DType::kQ5_1) {
-    constexpr bool kMin = T == DType::kQ4_1 || T == DType::kQ5_1;
-    constexpr bool kFive = T == DType::kQ5_0 || T == DType::kQ5_1;
-    constexpr int kBytes = T == DType::kQ4_0 ? 18 : T == DType::kQ4_1 ? 20 : T == DType::kQ5_0 ? 22 : 24;
-    const uint8_t* b = row + (e0 / 32) * kBytes;
-    const float d = f16_to_f32(u16(b));
-    const float m = kMin ? f16_to_f32(u16(b + 2)) : 0.0f;
-    const uint8_t* qh = b + (kMin ? 4 : 2);
-    const uint8_t* qs = b + (kMin ? 4 : 2) + (kFive ? 4 : 0);
-    const int hi = int(e0 % 32) / 16;  // 0: low nibbles (elements 0..15), 1: high (16..31)
-    const uint32_t h = kFive ? u32(qh) : 0u;
-    for (int i = 0; i < 16; ++i) {
-      int q = (qs[i] >> (4 * hi)) & 15;
-      if constexpr (kFive) q |= int((h >> (16 * hi + i)) & 1u) << 4;
-      if constexpr (kMin) out[i] = d * float(q) + m;
-      else out[i] = d * float(q - (kFive ? 16 : 8));
-    }
-  } else if constexpr (T == DType::kQ4_K || T == DType::kQ5_K) {
-    constexpr bool kFive = T == DType::kQ5_K;
-    const uint8_t* b = row + (e0 / 256) * (kFive ? 176 : 144);
-    const int e = int(e0 % 256);
-    int sc, mn;
-    k_scale_min(b + 4, e / 32, sc, mn);
-    const float step = f16_to_f32(u16(b)) * float(sc);
-    const float offset = f16_to_f32(u16(b + 2)) * float(mn);
-    const uint8_t* qh = b + 16;
-    const uint8_t* qs = b + 16 + (kFive ? 32 : 0);
-    const int c = e / 64, r = e % 64;
-    for (int i = 0; i < 16; ++i) {
-      const int rr = r + i;
-      int q = (qs[32 * c + rr % 32] >> (4 * (rr / 32))) & 15;
-      if constexpr (kFive) q |= ((qh[(e + i) % 32] >> ((e + i) / 32)) & 1) << 4;
-      out[i] = step * float(q) - offset;
-    }
-  } else if constexpr (T == DType::kQ6_K) {
-    const uint8_t* b = row + (e0 / 256) * 210;
-    const int e = int(e0 % 256);
-    const float scale = f16_to_f32(u16(b + 208)) * float(int8_t(b[192 + e / 16]));
-    const int h = e / 128;
-    for (int i = 0; i < 16; ++i) {
-      const int r = (e + i) % 128;
-      const int lo = (b[64 * h + r % 64] >> (4 * (r / 64))) & 15;
-      const int hi = (b[128 + 32 * h + r % 32] >> (2 * (r / 32))) & 3;
-      out[i] = scale * float((lo | (hi << 4)) - 32);
-    }
-  } else if constexpr (T == DType::kMXFP4) {
-    const uint8_t* b = row + (e0 / 32) * 17;
-    const float d = e8m0_half(b[0]);
-    const int hi = int(e0 % 32) / 16;
-    for (int i = 0; i < 16; ++i) out[i] = d * e2m1x2(uint8_t((b[1 + i] >> (4 * hi)) & 15));
-  } else if constexpr (T == DType::kNVFP4) {
-    const uint8_t* b = row + (e0 / 64) * 36;
-    const int s = int(e0 % 64) / 16;
-    const float d = 0.5f * ue4m3_to_f32(b[s]);
-    for (int l = 0; l < 8; ++l) {
-      out[l] = d * e2m1x2(uint8_t(b[4 + 8 * s + l] & 15));
-      out[8 + l] = d * e2m1x2(uint8_t(b[4 + 8 * s + l] >> 4));
-    }
-  } else if constexpr (T == DType::kFP8_E4M3 || T == DType::kFP8_E5M2 || T == DType::kINT8_PC) {
-    const float scale = f32_at(row);
-    for (int i = 0; i < 16; ++i) {
-      const uint8_t c = row[4 + e0 + i];
-      const float v = T == DType::kFP8_E4M3 ? fp8_e4m3_to_f32(c) : T == DType::kFP8_E5M2 ? fp8_e5m2_to_f32(c) : float(int8_t(c));
-      out[i] = v * scale;
-    }
-  } else if constexpr (T == DType::kINT4_G32 || T == DType::kINT4_G64 || T == DType::kINT4_G128) {
-    constexpr int G = T == DType::kINT4_G32 ? 32 : T == DType::kINT4_G64 ? 64 : 128;
-    const uint8_t* b = row + (e0 / G) * (4 + G / 2);
-    const float d = f16_to_f32(u16(b));
-    const int zero = b[2];
-    const int j = int(e0 % G);
-    const int hi = j / (G / 2), j0 = j % (G / 2);
-    for (int i = 0; i < 16; ++i) out[i] = float(int((b[4 + j0 + i] >> (4 * hi)) & 15) - zero) * d;
-  } else {
-    static_assert(T == DType::kF32, "decode16: not a weight format");
-  }
-}
-
 // Whether elements of |T| are an integer code times a scale plus an offset, constant over each
 // run of 16 (int_run16): the formats a GPU runs on int8 dot products against quantised
 // activations. The float formats (f32/f16/bf16, FP8) are not.
@@ -220,6 +127,11 @@ inline constexpr bool kHasIntRun =
 // q[0..15] (each within int8) with value_i = scale * q_i + offset: decode16's values up to f32
 // rounding (tests/quant/decode16_test.cpp checks every format), so a dot product with x is
 // scale * sum(q_i x_i) + offset * sum(x_i).
+// INT4_G* decode as float(q - zero) * d, which int_run16's d * q - zero * d does not round alike:
+// decode16 keeps its own code for them.
+template <DType T>
+inline constexpr bool kIsInt4G = T == DType::kINT4_G32 || T == DType::kINT4_G64 || T == DType::kINT4_G128;
+
 template <DType T>
 TS_HD void int_run16(const uint8_t* row, int64_t e0, int8_t* q, float& scale, float& offset) {
   offset = 0.0f;
@@ -302,6 +214,49 @@ TS_HD void int_run16(const uint8_t* row, int64_t e0, int8_t* q, float& scale, fl
     for (int i = 0; i < 16; ++i) q[i] = int8_t((b[4 + j0 + i] >> (4 * hi)) & 15);
   } else {
     static_assert(kHasIntRun<T>, "int_run16: not an integer-coded weight format");
+  }
+}
+
+
+// Elements e0 .. e0 + 15 of a row of |T| (e0 a multiple of 16) into out[0..15]. |row| is the
+// row's first byte (its header included).
+template <DType T>
+TS_HD void decode16(const uint8_t* row, int64_t e0, float* out) {
+  if constexpr (T == DType::kF32) {
+    for (int i = 0; i < 16; ++i) out[i] = f32_at(row + 4 * (e0 + i));
+  } else if constexpr (T == DType::kF16) {
+    for (int i = 0; i < 16; ++i) out[i] = f16_to_f32(u16(row + 2 * (e0 + i)));
+  } else if constexpr (T == DType::kBF16) {
+    for (int i = 0; i < 16; ++i) out[i] = bf16_to_f32(u16(row + 2 * (e0 + i)));
+  } else if constexpr (kHasIntRun<T> && !kIsInt4G<T>) {
+    // The integer-coded formats whose reference computes scale * q (+ offset) in exactly this
+    // order (a + (-b) is a - b in IEEE arithmetic); those without an offset add none, so a
+    // negative zero stays one.
+    int8_t q[16];
+    float scale, offset;
+    int_run16<T>(row, e0, q, scale, offset);
+    constexpr bool kOffset = T == DType::kQ4_1 || T == DType::kQ5_1 || T == DType::kQ4_K || T == DType::kQ5_K;
+    for (int i = 0; i < 16; ++i) {
+      if constexpr (kOffset) out[i] = scale * float(q[i]) + offset;
+      else out[i] = scale * float(q[i]);
+    }
+  } else if constexpr (T == DType::kFP8_E4M3 || T == DType::kFP8_E5M2) {
+    const float scale = f32_at(row);
+    for (int i = 0; i < 16; ++i) {
+      const uint8_t c = row[4 + e0 + i];
+      const float v = T == DType::kFP8_E4M3 ? fp8_e4m3_to_f32(c) : fp8_e5m2_to_f32(c);
+      out[i] = v * scale;
+    }
+  } else if constexpr (T == DType::kINT4_G32 || T == DType::kINT4_G64 || T == DType::kINT4_G128) {
+    constexpr int G = T == DType::kINT4_G32 ? 32 : T == DType::kINT4_G64 ? 64 : 128;
+    const uint8_t* b = row + (e0 / G) * (4 + G / 2);
+    const float d = f16_to_f32(u16(b));
+    const int zero = b[2];
+    const int j = int(e0 % G);
+    const int hi = j / (G / 2), j0 = j % (G / 2);
+    for (int i = 0; i < 16; ++i) out[i] = float(int((b[4 + j0 + i] >> (4 * hi)) & 15) - zero) * d;
+  } else {
+    static_assert(T == DType::kF32, "decode16: not a weight format");
   }
 }
 

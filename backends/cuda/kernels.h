@@ -254,18 +254,25 @@ struct QuantizeQ8Kernel {
     const int64_t sx = a.x.col_stride();
     for (int64_t j = c.tid(); j < a.runs; j += c.ntid()) {
       float v[16], amax = 0.0f;
+      bool nan = false;
       for (int i = 0; i < 16; ++i) {
         v[i] = load_f(rx + (16 * j + i) * sx, a.x.dtype);
         amax = fmaxf(amax, fabsf(v[i]));
+        nan = nan || v[i] != v[i];
       }
       Q8Run out;
-      out.d = amax / 127.0f;
-      const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+      // A NaN in the run makes its scale NaN (the float path's result); infinities make it inf.
+      out.d = nan ? NAN : amax / 127.0f;
+      // Runs too small for 127 / amax to be finite quantise to zero codes (their values are below
+      // f32's normal range once scaled by any weight); the codes are clamped, so no float-to-int
+      // conversion sees a NaN or an out-of-range value.
+      const float inv = amax > 1e-30f && amax <= 3.0e38f ? 127.0f / amax : 0.0f;
       int32_t total = 0;
       for (int w = 0; w < 4; ++w) {
         uint32_t word = 0;
         for (int b = 0; b < 4; ++b) {
-          const int32_t code = int32_t(rintf(v[4 * w + b] * inv));
+          const float scaled = fminf(127.0f, fmaxf(-127.0f, v[4 * w + b] * inv));
+          const int32_t code = scaled == scaled ? int32_t(rintf(scaled)) : 0;
           total += code;
           word |= uint32_t(uint8_t(int8_t(code))) << (8 * b);
         }

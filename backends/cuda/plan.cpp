@@ -251,11 +251,10 @@ Status plan_node(const Graph& g, int ni, const AddressOf& address, int32_t* err,
       const size_t xq_at = align16(offsets_at + size_t(E + 2) * 4);
       const size_t y_at = align16(xq_at + (q8 ? size_t(X) * size_t(K / 16) * sizeof(Q8Run) : 0));
       const size_t total = y_at + (a.weights.p ? size_t(P) * size_t(N) * 4 : 0);
-      if (P == 0) {  // nothing to compute
-        l.kind = KernelKind::kMatmulId;
-        l.weight = a.w.dtype;
-        l.grid_x = 0;
-        l.args = a;
+      if (P == 0) {  // no pairs: with routing weights each token's sum over no slots is zero
+        l.kind = KernelKind::kMoeWeightedSum;
+        l.grid_x = a.weights.p ? uint32_t(T) : 0;
+        l.args = MoeWeightedSumArgs{a.weights, o, nullptr};
         break;
       }
       uint8_t* base = scratch.reserve(total);

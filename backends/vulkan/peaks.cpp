@@ -40,7 +40,9 @@ Result<std::vector<double>> VulkanDevice::time_peak_kernel(const std::string& ke
       // Each run starts after the previous one finished (its writes included).
       memory_barrier(api, cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
                      VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
-      api.vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, queries, uint32_t(2 * r));
+      // Bottom of pipe: written once every earlier command has finished (a top-of-pipe stamp
+      // may be latched while the previous run still executes, which would stretch this run).
+      api.vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries, uint32_t(2 * r));
       api.vkCmdDispatch(cmd, groups, 1, 1);
       api.vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries, uint32_t(2 * r + 1));
     }

@@ -202,10 +202,13 @@ void Scheduler::observe(double ms) { cost_.observe(ms); }
 std::vector<ScheduledSeq> Scheduler::plan(StepPlan* plan) {
   std::vector<ScheduledSeq> out;
   int32_t budget = cfg_.max_batch_tokens;
-  int32_t n_decoding = 0, n_awaiting = int32_t(waiting_.size());
+  // Sequences waiting on prefill: queued prompts (not swapped-out decodes, which wait with one
+  // pending token) and running ones mid-prompt.
+  int32_t n_decoding = 0, n_awaiting = 0;
+  for (const auto& w : waiting_) n_awaiting += w->n_pending() > 1;
   for (const auto& r : running_) {
     if (r->n_pending() == 1) ++n_decoding;
-    else if (r->n_pending() > 1) ++n_awaiting;  // mid-prompt
+    else if (r->n_pending() > 1) ++n_awaiting;
   }
   cost_.begin_step(decodes(), std::min(n_decoding, cfg_.max_seqs), n_awaiting);
   const int64_t preemptions_before = stats_.preemptions;

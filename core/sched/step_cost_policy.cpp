@@ -12,6 +12,7 @@ void StepCostPolicy::begin_step(const StepShape& decodes, int32_t n_decoding, in
   limit_shape_ = StepShape{};
   prefill_in_step_ = false;
   probe_ = false;
+  stats_.last_pressure = 0;
   if (cfg_.itl_factor <= 0 && cfg_.max_step_ms <= 0) return;
   if (decodes.n_tokens == 0) return;  // nobody waits on tokens: prefill may use the whole budget
   limit_shape_ = decodes;
