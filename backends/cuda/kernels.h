@@ -271,8 +271,8 @@ struct QuantizeQ8Kernel {
       for (int w = 0; w < 4; ++w) {
         uint32_t word = 0;
         for (int b = 0; b < 4; ++b) {
-          const float scaled = fminf(127.0f, fmaxf(-127.0f, v[4 * w + b] * inv));
-          const int32_t code = scaled == scaled ? int32_t(rintf(scaled)) : 0;
+          // fmaxf/fminf return the number for a NaN operand, so |scaled| is always in range.
+          const int32_t code = int32_t(rintf(fminf(127.0f, fmaxf(-127.0f, v[4 * w + b] * inv))));
           total += code;
           word |= uint32_t(uint8_t(int8_t(code))) << (8 * b);
         }
@@ -296,10 +296,8 @@ TS_KFN void warp_dots_q8(C& c, const Q8Run* xq, int64_t runs, const int64_t* xro
   for (int64_t j = lane; j < runs; j += kWarp) {
     float scale, offset;
     decode::int_run16<W>(wrow, 16 * j, q, scale, offset);
-    int32_t wq[4];
-    for (int w = 0; w < 4; ++w)
-      wq[w] = int32_t(uint32_t(uint8_t(q[4 * w])) | (uint32_t(uint8_t(q[4 * w + 1])) << 8) |
-                      (uint32_t(uint8_t(q[4 * w + 2])) << 16) | (uint32_t(uint8_t(q[4 * w + 3])) << 24));
+    int32_t wq[4];  // the 16 codes, four per word (little-endian, as quantize_q8 packs x)
+    __builtin_memcpy(wq, q, sizeof wq);
     for (int r = 0; r < kMatmulRows; ++r) {
       if (r >= rows) break;
       const Q8Run& x = xq[xrows[r] * runs + j];

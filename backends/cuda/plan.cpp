@@ -66,6 +66,18 @@ View view_of(const Tensor& t, const AddressOf& address) {
 constexpr uint32_t kMaxGridY = 65535;
 constexpr int64_t kMaxGridX = 2147483647;
 
+// The quantize_q8 launch of node |ni|: x's rows (the caller checked they fit one grid) into
+// runs of 16 at |xq|.
+Launch quantize_q8_launch(int ni, const View& x, Q8Run* xq) {
+  Launch l;
+  l.node = ni;
+  l.kind = KernelKind::kQuantizeQ8;
+  l.grid_x = uint32_t(x.rows());
+  l.block = 128;
+  l.args = QuantizeQ8Args{x, xq, x.cols() / 16};
+  return l;
+}
+
 }  // namespace
 
 bool supports(OpKind op, DType act, DType weight) {
@@ -227,14 +239,8 @@ Status plan_node(const Graph& g, int ni, const AddressOf& address, int32_t* err,
       const int64_t K = a.x.cols(), M = a.x.rows();
       if (matmul_uses_q8(a.w.dtype, K) && M > 0) {
         if (M > kMaxGridX) return fail("too many rows for one launch");
-        Launch lq;
-        lq.node = ni;
-        lq.kind = KernelKind::kQuantizeQ8;
-        lq.grid_x = uint32_t(M);
-        lq.block = 128;
         auto* xq = reinterpret_cast<Q8Run*>(scratch.reserve(size_t(M) * size_t(K / 16) * sizeof(Q8Run)));
-        lq.args = QuantizeQ8Args{a.x, xq, K / 16};
-        out.push_back(lq);
+        out.push_back(quantize_q8_launch(ni, a.x, xq));
         a.xq = xq;
       }
       l.args = a;
@@ -259,23 +265,20 @@ Status plan_node(const Graph& g, int ni, const AddressOf& address, int32_t* err,
       }
       uint8_t* base = scratch.reserve(total);
       auto at = [&](size_t off) { return base ? base + off : nullptr; };
-      a.order = reinterpret_cast<int32_t*>(at(order_at));
-      a.offsets = reinterpret_cast<int32_t*>(at(offsets_at));
+      auto* order = reinterpret_cast<int32_t*>(at(order_at));
+      auto* offsets = reinterpret_cast<int32_t*>(at(offsets_at));
+      a.order = order;
+      a.offsets = offsets;
       Launch ls;
       ls.node = ni;
       ls.kind = KernelKind::kMoeSort;
       ls.block = 256;
-      ls.args = MoeSortArgs{a.ids, E, const_cast<int32_t*>(a.order), const_cast<int32_t*>(a.offsets), err};
+      ls.args = MoeSortArgs{a.ids, E, order, offsets, err};
       out.push_back(ls);
       if (q8) {
         if (X > kMaxGridX) return fail("too many rows for one launch");
-        Launch lq;
-        lq.node = ni;
-        lq.kind = KernelKind::kQuantizeQ8;
-        lq.grid_x = uint32_t(X);
         auto* xq = reinterpret_cast<Q8Run*>(at(xq_at));
-        lq.args = QuantizeQ8Args{a.x, xq, K / 16};
-        out.push_back(lq);
+        out.push_back(quantize_q8_launch(ni, a.x, xq));
         a.xq = xq;
       }
       if (a.weights.p) a.y = reinterpret_cast<float*>(at(y_at));
