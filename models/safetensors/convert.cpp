@@ -4,8 +4,12 @@
 // kTesseraGgufTypeBase: only Tessera reads them); NVFP4 with a global scale is refused by convert
 // (GGUF keeps that scale in a separate tensor we do not write; quantize decodes it). llama/mistral
 // q/k rows are permuted from HF's rotate-half order into the adjacent-pair order GGUF's llama
-// loader expects (RopeMode::kNormal).
+// loader expects (RopeMode::kNormal). phi3 is written as llama.cpp's converter writes it: the
+// fused qkv_proj / gate_up_proj whole as attn_qkv / ffn_up (no permutation: its GGUF loader uses
+// NeoX rope), both longrope factor lists as rope_factors_long/short, and the phi3.* rope and
+// window keys.
 #include <cstring>
+#include <memory>
 
 #include "models/arch/arch.h"
 #include "models/gguf/gguf.h"
@@ -43,6 +47,16 @@ void add_bert_config(Meta& w, const ModelConfig& c) {
   w.flag("bert.attention.causal", false);
   w.u32("bert.pooling_type", c.pooling == Pooling::kCls ? 2 : 1);  // llama.cpp: 1 mean, 2 cls
   w.u32("tokenizer.ggml.token_type_count", c.n_token_types);
+}
+
+// phi3's own keys as llama.cpp's converter writes them: the original context (with or without
+// rope scaling) and the window (0: none); with longrope, the factor on cos/sin. That is HF's
+// attention_factor (config.json's, else its default; see read_phi3), which llama.cpp's converter
+// recomputes from the default formula: the two differ only when config.json sets its own.
+void add_phi3_config(Meta& w, const ModelConfig& c, bool longrope) {
+  w.u32("phi3.rope.scaling.original_context_length", c.rope.n_ctx_orig);
+  if (longrope) w.f32("phi3.rope.scaling.attn_factor", c.rope.attn_factor);
+  w.u32("phi3.attention.sliding_window", c.sliding_window);
 }
 
 void add_config(Meta& w, const ModelConfig& c) {
@@ -118,10 +132,8 @@ class HfSource final : public TensorSource {
     std::unique_ptr<HfSource> src(new HfSource());
     src->dir_ = dir;
     QuantConfig quant;
-    TS_ASSIGN_OR_RETURN(ModelConfig cfg, read_config(dir, &quant));
-    // TODO(#16): phi3 GGUFs store the fused tensors whole (and longrope's factors and keys);
-    // the slots here are their row ranges.
-    if (cfg.arch == "phi3") return Unimplemented(dir + ": converting a phi3 checkpoint to GGUF is not supported yet (load it directly)");
+    LongRopeFactors longrope;
+    TS_ASSIGN_OR_RETURN(ModelConfig cfg, read_config(dir, &quant, &longrope));
     std::string chat_template;
     TS_ASSIGN_OR_RETURN(TokenizerData tok, read_tokenizer(dir, &chat_template));
     TS_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::open(dir));
@@ -136,11 +148,26 @@ class HfSource final : public TensorSource {
                              std::to_string(tok.tokens.size()) + " tokens");
     Meta meta;
     add_config(meta, cfg);
+    if (cfg.arch == "phi3") add_phi3_config(meta, cfg, !longrope.long_factor.empty());
     add_tokenizer(meta, tok, chat_template);
     src->meta_ = std::move(meta.list);
     LlamaWeights slots;
     const bool permute = cfg.arch == "llama" || cfg.arch == "mistral";
-    for (const TensorSpec& s : arch_tensor_specs(cfg, &slots)) {
+    for (TensorSpec s : arch_tensor_specs(cfg, &slots)) {
+      if (s.name == "rope_factors_long.weight" || s.name == "rope_factors_short.weight") {
+        // The model's spec names the one list it uses; the GGUF holds both, and its loader chooses.
+        if (longrope.long_factor.empty()) continue;
+        src->add_owned_f32("rope_factors_long.weight", longrope.long_factor);
+        src->add_owned_f32("rope_factors_short.weight", longrope.short_factor);
+        continue;
+      }
+      if (s.fused_rows > 0) {
+        // A fused projection (phi3's attn_qkv, ffn_up) is stored whole, once: its slot at row 0
+        // stands for it, widened to all of its rows; the other slots are row ranges of it.
+        if (s.row_begin != 0) continue;
+        s.shape[0] = s.fused_rows;
+        s.fused_rows = 0;
+      }
       TS_ASSIGN_OR_RETURN(auto h, weights.get(s));
       if (!h) {
         if (s.required) return NotFound(dir + ": tensor '" + s.name + "' (HF '" + weights.hf_prefix(s.name) + "') is missing");
@@ -148,6 +175,7 @@ class HfSource final : public TensorSource {
       }
       const bool qk = s.name.find(".attn_q.") != std::string::npos || s.name.find(".attn_k.") != std::string::npos;
       src->tensors_.push_back(SourceTensor{s.name, h->dtype, s.shape});
+      src->hf_names_.push_back(weights.hf_prefix(s.name));
       src->rope_head_.push_back(permute && qk ? cfg.head_dim : 0);
       src->data_.push_back(std::move(*h));
     }
@@ -191,6 +219,10 @@ class HfSource final : public TensorSource {
     if (index >= tensors_.size() || rope_head_[index] || !storable(index)) return nullptr;
     return data_[index].data;
   }
+  // " (HF 'model.layers.N....')" for messages, "" for a tensor derived from config.json.
+  std::string hf_origin(size_t index) const {
+    return hf_names_[index].empty() ? "" : " (HF '" + hf_names_[index] + "')";
+  }
   bool storable(size_t index) const {
     return dtype_traits(data_[index].dtype).gguf_type >= 0 && data_[index].out_scale == 1.0f;
   }
@@ -207,10 +239,27 @@ class HfSource final : public TensorSource {
 
  private:
   HfSource() = default;
+
+  // A tensor derived from config.json (not stored in the checkpoint): |values| as a 1-D f32.
+  void add_owned_f32(const std::string& name, const std::vector<float>& values) {
+    auto block = std::make_shared<std::vector<float>>(values);
+    HostTensor h;
+    h.dtype = DType::kF32;
+    h.shape = {int64_t(block->size())};
+    h.data = h.region = block->data();
+    h.nbytes = h.region_bytes = block->size() * sizeof(float);
+    h.keepalive = std::shared_ptr<const void>(block, block->data());
+    tensors_.push_back(SourceTensor{name, h.dtype, h.shape});
+    hf_names_.push_back("");
+    rope_head_.push_back(0);
+    data_.push_back(std::move(h));
+  }
+
   std::string dir_;
   std::unique_ptr<Checkpoint> ckpt_;
   std::vector<SourceTensor> tensors_;
   std::vector<HostTensor> data_;
+  std::vector<std::string> hf_names_;  // the HF module each tensor comes from ("" for derived ones)
   std::vector<int64_t> rope_head_;  // head size of permuted q/k rows, else 0
   MetadataList meta_;
 };
@@ -227,7 +276,7 @@ Status convert_to_gguf(const std::string& dir, const std::string& out_path, cons
   for (size_t i = 0; i < src->tensors().size(); ++i) {
     const SourceTensor& s = src->tensors()[i];
     if (!src->storable(i))
-      return Unimplemented(dir + ": tensor '" + s.name + "' loads as " + dtype_name(s.dtype) +
+      return Unimplemented(dir + ": tensor '" + s.name + "'" + src->hf_origin(i) + " loads as " + dtype_name(s.dtype) +
                            ", which GGUF cannot store as is; use `tessera quantize DIR OUT.gguf --type T` instead");
     const std::vector<uint8_t> bytes = src->gguf_bytes(i);
     TS_RETURN_IF_ERROR(w.add_tensor(s.name, s.dtype, s.shape, bytes.data(), bytes.size()));

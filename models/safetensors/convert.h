@@ -17,7 +17,9 @@ struct ConvertOptions {
 // chat template, and every tensor under its GGUF name, in the dtype it loads as (float, MXFP4,
 // and FP8/INT4 under Tessera's own GGUF type ids); NVFP4 with a global scale is refused. llama/mistral q/k
 // rows are permuted into GGUF's rope order, so the file loads with RopeMode::kNormal and gives
-// the checkpoint's logits.
+// the checkpoint's logits. phi3 keeps its fused attn_qkv / ffn_up whole and writes both longrope
+// factor lists (rope_factors_long/short) and the phi3.rope.scaling.* / attention.sliding_window
+// keys, as llama.cpp's converter does.
 Status convert_to_gguf(const std::string& dir, const std::string& out_path, const ConvertOptions& opts = {});
 
 // The checkpoint as a `tessera quantize` source: GGUF tensor names, metadata ({arch}.*,

@@ -256,12 +256,27 @@ Status read_quant(const JsonObject& o, QuantConfig* q) {
   return OkStatus();
 }
 
+// rope_scaling.<key> of a longrope config: |n| positive numbers.
+Result<std::vector<float>> longrope_factor_list(const json& rope_scaling, const std::string& file, const std::string& key, size_t n) {
+  const json* list = rope_scaling.contains(key) ? &rope_scaling[key] : nullptr;
+  if (!list || !list->is_array() || list->size() != n)
+    return InvalidArgument(file + ": rope_scaling." + key + " must be a list of " + std::to_string(n) + " numbers (rotary dims / 2)");
+  std::vector<float> factors;
+  factors.reserve(n);
+  for (const json& v : *list) {
+    if (!v.is_number() || !(v.get<double>() > 0))
+      return InvalidArgument(file + ": rope_scaling." + key + " holds " + v.dump() + " (factors must be positive numbers)");
+    factors.push_back(float(v.get<double>()));
+  }
+  return factors;
+}
+
 // Phi-3: a sliding window on every layer (sliding_window, null or absent: none) and "longrope"
 // scaling: long_factor / short_factor per frequency, long when the model's context exceeds
 // original_max_position_embeddings (as the GGUF path chooses; see models/arch/phi3.h), and cos/sin
 // times attention_factor, by default sqrt(1 + ln(max / original) / ln(original)) as HF's
-// _compute_longrope_parameters.
-Status read_phi3(const JsonObject& o, ModelConfig* c) {
+// _compute_longrope_parameters. |longrope| (optional) receives both lists.
+Status read_phi3(const JsonObject& o, ModelConfig* c, LongRopeFactors* longrope) {
   TS_ASSIGN_OR_RETURN(c->sliding_window, o.get_int32("sliding_window", 0));
   if (c->sliding_window < 0) return InvalidArgument(o.file() + ": sliding_window must not be negative");
   // On every layer: layer_sliding stays empty (sized by a layer count not yet checked against
@@ -276,16 +291,12 @@ Status read_phi3(const JsonObject& o, ModelConfig* c) {
   if (orig <= 0) return InvalidArgument(o.file() + ": original_max_position_embeddings must be positive");
   c->rope.n_ctx_orig = orig;
   if (rs) {
-    const char* key = c->n_ctx_train > orig ? "long_factor" : "short_factor";
-    const json* f = rs->contains(key) ? &(*rs)[key] : nullptr;
     const size_t n = size_t(c->rope.n_dims / 2);
-    if (!f || !f->is_array() || f->size() != n)
-      return InvalidArgument(o.file() + ": rope_scaling." + key + " must be a list of " + std::to_string(n) + " numbers (rotary dims / 2)");
-    c->rope_freq_factors.clear();
-    for (const json& v : *f) {
-      if (!v.is_number() || !(v.get<double>() > 0))
-        return InvalidArgument(o.file() + ": rope_scaling." + key + " holds " + v.dump() + " (factors must be positive numbers)");
-      c->rope_freq_factors.push_back(float(v.get<double>()));
+    const char* chosen = c->n_ctx_train > orig ? "long_factor" : "short_factor";
+    TS_ASSIGN_OR_RETURN(c->rope_freq_factors, longrope_factor_list(*rs, o.file(), chosen, n));
+    if (longrope) {
+      TS_ASSIGN_OR_RETURN(longrope->long_factor, longrope_factor_list(*rs, o.file(), "long_factor", n));
+      TS_ASSIGN_OR_RETURN(longrope->short_factor, longrope_factor_list(*rs, o.file(), "short_factor", n));
     }
     const double scale = double(c->n_ctx_train) / orig;
     double attn = scale <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(scale) / std::log(double(orig)));
@@ -299,7 +310,7 @@ Status read_phi3(const JsonObject& o, ModelConfig* c) {
 
 }  // namespace
 
-Result<ModelConfig> read_config(const std::string& dir, QuantConfig* quant) {
+Result<ModelConfig> read_config(const std::string& dir, QuantConfig* quant, LongRopeFactors* longrope) {
   const std::string path = dir + "/config.json";
   json j;
   TS_ASSIGN_OR_RETURN(j, read_json_file(path));
@@ -348,7 +359,7 @@ Result<ModelConfig> read_config(const std::string& dir, QuantConfig* quant) {
     TS_RETURN_IF_ERROR(read_moe(o, mt, &c));
   }
   if (c.arch == "phi3") {
-    TS_RETURN_IF_ERROR(read_phi3(o, &c));
+    TS_RETURN_IF_ERROR(read_phi3(o, &c, longrope));
   }
   // n_vocab and tied_output come from the tensors (as on the GGUF path).
   TS_ASSIGN_OR_RETURN(c.n_vocab, o.get_int32("vocab_size", 0));

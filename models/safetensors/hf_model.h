@@ -33,8 +33,18 @@ struct QuantConfig {
   bool gptq_v2 = false;    // GPTQ "checkpoint_format": "gptq_v2": zero points stored as is
 };
 
+// Phi-3 "longrope"/"su" scaling: both per-frequency factor lists of config.json's rope_scaling.
+// A GGUF stores both (rope_factors_long/short); a loaded model keeps only the chosen one
+// (ModelConfig::rope_freq_factors).
+struct LongRopeFactors {
+  std::vector<float> long_factor;   // [rope.n_dims / 2]; empty: the model has no rope_scaling
+  std::vector<float> short_factor;  // [rope.n_dims / 2]
+};
+
 // Reads <dir>/config.json: model_type, sizes, rope, MoE keys. Errors name the file and key.
-Result<ModelConfig> read_config(const std::string& dir, QuantConfig* quant);
+// |longrope| (optional) receives a phi3 model's two factor lists, both then required to be valid
+// (without it only the chosen list is read).
+Result<ModelConfig> read_config(const std::string& dir, QuantConfig* quant, LongRopeFactors* longrope = nullptr);
 
 // Reads <dir>/tokenizer.json and <dir>/tokenizer_config.json (special tokens, add_bos, chat
 // template); |chat_template| gets "" when there is none.

@@ -78,6 +78,7 @@ std::string Weights::hf_prefix(const std::string& name) const {
   const std::string p = "model.layers." + std::to_string(l) + ".";
   const bool mixtral = cfg_.arch == "llama" && cfg_.is_moe();
   if (mixtral && stem == "ffn_gate_inp") return p + "block_sparse_moe.gate";
+  if (cfg_.arch == "phi3" && stem == "ffn_up") return p + "mlp.gate_up_proj";  // gate rows, then up (fused)
   for (const auto& row : kLayerNames)
     if (stem == row.ours) return p + row.hf;
   return "";
@@ -135,10 +136,8 @@ Result<std::optional<HostTensor>> Weights::get(const TensorSpec& spec) {
 // A row range of a fused projection (phi3: qkv_proj, gate_up_proj): the whole tensor as stored
 // (mapped in place for float weights), narrowed to the spec's rows.
 Result<std::optional<HostTensor>> Weights::load_fused_rows(const TensorSpec& spec) {
-  int l = 0;
-  std::string stem, suffix;
-  split_layer_name(spec.name, &l, &stem, &suffix);
-  const std::string prefix = "model.layers." + std::to_string(l) + (stem == "ffn_up" ? ".mlp.gate_up_proj" : ".self_attn.qkv_proj");
+  const std::string prefix = hf_prefix(spec.name);
+  if (prefix.empty()) return InvalidArgument("no Hugging Face name for fused tensor '" + spec.name + "'");
   TensorSpec whole = spec;
   whole.shape[0] = spec.fused_rows;
   whole.fused_rows = whole.row_begin = 0;

@@ -13,6 +13,14 @@ must be far (> 20 x TOL) from Tessera, or the test would not notice it missing.
 The f32 and longrope models written as Hugging Face checkpoints (qkv_proj, gate_up_proj,
 rope_scaling long_factor/short_factor in config.json) hold the same weights: their logits must
 match the oracle too.
+`tessera convert` turns each checkpoint into a GGUF, which must match the oracle the same way and
+the directly loaded checkpoint within 1e-6; the f32 and longrope ones must hold what
+make_tiny_phi3.py writes directly (llama.cpp's phi3 layout): the same tensors, byte for byte, and
+the same phi3.* values (read with the `gguf` package). The FP8 checkpoint (fused projections in
+F8_E4M3) converts too (FP8 under Tessera's GGUF type id, split at load); an NVFP4 fused projection
+with a global scale is refused naming the tensor. On the CPU, `tessera quantize` of a checkpoint
+to q8_0 must hold the written model's tensors to within q8_0 rounding and match the oracle of its
+own output on the reference device.
 Usage: compare_phi3.py TESSERA_BIN_DIR SCRATCH_DIR [--device cpu|vulkan]
 """
 import argparse
@@ -31,6 +39,78 @@ from compare_numpy import N_TOKENS, TOL, compare, device_unusable, tessera_logit
 
 def nrmse(a, b):
     return float(np.sqrt(np.sum((a - b) ** 2) / np.sum(b ** 2)))
+
+
+def gguf_fields(reader):
+    return {f.name: f.contents() for f in reader.fields.values() if not f.name.startswith("GGUF.")}
+
+
+def converted_vs_written(converted, written, weight_tol=None):
+    """What differs between `tessera convert`'s GGUF and the one make_tiny_phi3.py wrote from the
+    same weights: tensors (names, types, shapes, bytes), phi3.* keys (a key one file lacks must
+    hold what the loaders take when it is absent) and the vocabulary. weight_tol: the tensors may
+    differ in type (a quantized file), their dequantised values by at most that normalised RMS."""
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+    a, b = GGUFReader(converted), GGUFReader(written)
+    problems = []
+    ta, tb = {t.name: t for t in a.tensors}, {t.name: t for t in b.tensors}
+    if set(ta) != set(tb):
+        problems.append(f"tensors only in the converted file: {sorted(set(ta) - set(tb))}, "
+                        f"only in the written one: {sorted(set(tb) - set(ta))}")
+    for name in sorted(set(ta) & set(tb)):
+        x, y = ta[name], tb[name]
+        xs, ys = [int(d) for d in x.shape], [int(d) for d in y.shape]
+        if (weight_tol is None and x.tensor_type != y.tensor_type) or xs != ys:
+            problems.append(f"{name}: converted {x.tensor_type.name} {xs}, written {y.tensor_type.name} {ys}")
+        elif weight_tol is None:
+            if not np.array_equal(np.asarray(x.data), np.asarray(y.data)):
+                problems.append(f"{name}: the values differ")
+        else:
+            xv = dequantize(np.asarray(x.data), x.tensor_type).astype(np.float64).ravel()
+            yv = dequantize(np.asarray(y.data), y.tensor_type).astype(np.float64).ravel()
+            if nrmse(xv, yv) > weight_tol:
+                problems.append(f"{name}: values {nrmse(xv, yv):.3e} (normalised RMS) from the written ones (> {weight_tol:g})")
+    fa, fb = gguf_fields(a), gguf_fields(b)
+    head_dim = fb["phi3.embedding_length"] // fb["phi3.attention.head_count"]
+    absent_means = {"phi3.attention.key_length": head_dim, "phi3.attention.value_length": head_dim,
+                    "phi3.vocab_size": len(fb["tokenizer.ggml.tokens"]),
+                    "phi3.rope.scaling.original_context_length": fb["phi3.context_length"],
+                    "phi3.rope.scaling.attn_factor": 1.0, "phi3.attention.sliding_window": 0}
+    for key in sorted(k for k in set(fa) | set(fb) if k.startswith("phi3.")):
+        got, want = fa.get(key, absent_means.get(key)), fb.get(key, absent_means.get(key))
+        if got is None or got != want:
+            problems.append(f"{key}: converted {fa.get(key, '(absent)')}, written {fb.get(key, '(absent)')}")
+    for key in ("phi3.rope.scaling.original_context_length", "phi3.attention.sliding_window"):
+        if key not in fa:
+            problems.append(f"{key}: absent (llama.cpp's converter always writes it)")
+    for key in ("general.architecture", "tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.merges",
+                "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.add_bos_token"):
+        if fa.get(key) != fb.get(key):
+            problems.append(f"{key}: converted {fa.get(key)!r:.80}, written {fb.get(key)!r:.80}")
+    return problems
+
+
+def run_tessera(bin_dir, *args):
+    return subprocess.run([os.path.join(bin_dir, "tessera"), *args], capture_output=True, text=True)
+
+
+def write_nvfp4_qkv(src, dst):
+    """A copy of checkpoint |src| whose layer-0 qkv_proj is NVFP4 in ModelOpt form with a global
+    scale (weight_scale_2 != 1), which no GGUF tensor type holds."""
+    import shutil
+    import ml_dtypes
+    from safetensors.numpy import load_file, save_file
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst)
+    t = load_file(os.path.join(src, "model.safetensors"))
+    p = "model.layers.0.self_attn.qkv_proj."
+    rows, cols = t[p + "weight"].shape
+    rng = np.random.default_rng(7)
+    t[p + "weight"] = rng.integers(0, 256, (rows, cols // 2), dtype=np.uint8)
+    t[p + "weight_scale"] = np.full((rows, cols // 16), 0.25, dtype=np.float32).astype(ml_dtypes.float8_e4m3fn)
+    t[p + "weight_scale_2"] = np.array(0.5, dtype=np.float32)
+    save_file(t, os.path.join(dst, "model.safetensors"))
 
 
 def main():
@@ -69,10 +149,52 @@ def main():
             print(f"  oracle {what}: nrmse {off:.3e} from ours")
             if off < 20 * tol:
                 failures.append(f"{variant}: the oracle {what} is only {off:.3e} away: the test cannot see that feature")
-    for hf, gguf_name in (("tiny-phi3-hf", "tiny-phi3-f32.gguf"), ("tiny-phi3-longrope-hf", "tiny-phi3-longrope-f32.gguf")):
-        ref = numpy_phi3.forward(numpy_phi3.Phi3(os.path.join(args.scratch, gguf_name)), ids)
-        ours = tessera_logits(args.bin_dir, os.path.join(args.scratch, hf), ids, args.device, args.scratch)
+    for hf, gguf_name in (("tiny-phi3-hf", "tiny-phi3-f32.gguf"), ("tiny-phi3-longrope-hf", "tiny-phi3-longrope-f32.gguf"),
+                          ("tiny-phi3-fp8-hf", "tiny-phi3-fp8-f32.gguf")):
+        hf_dir, written = os.path.join(args.scratch, hf), os.path.join(args.scratch, gguf_name)
+        ref = numpy_phi3.forward(numpy_phi3.Phi3(written), ids)
+        ours = tessera_logits(args.bin_dir, hf_dir, ids, args.device, args.scratch)
         failures += compare(f"tiny phi3 {hf} ({args.device})", ours, ref, TOL["f32"])
+        # tessera convert: the GGUF it writes must give the same logits.
+        converted = os.path.join(args.scratch, hf + "-converted.gguf")
+        r = run_tessera(args.bin_dir, "convert", "-q", hf_dir, converted)
+        if r.returncode != 0:
+            failures.append(f"tessera convert {hf}: exit {r.returncode}: {r.stderr.strip()}")
+            continue
+        conv = tessera_logits(args.bin_dir, converted, ids, args.device, args.scratch)
+        failures += compare(f"tiny phi3 {hf} converted ({args.device})", conv, ref, TOL["f32"])
+        d = nrmse(conv, ours)
+        print(f"  converted vs the checkpoint loaded directly: nrmse {d:.3e}")
+        if d > 1e-6:
+            failures.append(f"{hf}: the converted GGUF's logits are {d:.3e} from the checkpoint's (> 1e-6)")
+        if hf != "tiny-phi3-fp8-hf":  # FP8 is a Tessera GGUF type, which the gguf package cannot read
+            problems = converted_vs_written(converted, written)
+            print(f"  converted vs {gguf_name} (gguf package): {len(problems)} differences")
+            failures += [f"{hf} converted vs {gguf_name}: {p}" for p in problems]
+        if args.device == "cpu" and hf != "tiny-phi3-fp8-hf":
+            # tessera quantize reads the checkpoint the same way (fused tensors whole, both factor
+            # lists): its q8_0 output holds the written model's tensors to within q8_0's rounding
+            # (a q8_0 step is ~0.5 % of a row's RMS; a misplaced row is ~140 %), and the reference
+            # device (f32 activations) matches the oracle of that very file.
+            q8 = os.path.join(args.scratch, hf + "-q8_0.gguf")
+            r = run_tessera(args.bin_dir, "quantize", "-q", hf_dir, q8, "--type", "q8_0")
+            if r.returncode != 0:
+                failures.append(f"tessera quantize {hf}: exit {r.returncode}: {r.stderr.strip()}")
+                continue
+            problems = converted_vs_written(q8, written, weight_tol=1e-2)
+            print(f"  quantized q8_0 vs {gguf_name} (gguf package): {len(problems)} differences")
+            failures += [f"{hf} quantized vs {gguf_name}: {p}" for p in problems]
+            q8_ref = numpy_phi3.forward(numpy_phi3.Phi3(q8), ids)
+            exact = tessera_logits(args.bin_dir, q8, ids, "reference", args.scratch)
+            failures += compare(f"tiny phi3 {hf} quantized q8_0 (reference)", exact, q8_ref, TOL["f32"])
+    # What convert cannot write: an NVFP4 fused projection with a global scale, refused naming it.
+    nvfp4 = os.path.join(args.scratch, "tiny-phi3-nvfp4-hf")
+    write_nvfp4_qkv(os.path.join(args.scratch, "tiny-phi3-hf"), nvfp4)
+    r = run_tessera(args.bin_dir, "convert", "-q", nvfp4, os.path.join(args.scratch, "nvfp4.gguf"))
+    want = "tensor 'blk.0.attn_qkv.weight' (HF 'model.layers.0.self_attn.qkv_proj') loads as nvfp4"
+    print(f"NVFP4 qkv_proj with a global scale: exit {r.returncode}, {r.stderr.strip()}")
+    if r.returncode == 0 or want not in r.stderr:
+        failures.append(f"converting an NVFP4 qkv_proj with a global scale: expected an error with {want!r}")
     # Bad input: a longrope factor list of the wrong length is refused naming the key.
     import json
     import shutil

@@ -18,6 +18,9 @@ Variants written to OUT_DIR:
   tiny-phi3-hf/, tiny-phi3-longrope-hf/  the f32 window-48 and longrope models as Hugging Face
                                 checkpoints (config.json as Phi-3-mini's, qkv_proj / gate_up_proj,
                                 tokenizer.json): the same weights, so the same logits
+  tiny-phi3-fp8-hf/             the window-48 model with qkv_proj and gate_up_proj in FP8 E4M3, one
+                                scale per row (compressed-tensors "float-quantized" naming)
+  tiny-phi3-fp8-f32.gguf        the weights tiny-phi3-fp8-hf/ stands for (codes times scales) as f32
 Usage: make_tiny_phi3.py OUT_DIR
 """
 import math
@@ -73,7 +76,23 @@ def weights(seed, rope_factors):
     return t
 
 
-def write(path, dtype, window=0, ctx=CTX, orig=None, rope_factors=False, seed=1234):
+def fp8_fused(t):
+    """The fused projections of weights() as F8_E4M3 codes with one f32 scale per row: returns
+    {name: (codes, scales [rows, 1])} and a copy of |t| holding the weights those stand for."""
+    import ml_dtypes
+    parts, dequantised = {}, dict(t)
+    for name, w in t.items():
+        if ".attn_qkv." not in name and ".ffn_up." not in name:
+            continue
+        scale = (np.abs(w).max(axis=1, keepdims=True) / 448.0).astype(np.float32)
+        codes = (w / scale).astype(ml_dtypes.float8_e4m3fn)
+        parts[name] = (codes, scale)
+        dequantised[name] = codes.astype(np.float32) * scale
+    return parts, dequantised
+
+
+def write(path, dtype, window=0, ctx=CTX, orig=None, rope_factors=False, seed=1234, fp8=False):
+    """fp8: the fused projections hold the weights tiny-phi3-fp8-hf/ stands for."""
     w = gguf.GGUFWriter(path, "phi3")
     # Not "phi3" in the name: llama.cpp then sets attributes on <s>, </s> and <unk>, which this vocab lacks.
     w.add_name("tiny-random-p3")
@@ -99,7 +118,10 @@ def write(path, dtype, window=0, ctx=CTX, orig=None, rope_factors=False, seed=12
     w.add_bos_token_id(256)
     w.add_eos_token_id(256)
     w.add_add_bos_token(True)
-    for name, a in weights(seed, rope_factors).items():
+    t = weights(seed, rope_factors)
+    if fp8:
+        t = fp8_fused(t)[1]
+    for name, a in t.items():
         if dtype == "q8_0" and a.ndim == 2:
             w.add_tensor(name, gguf.quants.quantize(a, gguf.GGMLQuantizationType.Q8_0),
                          raw_dtype=gguf.GGMLQuantizationType.Q8_0)
@@ -111,25 +133,33 @@ def write(path, dtype, window=0, ctx=CTX, orig=None, rope_factors=False, seed=12
     w.close()
 
 
-def write_hf(path, window=0, ctx=CTX, orig=None, rope_factors=False, seed=1234):
-    """The same model as write(..., "f32", ...) in HF Phi3ForCausalLM form."""
+def write_hf(path, window=0, ctx=CTX, orig=None, rope_factors=False, seed=1234, fp8=False):
+    """The same model as write(..., "f32", ...) in HF Phi3ForCausalLM form (fp8: the fused
+    projections as F8_E4M3 codes and per-row weight_scale, as write(..., fp8=True))."""
     import json
     from safetensors.numpy import save_file
     os.makedirs(path, exist_ok=True)
     t = weights(seed, rope_factors)
+    fp8_parts = fp8_fused(t)[0] if fp8 else {}
     hf = {"model.embed_tokens.weight": t["token_embd.weight"], "model.norm.weight": t["output_norm.weight"],
           "lm_head.weight": t["output.weight"]}
     names = {"attn_norm": "input_layernorm", "attn_qkv": "self_attn.qkv_proj", "attn_output": "self_attn.o_proj",
              "ffn_norm": "post_attention_layernorm", "ffn_up": "mlp.gate_up_proj", "ffn_down": "mlp.down_proj"}
     for l in range(L):
         for ours, theirs in names.items():
-            hf[f"model.layers.{l}.{theirs}.weight"] = t[f"blk.{l}.{ours}.weight"]
+            name = f"blk.{l}.{ours}.weight"
+            if name in fp8_parts:
+                hf[f"model.layers.{l}.{theirs}.weight"], hf[f"model.layers.{l}.{theirs}.weight_scale"] = fp8_parts[name]
+            else:
+                hf[f"model.layers.{l}.{theirs}.weight"] = t[name]
     save_file(hf, os.path.join(path, "model.safetensors"))
     cfg = {"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "hidden_size": D, "intermediate_size": F,
            "num_hidden_layers": L, "num_attention_heads": H, "num_key_value_heads": HKV, "max_position_embeddings": ctx,
            "original_max_position_embeddings": orig or ctx, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
            "sliding_window": window or None, "tie_word_embeddings": False, "vocab_size": 256 + len(SPECIAL) + len(MERGED),
            "hidden_act": "silu", "bos_token_id": 256, "eos_token_id": 256, "rope_scaling": None}
+    if fp8:
+        cfg["quantization_config"] = {"quant_method": "compressed-tensors", "format": "float-quantized"}
     if rope_factors:
         cfg["rope_scaling"] = {"type": "longrope", "long_factor": t["rope_factors_long.weight"].tolist(),
                                "short_factor": t["rope_factors_short.weight"].tolist()}
@@ -159,6 +189,8 @@ def main():
     write(os.path.join(out, "tiny-phi3-shortrope-f32.gguf"), "f32", ctx=128, orig=128, rope_factors=True)
     write_hf(os.path.join(out, "tiny-phi3-hf"), window=48)
     write_hf(os.path.join(out, "tiny-phi3-longrope-hf"), ctx=512, orig=128, rope_factors=True)
+    write_hf(os.path.join(out, "tiny-phi3-fp8-hf"), window=48, fp8=True)
+    write(os.path.join(out, "tiny-phi3-fp8-f32.gguf"), "f32", window=48, fp8=True)
 
 
 if __name__ == "__main__":
