@@ -67,7 +67,13 @@ struct Tensor {
 
   int64_t dim(int i) const { return shape[i < 0 ? rank + i : i]; }
   int64_t numel() const;
-  int64_t rows() const { return rank == 0 ? 1 : numel() / shape[rank - 1]; }  // all but the last dim
+  // The product of all but the last dim (a [R, 0] tensor still has R rows; numel() / cols()
+  // would divide by zero).
+  int64_t rows() const {
+    int64_t r = 1;
+    for (int i = 0; i + 1 < rank; ++i) r *= shape[i];
+    return r;
+  }
   int64_t cols() const { return rank == 0 ? 1 : shape[rank - 1]; }
   // Bytes of one contiguous row of the last dimension.
   int64_t row_bytes() const { return dtype_row_bytes(dtype, cols()); }

@@ -17,6 +17,18 @@ class GraphTest : public ::testing::Test {
   Graph g_;
 };
 
+TEST(TensorShape, RowsAreTheLeadingDimsEvenWithoutColumns) {
+  EXPECT_EQ(Tensor::make(DType::kF32, {3, 5, 7}).rows(), 15);
+  EXPECT_EQ(Tensor::make(DType::kF32, {7}).rows(), 1);
+  EXPECT_EQ(Tensor::make(DType::kF32, {}).rows(), 1);
+  // Zero columns: rows() once divided numel() by the last dim (SIGFPE).
+  const Tensor empty = Tensor::make(DType::kF32, {4, 0});
+  EXPECT_EQ(empty.rows(), 4);
+  EXPECT_EQ(empty.cols(), 0);
+  EXPECT_EQ(empty.nbytes(), 0);
+  EXPECT_EQ(Tensor::make(DType::kF32, {0, 6}).rows(), 0);
+}
+
 TEST_F(GraphTest, InfersShapes) {
   const ValueId x = in(DType::kF32, {5, 64});
   const ValueId w = in(DType::kQ4_0, {96, 64});
