@@ -271,13 +271,8 @@ Result<std::unique_ptr<Model>> Model::load_checkpoint(const std::string& dir, De
   m->device_ = std::move(device);
   safetensors::QuantConfig quant;
   TS_ASSIGN_OR_RETURN(m->cfg_, safetensors::read_config(dir, &quant));
-  {
-    auto td = safetensors::read_tokenizer(dir, &m->chat_template_);
-    if (!td.ok()) return td.status();
-    auto tok = Tokenizer::create(std::move(td).value());
-    if (!tok.ok()) return tok.status().with_context(dir + "/tokenizer.json: ");
-    m->tokenizer_ = std::move(tok).value();
-  }
+  TokenizerData td;
+  TS_ASSIGN_OR_RETURN(td, safetensors::read_tokenizer(dir, &m->chat_template_));
   std::unique_ptr<safetensors::Checkpoint> ckpt;
   TS_ASSIGN_OR_RETURN(ckpt, safetensors::Checkpoint::open(dir));
   // As on the GGUF path: no more layers than tensors, checked before the specs allocate them.
@@ -292,6 +287,12 @@ Result<std::unique_ptr<Model>> Model::load_checkpoint(const std::string& dir, De
     return InvalidArgument(emb.file->path() + ": tensor '" + emb_name + "' has shape " + emb.info->shape_string() +
                            ", expected [vocab, hidden]");
   m->cfg_.n_vocab = int(emb.info->shape[0]);
+  TS_RETURN_IF_ERROR(safetensors::pad_vocabulary(&td, m->cfg_.n_vocab, dir));
+  {
+    auto tok = Tokenizer::create(std::move(td));
+    if (!tok.ok()) return tok.status().with_context(dir + "/tokenizer.json: ");
+    m->tokenizer_ = std::move(tok).value();
+  }
   m->cfg_.tied_output = !m->cfg_.is_encoder() && !ckpt->has("lm_head.weight") && !ckpt->has("lm_head.qweight") &&
                         !ckpt->has("lm_head.weight_packed");
   auto get = [&weights](const TensorSpec& s) { return weights.get(s); };

@@ -143,9 +143,7 @@ class HfSource final : public TensorSource {
     if (!emb.file || emb.info->shape.size() != 2)
       return NotFound(dir + ": tensor '" + emb_name + "' ([vocab, hidden]) is missing");
     cfg.n_vocab = int(emb.info->shape[0]);
-    if (cfg.n_vocab != int(tok.tokens.size()))
-      return InvalidArgument(dir + ": the embedding has " + std::to_string(cfg.n_vocab) + " rows but tokenizer.json has " +
-                             std::to_string(tok.tokens.size()) + " tokens");
+    TS_RETURN_IF_ERROR(pad_vocabulary(&tok, cfg.n_vocab, dir));
     Meta meta;
     add_config(meta, cfg);
     if (cfg.arch == "phi3") add_phi3_config(meta, cfg, !longrope.long_factor.empty());
@@ -242,13 +240,7 @@ class HfSource final : public TensorSource {
 
   // A tensor derived from config.json (not stored in the checkpoint): |values| as a 1-D f32.
   void add_owned_f32(const std::string& name, const std::vector<float>& values) {
-    auto block = std::make_shared<std::vector<float>>(values);
-    HostTensor h;
-    h.dtype = DType::kF32;
-    h.shape = {int64_t(block->size())};
-    h.data = h.region = block->data();
-    h.nbytes = h.region_bytes = block->size() * sizeof(float);
-    h.keepalive = std::shared_ptr<const void>(block, block->data());
+    HostTensor h = owned_f32(values);
     tensors_.push_back(SourceTensor{name, h.dtype, h.shape});
     hf_names_.push_back("");
     rope_head_.push_back(0);

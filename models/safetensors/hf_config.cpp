@@ -170,12 +170,39 @@ Status llama3_factors(const JsonObject& s, const std::string& file, double facto
   return OkStatus();
 }
 
+// Where config.json keeps its RoPE scaling: transformers < 5 write `rope_scaling` (null or absent
+// when unscaled) beside top-level rope_theta and partial_rotary_factor; transformers 5 write one
+// `rope_parameters` object holding all of them ({"rope_type": "default", "rope_theta": ...} when
+// unscaled). nullptr: neither.
+const json* rope_scaling_of(const JsonObject& o) {
+  const json* rs = o.find("rope_scaling");
+  return rs ? rs : o.find("rope_parameters");
+}
+
+// A RoPE setting that transformers 5 keep in rope_parameters and older versions at the top level.
+Result<double> rope_setting(const JsonObject& o, const std::string& key, double fallback) {
+  const json* rp = o.find("rope_parameters");
+  if (rp && rp->is_object() && rp->contains(key)) return JsonObject(*rp, o.file() + ": rope_parameters").get_float(key, fallback);
+  return o.get_float(key, fallback);
+}
+
+// rope_scaling's type ("rope_type", or the older "type"; "default" when neither is given).
+Result<std::string> rope_scaling_type(const json& rs, const std::string& file) {
+  JsonObject s(rs, file + ": rope_scaling");
+  std::string type;
+  TS_ASSIGN_OR_RETURN(type, s.get_string("rope_type", ""));
+  if (type.empty()) {
+    TS_ASSIGN_OR_RETURN(type, s.get_string("type", "default"));
+  }
+  return type;
+}
+
 Status read_rope(const JsonObject& o, ModelConfig* c) {
   RopeParams& r = c->rope;
   // HF rotates halves of each head for every architecture here (see hf_model.h).
   r.mode = RopeMode::kNeox;
   double partial = 1.0;
-  TS_ASSIGN_OR_RETURN(partial, o.get_float("partial_rotary_factor", 1.0));
+  TS_ASSIGN_OR_RETURN(partial, rope_setting(o, "partial_rotary_factor", 1.0));
   // Range-checked before the conversion: a double past int's range is undefined behaviour.
   if (!(partial > 0.0 && partial <= 1.0))
     return InvalidArgument(o.file() + ": partial_rotary_factor " + std::to_string(partial) + " must be in (0, 1]");
@@ -184,18 +211,15 @@ Status read_rope(const JsonObject& o, ModelConfig* c) {
     return InvalidArgument(o.file() + ": partial_rotary_factor " + std::to_string(partial) + " gives " +
                            std::to_string(r.n_dims) + " rotary dims (must be even and <= head_dim)");
   double theta = 10000.0;
-  TS_ASSIGN_OR_RETURN(theta, o.get_float("rope_theta", 10000.0));
+  TS_ASSIGN_OR_RETURN(theta, rope_setting(o, "rope_theta", 10000.0));
   r.freq_base = float(theta);
   r.n_ctx_orig = c->n_ctx_train;
-  const json* rs = o.find("rope_scaling");
+  const json* rs = rope_scaling_of(o);
   if (!rs) return OkStatus();
   if (!rs->is_object()) return InvalidArgument(o.file() + ": rope_scaling should be an object or null");
   JsonObject s(*rs, o.file() + ": rope_scaling");
   std::string type;
-  TS_ASSIGN_OR_RETURN(type, s.get_string("rope_type", ""));
-  if (type.empty()) {
-    TS_ASSIGN_OR_RETURN(type, s.get_string("type", "default"));
-  }
+  TS_ASSIGN_OR_RETURN(type, rope_scaling_type(*rs, o.file()));
   double factor = 1.0;
   TS_ASSIGN_OR_RETURN(factor, s.get_float("factor", 1.0));
   if (type == "default") return OkStatus();
@@ -283,7 +307,18 @@ Status read_phi3(const JsonObject& o, ModelConfig* c, LongRopeFactors* longrope)
   // the checkpoint's tensors).
   int orig = 0;
   TS_ASSIGN_OR_RETURN(orig, o.get_int32("original_max_position_embeddings", c->n_ctx_train));
-  const json* rs = o.find("rope_scaling");
+  const json* rs = rope_scaling_of(o);
+  if (rs) {
+    // read_rope has checked it is an object and refused types it does not know; "default" is
+    // no scaling, and of the rest only longrope ("su" in older configs) is Phi-3's.
+    std::string type;
+    TS_ASSIGN_OR_RETURN(type, rope_scaling_type(*rs, o.file()));
+    if (type == "default") {
+      rs = nullptr;
+    } else if (type != "longrope" && type != "su") {
+      return Unimplemented(o.file() + ": rope_scaling type '" + type + "' is not supported for phi3 (longrope, su)");
+    }
+  }
   if (rs) {
     JsonObject s(*rs, o.file() + ": rope_scaling");
     TS_ASSIGN_OR_RETURN(orig, s.get_int32("original_max_position_embeddings", orig));

@@ -50,6 +50,16 @@ Result<ModelConfig> read_config(const std::string& dir, QuantConfig* quant, Long
 // template); |chat_template| gets "" when there is none.
 Result<TokenizerData> read_tokenizer(const std::string& dir, std::string* chat_template);
 
+// Fits a checkpoint's vocabulary to its embedding's |n_rows|: checkpoints often pad the embedding
+// past the tokenizer (Phi-3: 32064 rows, 32011 tokens; Qwen2.5: 151936 / 151665), and a GGUF holds
+// one token per row, so the rows past the tokenizer become "[PAD<id>]" tokens of type unused (as
+// llama.cpp's converter writes them; they are never produced by encoding). More tokens than rows
+// is an error naming both counts.
+Status pad_vocabulary(TokenizerData* d, int64_t n_rows, const std::string& dir);
+
+// A 1-D f32 tensor owning a copy of |values| (tensors derived from config.json: rope factors).
+HostTensor owned_f32(const std::vector<float>& values);
+
 // Produces our tensors (names and shapes of llama_tensor_specs) from a checkpoint.
 class Weights {
  public:

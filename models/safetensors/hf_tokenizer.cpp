@@ -27,4 +27,19 @@ Result<TokenizerData> read_tokenizer(const std::string& dir, std::string* chat_t
   return d;
 }
 
+Status pad_vocabulary(TokenizerData* d, int64_t n_rows, const std::string& dir) {
+  const int64_t n = int64_t(d->tokens.size());
+  if (n > n_rows)
+    return InvalidArgument(dir + ": the embedding has " + std::to_string(n_rows) + " rows but tokenizer.json has " +
+                           std::to_string(n) + " tokens");
+  if (n == n_rows) return OkStatus();
+  if (d->token_types.empty()) d->token_types.assign(size_t(n), kTokenNormal);
+  for (int64_t id = n; id < n_rows; ++id) {
+    d->tokens.push_back("[PAD" + std::to_string(id) + "]");
+    d->token_types.push_back(kTokenUnused);
+    if (!d->scores.empty()) d->scores.push_back(0.0f);
+  }
+  return OkStatus();
+}
+
 }  // namespace tessera::safetensors

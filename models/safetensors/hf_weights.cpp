@@ -98,6 +98,19 @@ Result<HostTensor> Weights::owned(const TensorSpec& spec, DType dtype, std::vect
   return h;
 }
 
+HostTensor owned_f32(const std::vector<float>& values) {
+  std::vector<uint8_t> bytes(values.size() * sizeof(float));
+  if (!bytes.empty()) std::memcpy(bytes.data(), values.data(), bytes.size());
+  auto block = std::make_shared<std::vector<uint8_t>>(std::move(bytes));
+  HostTensor h;
+  h.dtype = DType::kF32;
+  h.shape = {int64_t(values.size())};
+  h.data = h.region = block->data();
+  h.nbytes = h.region_bytes = block->size();
+  h.keepalive = std::shared_ptr<const void>(block, block->data());
+  return h;
+}
+
 Result<std::optional<HostTensor>> Weights::get(const TensorSpec& spec) {
   if (spec.name == "rope_freqs.weight" || spec.name == "rope_factors_long.weight" || spec.name == "rope_factors_short.weight") {
     // Not checkpoint tensors: derived from config.json's rope_scaling (llama3; phi3's longrope,
@@ -106,10 +119,7 @@ Result<std::optional<HostTensor>> Weights::get(const TensorSpec& spec) {
     if (f.empty()) return std::optional<HostTensor>();
     if (int64_t(f.size()) != spec.shape[0])
       return Internal("rope_freqs: " + std::to_string(f.size()) + " factors for " + std::to_string(spec.shape[0]) + " frequencies");
-    std::vector<uint8_t> bytes(f.size() * sizeof(float));
-    std::memcpy(bytes.data(), f.data(), bytes.size());
-    TS_ASSIGN_OR_RETURN(HostTensor h, owned(spec, DType::kF32, std::move(bytes), 1.0f));
-    return std::optional<HostTensor>(std::move(h));
+    return std::optional<HostTensor>(owned_f32(f));
   }
   int l = 0;
   std::string stem, suffix;
@@ -137,7 +147,7 @@ Result<std::optional<HostTensor>> Weights::get(const TensorSpec& spec) {
 // (mapped in place for float weights), narrowed to the spec's rows.
 Result<std::optional<HostTensor>> Weights::load_fused_rows(const TensorSpec& spec) {
   const std::string prefix = hf_prefix(spec.name);
-  if (prefix.empty()) return InvalidArgument("no Hugging Face name for fused tensor '" + spec.name + "'");
+  if (prefix.empty()) return InvalidArgument(ckpt_.dir() + ": no Hugging Face name for fused tensor '" + spec.name + "'");
   TensorSpec whole = spec;
   whole.shape[0] = spec.fused_rows;
   whole.fused_rows = whole.row_begin = 0;

@@ -113,6 +113,133 @@ def write_nvfp4_qkv(src, dst):
     save_file(t, os.path.join(dst, "model.safetensors"))
 
 
+def write_padded_vocab(src, dst, extra):
+    """A copy of checkpoint |src| whose embedding and lm_head have |extra| rows more than
+    tokenizer.json has tokens (negative: fewer), as real checkpoints pad them (Phi-3: 32064 rows
+    for 32011 tokens)."""
+    import json
+    import shutil
+    from safetensors.numpy import load_file, save_file
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst)
+    t = load_file(os.path.join(src, "model.safetensors"))
+    rng = np.random.default_rng(11)
+    for name in ("model.embed_tokens.weight", "lm_head.weight"):
+        w = t[name]
+        if extra > 0:
+            t[name] = np.concatenate([w, rng.standard_normal((extra, w.shape[1])).astype(w.dtype) * 0.02])
+        else:
+            t[name] = np.ascontiguousarray(w[:extra])
+    save_file(t, os.path.join(dst, "model.safetensors"))
+    with open(os.path.join(dst, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["vocab_size"] = int(t["model.embed_tokens.weight"].shape[0])
+    with open(os.path.join(dst, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    return cfg["vocab_size"]
+
+
+def check_padded_vocab(args, ids):
+    """Embedding rows past the tokenizer become [PAD<id>] tokens of type unused, loaded directly or
+    converted; the first rows' logits are those of the unpadded checkpoint. Fewer rows than tokens
+    is an error naming both counts."""
+    from gguf import GGUFReader
+    failures = []
+    base = os.path.join(args.scratch, "tiny-phi3-hf")
+    padded = os.path.join(args.scratch, "tiny-phi3-padded-hf")
+    n_rows = write_padded_vocab(base, padded, 8)
+    plain = tessera_logits(args.bin_dir, base, ids, args.device, args.scratch)
+    ours = tessera_logits(args.bin_dir, padded, ids, args.device, args.scratch)
+    n_tok = plain.shape[1]
+    if ours.shape[1] != n_rows:
+        failures.append(f"padded vocabulary: {ours.shape[1]} logits per row, expected {n_rows}")
+    else:
+        d = nrmse(ours[:, :n_tok], plain)
+        print(f"padded vocabulary ({n_tok} tokens, {n_rows} rows): the tokenizer's logits {d:.3e} from the unpadded model's")
+        if d > 1e-6:
+            failures.append(f"padded vocabulary: the first {n_tok} logits are {d:.3e} from the unpadded model's")
+    converted = os.path.join(args.scratch, "tiny-phi3-padded-converted.gguf")
+    r = run_tessera(args.bin_dir, "convert", "-q", padded, converted)
+    if r.returncode != 0:
+        failures.append(f"tessera convert of a padded vocabulary: exit {r.returncode}: {r.stderr.strip()}")
+    else:
+        reader = GGUFReader(converted)
+        toks = reader.fields["tokenizer.ggml.tokens"]
+        types = reader.fields["tokenizer.ggml.token_type"]
+        last = bytes(toks.parts[toks.data[-1]]).decode()
+        last_type = int(types.parts[types.data[-1]][0])
+        print(f"  converted: {len(toks.data)} tokens, the last {last!r} of type {last_type}")
+        if len(toks.data) != n_rows or last != f"[PAD{n_rows - 1}]" or last_type != 5:
+            failures.append(f"converted padded vocabulary: {len(toks.data)} tokens, last {last!r} type {last_type}; "
+                            f"expected {n_rows}, '[PAD{n_rows - 1}]', 5 (unused)")
+        conv = tessera_logits(args.bin_dir, converted, ids, args.device, args.scratch)
+        if conv.shape != ours.shape or nrmse(conv, ours) > 1e-6:
+            failures.append("the converted padded checkpoint's logits differ from the directly loaded one's")
+    short = os.path.join(args.scratch, "tiny-phi3-short-vocab-hf")
+    write_padded_vocab(base, short, -1)
+    want = f"the embedding has {n_tok - 1} rows but tokenizer.json has {n_tok} tokens"
+    for cmd in (["eval", "-q", "-m", short, "--device", args.device, "--tokens", "1", "-o", os.path.join(args.scratch, "s.npy")],
+                ["convert", "-q", short, os.path.join(args.scratch, "short.gguf")]):
+        r = run_tessera(args.bin_dir, *cmd)
+        print(f"fewer embedding rows than tokens, {cmd[0]}: exit {r.returncode}, {r.stderr.strip()}")
+        if r.returncode == 0 or want not in r.stderr:
+            failures.append(f"{cmd[0]} with fewer embedding rows than tokens: expected an error with {want!r}")
+    return failures
+
+
+def check_rope_parameters(args, ids):
+    """transformers 5 save RoPE settings in one rope_parameters object (rope_theta inside, no
+    rope_scaling): the longrope checkpoint rewritten that way gives the same logits, directly and
+    converted; a scaling type Phi-3 does not use is refused naming it."""
+    import json
+    import shutil
+    failures = []
+    orig = os.path.join(args.scratch, "tiny-phi3-longrope-hf")
+    # rope_theta 50000 instead of the tiny model's 10000 (the default), so that a rope_theta
+    # left unread in rope_parameters shows.
+    src, v5 = os.path.join(args.scratch, "tiny-phi3-longrope-theta-hf"), os.path.join(args.scratch, "tiny-phi3-longrope-v5-hf")
+    for d in (src, v5):
+        shutil.rmtree(d, ignore_errors=True)
+        shutil.copytree(orig, d)
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["rope_theta"] = 50000.0
+    with open(os.path.join(src, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    params = dict(cfg.pop("rope_scaling"), rope_type="longrope")
+    params.pop("type", None)
+    params["rope_theta"] = cfg.pop("rope_theta")
+    params["partial_rotary_factor"] = 1.0
+    cfg["rope_parameters"] = params
+    with open(os.path.join(v5, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    want = tessera_logits(args.bin_dir, src, ids, args.device, args.scratch)
+    base = tessera_logits(args.bin_dir, orig, ids, args.device, args.scratch)
+    if nrmse(want, base) < 1e-3:
+        failures.append("rope_theta 50000 vs 10000 changes the tiny model's logits by < 1e-3: the check cannot see it")
+    got = tessera_logits(args.bin_dir, v5, ids, args.device, args.scratch)
+    d = nrmse(got, want)
+    print(f"longrope and rope_theta in rope_parameters (transformers 5): nrmse {d:.3e} from the rope_scaling config's")
+    if d > 1e-6:
+        failures.append(f"a transformers 5 config (rope_parameters) gives logits {d:.3e} from the same model's rope_scaling config")
+    converted = os.path.join(args.scratch, "tiny-phi3-longrope-v5.gguf")
+    r = run_tessera(args.bin_dir, "convert", "-q", v5, converted)
+    if r.returncode != 0:
+        failures.append(f"tessera convert of a rope_parameters config: exit {r.returncode}: {r.stderr.strip()}")
+    elif nrmse(tessera_logits(args.bin_dir, converted, ids, args.device, args.scratch), want) > 1e-6:
+        failures.append("the converted rope_parameters checkpoint's logits differ from the rope_scaling one's")
+    cfg["rope_parameters"] = {"rope_type": "linear", "factor": 2.0, "rope_theta": params["rope_theta"]}
+    with open(os.path.join(v5, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    r = run_tessera(args.bin_dir, "eval", "-q", "-m", v5, "--device", args.device, "--tokens", "1", "-o",
+                    os.path.join(args.scratch, "lin.npy"))
+    want_err = "rope_scaling type 'linear' is not supported for phi3"
+    print(f"phi3 with linear rope scaling: exit {r.returncode}, {r.stderr.strip()}")
+    if r.returncode == 0 or want_err not in r.stderr:
+        failures.append(f"phi3 with linear rope scaling: expected an error with {want_err!r}")
+    return failures
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("bin_dir")
@@ -187,6 +314,8 @@ def main():
             q8_ref = numpy_phi3.forward(numpy_phi3.Phi3(q8), ids)
             exact = tessera_logits(args.bin_dir, q8, ids, "reference", args.scratch)
             failures += compare(f"tiny phi3 {hf} quantized q8_0 (reference)", exact, q8_ref, TOL["f32"])
+    failures += check_padded_vocab(args, ids)
+    failures += check_rope_parameters(args, ids)
     # What convert cannot write: an NVFP4 fused projection with a global scale, refused naming it.
     nvfp4 = os.path.join(args.scratch, "tiny-phi3-nvfp4-hf")
     write_nvfp4_qkv(os.path.join(args.scratch, "tiny-phi3-hf"), nvfp4)
