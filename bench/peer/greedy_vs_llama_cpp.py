@@ -5,7 +5,11 @@ Where they part, an optional float64 oracle of the architecture (tests/python/nu
 from the model's definition) scores the shared prefix, so the report says which engine picked the
 exact model's argmax and by what logit margin: a near-tie that 8-bit activation rounding flips is
 not a bug, a wide margin is.
-Usage: greedy_vs_llama_cpp.py PEER_BIN TESSERA_BIN MODEL N [--oracle numpy_x.py] PROMPT...
+Usage: greedy_vs_llama_cpp.py PEER_BIN TESSERA_BIN MODEL N [--oracle numpy_x.py] [--device D]
+                              [--tie T] [--min M] [--prompts-file F] [PROMPT...]
+Both engines generate N + 1 tokens and the first N are compared (the last of a cut continuation
+may re-tokenise differently); a continuation that stops early (EOS) agrees only if the other stops
+at the same token.
 Prints one line per prompt and a count. Exit status 1: without --oracle, when fewer than --min
 tokens (default 16) agree for a prompt; with it, when at a parting Tessera's token is more than
 --tie (default 0.5) below the oracle's argmax logit, i.e. Tessera left the exact model's choice
@@ -41,28 +45,33 @@ def main():
     prompts = list(a.prompts)
     if a.prompts_file:
         with open(a.prompts_file, encoding="utf-8") as f:
-            prompts += [line.rstrip("\n") for line in f if line.strip()]
+            prompts += [line.rstrip("\r\n") for line in f if line.strip()]
     if not prompts:
         ap.error("no prompts (PROMPT... or --prompts-file)")
     status = 0
     agreeing = 0
     partings = []  # (whose token the oracle picked, oracle logit gap) where the engines part
     for p in prompts:
-        peer = subprocess.run([os.path.join(a.peer_bin, "llama-simple"), "-m", a.model, "-n", str(a.n), p],
+        peer = subprocess.run([os.path.join(a.peer_bin, "llama-simple"), "-m", a.model, "-n", str(a.n + 1), p],
                               capture_output=True, text=True, check=True).stdout
         peer = peer.removeprefix("<bos>")
         ours = subprocess.run([os.path.join(a.bin, "tessera"), "run", "-q", "-m", a.model, "-d", a.device, "--raw", "--temp",
-                               "0", "-n", str(a.n), "-p", p], capture_output=True, text=True, check=True).stdout
+                               "0", "-n", str(a.n + 1), "-p", p], capture_output=True, text=True, check=True).stdout
         ours = p + ours.rstrip("\n")
         n_prompt = len(ids(a.bin, a.model, p))
         pi, oi = ids(a.bin, a.model, peer.rstrip("\n")), ids(a.bin, a.model, ours)
         same = 0
-        while n_prompt + same < min(len(pi), len(oi)) and pi[n_prompt + same] == oi[n_prompt + same]:
+        while same < a.n and n_prompt + same < min(len(pi), len(oi)) and pi[n_prompt + same] == oi[n_prompt + same]:
             same += 1
-        # The last token of a continuation cut at n may re-tokenise differently: n - 1 counts as all.
-        if same >= min(a.n - 1, len(pi) - n_prompt, len(oi) - n_prompt):
+        # Equal for n tokens, or both stopped (EOS) at the same token.
+        if same >= a.n or len(pi) == len(oi) == n_prompt + same:
             print(f"same {same} tokens: {p!r}")
             agreeing += 1
+            continue
+        if n_prompt + same >= min(len(pi), len(oi)):
+            who_stopped = "llama.cpp" if len(pi) <= n_prompt + same else "tessera"
+            print(f"{same} tokens agree for {p!r}, then {who_stopped} stops (EOS) and the other goes on")
+            status = 1
             continue
         line = f"{same} tokens agree for {p!r}, then llama.cpp {pi[n_prompt + same]} vs tessera {oi[n_prompt + same]}"
         if a.oracle:
