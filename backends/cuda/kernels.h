@@ -233,8 +233,14 @@ TS_KFN void warp_dots(C& c, const View& x, const int64_t* xrows, int rows, const
 TS_KFN int32_t dot4_i8(int32_t a, int32_t b, int32_t acc) {
 #if defined(__CUDA_ARCH__)
   return __dp4a(a, b, acc);
+#elif defined(__HIP_DEVICE_COMPILE__) && \
+    (defined(__gfx906__) || defined(__gfx908__) || defined(__gfx90a__) || defined(__gfx1030__))
+  // v_dot4_i32_i8 on the targets known to have it (gfx90a and gfx1030 are built with -Werror on
+  // every build; gfx906/gfx908 were compile-checked with hipcc); no clamp: wraps as dp4a does.
+  // Other targets (RDNA3 has only the mixed-sign form) keep the loop.
+  return __builtin_amdgcn_sdot4(a, b, acc, false);
 #else
-  // HIP (a scalar loop until the sdot4 builtins are wired per target) and the host simulator.
+  // Other HIP targets and the host simulator.
   for (int i = 0; i < 4; ++i)
     acc += int32_t(int8_t(uint32_t(a) >> (8 * i))) * int32_t(int8_t(uint32_t(b) >> (8 * i)));
   return acc;
