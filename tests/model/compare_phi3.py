@@ -95,14 +95,49 @@ def run_tessera(bin_dir, *args):
     return subprocess.run([os.path.join(bin_dir, "tessera"), *args], capture_output=True, text=True)
 
 
+def copy_checkpoint(src, dst, edit=None):
+    """A fresh copy of checkpoint |src| at |dst|; |edit| (optional) changes its config.json dict in
+    place. Returns the copy's config."""
+    import json
+    import shutil
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst)
+    with open(os.path.join(dst, "config.json")) as f:
+        cfg = json.load(f)
+    if edit:
+        edit(cfg)
+        write_config(dst, cfg)
+    return cfg
+
+
+def write_config(ckpt, cfg):
+    import json
+    with open(os.path.join(ckpt, "config.json"), "w") as f:
+        json.dump(cfg, f)
+
+
+def convert(args, hf_dir, out, what, failures):
+    """`tessera convert hf_dir out`: |out|, or None after adding a failure naming |what|."""
+    r = run_tessera(args.bin_dir, "convert", "-q", hf_dir, out)
+    if r.returncode != 0:
+        failures.append(f"tessera convert {what}: exit {r.returncode}: {r.stderr.strip()}")
+        return None
+    return out
+
+
+def expect_error(args, cmd, want, what):
+    """Runs `tessera CMD...`; a failure unless it exits non-zero with |want| in its stderr."""
+    r = run_tessera(args.bin_dir, *cmd)
+    print(f"{what}: exit {r.returncode}, {r.stderr.strip()}")
+    return [] if r.returncode != 0 and want in r.stderr else [f"{what}: expected an error with {want!r}"]
+
+
 def write_nvfp4_qkv(src, dst):
     """A copy of checkpoint |src| whose layer-0 qkv_proj is NVFP4 in ModelOpt form with a global
     scale (weight_scale_2 != 1), which no GGUF tensor type holds."""
-    import shutil
     import ml_dtypes
     from safetensors.numpy import load_file, save_file
-    shutil.rmtree(dst, ignore_errors=True)
-    shutil.copytree(src, dst)
+    copy_checkpoint(src, dst)
     t = load_file(os.path.join(src, "model.safetensors"))
     p = "model.layers.0.self_attn.qkv_proj."
     rows, cols = t[p + "weight"].shape
@@ -117,11 +152,7 @@ def write_padded_vocab(src, dst, extra):
     """A copy of checkpoint |src| whose embedding and lm_head have |extra| rows more than
     tokenizer.json has tokens (negative: fewer), as real checkpoints pad them (Phi-3: 32064 rows
     for 32011 tokens)."""
-    import json
-    import shutil
     from safetensors.numpy import load_file, save_file
-    shutil.rmtree(dst, ignore_errors=True)
-    shutil.copytree(src, dst)
     t = load_file(os.path.join(src, "model.safetensors"))
     rng = np.random.default_rng(11)
     for name in ("model.embed_tokens.weight", "lm_head.weight"):
@@ -130,13 +161,10 @@ def write_padded_vocab(src, dst, extra):
             t[name] = np.concatenate([w, rng.standard_normal((extra, w.shape[1])).astype(w.dtype) * 0.02])
         else:
             t[name] = np.ascontiguousarray(w[:extra])
+    n_rows = int(t["model.embed_tokens.weight"].shape[0])
+    copy_checkpoint(src, dst, lambda cfg: cfg.update(vocab_size=n_rows))
     save_file(t, os.path.join(dst, "model.safetensors"))
-    with open(os.path.join(dst, "config.json")) as f:
-        cfg = json.load(f)
-    cfg["vocab_size"] = int(t["model.embed_tokens.weight"].shape[0])
-    with open(os.path.join(dst, "config.json"), "w") as f:
-        json.dump(cfg, f)
-    return cfg["vocab_size"]
+    return n_rows
 
 
 def check_padded_vocab(args, ids):
@@ -158,11 +186,9 @@ def check_padded_vocab(args, ids):
         print(f"padded vocabulary ({n_tok} tokens, {n_rows} rows): the tokenizer's logits {d:.3e} from the unpadded model's")
         if d > 1e-6:
             failures.append(f"padded vocabulary: the first {n_tok} logits are {d:.3e} from the unpadded model's")
-    converted = os.path.join(args.scratch, "tiny-phi3-padded-converted.gguf")
-    r = run_tessera(args.bin_dir, "convert", "-q", padded, converted)
-    if r.returncode != 0:
-        failures.append(f"tessera convert of a padded vocabulary: exit {r.returncode}: {r.stderr.strip()}")
-    else:
+    converted = convert(args, padded, os.path.join(args.scratch, "tiny-phi3-padded-converted.gguf"),
+                        "of a padded vocabulary", failures)
+    if converted:
         reader = GGUFReader(converted)
         toks = reader.fields["tokenizer.ggml.tokens"]
         types = reader.fields["tokenizer.ggml.token_type"]
@@ -180,10 +206,7 @@ def check_padded_vocab(args, ids):
     want = f"the embedding has {n_tok - 1} rows but tokenizer.json has {n_tok} tokens"
     for cmd in (["eval", "-q", "-m", short, "--device", args.device, "--tokens", "1", "-o", os.path.join(args.scratch, "s.npy")],
                 ["convert", "-q", short, os.path.join(args.scratch, "short.gguf")]):
-        r = run_tessera(args.bin_dir, *cmd)
-        print(f"fewer embedding rows than tokens, {cmd[0]}: exit {r.returncode}, {r.stderr.strip()}")
-        if r.returncode == 0 or want not in r.stderr:
-            failures.append(f"{cmd[0]} with fewer embedding rows than tokens: expected an error with {want!r}")
+        failures += expect_error(args, cmd, want, f"{cmd[0]} with fewer embedding rows than tokens")
     return failures
 
 
@@ -191,28 +214,17 @@ def check_rope_parameters(args, ids):
     """transformers 5 save RoPE settings in one rope_parameters object (rope_theta inside, no
     rope_scaling): the longrope checkpoint rewritten that way gives the same logits, directly and
     converted; a scaling type Phi-3 does not use is refused naming it."""
-    import json
-    import shutil
     failures = []
     orig = os.path.join(args.scratch, "tiny-phi3-longrope-hf")
     # rope_theta 50000 instead of the tiny model's 10000 (the default), so that a rope_theta
     # left unread in rope_parameters shows.
     src, v5 = os.path.join(args.scratch, "tiny-phi3-longrope-theta-hf"), os.path.join(args.scratch, "tiny-phi3-longrope-v5-hf")
-    for d in (src, v5):
-        shutil.rmtree(d, ignore_errors=True)
-        shutil.copytree(orig, d)
-    with open(os.path.join(src, "config.json")) as f:
-        cfg = json.load(f)
-    cfg["rope_theta"] = 50000.0
-    with open(os.path.join(src, "config.json"), "w") as f:
-        json.dump(cfg, f)
+    cfg = copy_checkpoint(orig, src, lambda c: c.update(rope_theta=50000.0))
     params = dict(cfg.pop("rope_scaling"), rope_type="longrope")
     params.pop("type", None)
     params["rope_theta"] = cfg.pop("rope_theta")
     params["partial_rotary_factor"] = 1.0
-    cfg["rope_parameters"] = params
-    with open(os.path.join(v5, "config.json"), "w") as f:
-        json.dump(cfg, f)
+    copy_checkpoint(orig, v5, lambda c: (c.clear(), c.update(cfg, rope_parameters=params)))
     want = tessera_logits(args.bin_dir, src, ids, args.device, args.scratch)
     base = tessera_logits(args.bin_dir, orig, ids, args.device, args.scratch)
     if nrmse(want, base) < 1e-3:
@@ -222,21 +234,15 @@ def check_rope_parameters(args, ids):
     print(f"longrope and rope_theta in rope_parameters (transformers 5): nrmse {d:.3e} from the rope_scaling config's")
     if d > 1e-6:
         failures.append(f"a transformers 5 config (rope_parameters) gives logits {d:.3e} from the same model's rope_scaling config")
-    converted = os.path.join(args.scratch, "tiny-phi3-longrope-v5.gguf")
-    r = run_tessera(args.bin_dir, "convert", "-q", v5, converted)
-    if r.returncode != 0:
-        failures.append(f"tessera convert of a rope_parameters config: exit {r.returncode}: {r.stderr.strip()}")
-    elif nrmse(tessera_logits(args.bin_dir, converted, ids, args.device, args.scratch), want) > 1e-6:
+    converted = convert(args, v5, os.path.join(args.scratch, "tiny-phi3-longrope-v5.gguf"), "of a rope_parameters config",
+                        failures)
+    if converted and nrmse(tessera_logits(args.bin_dir, converted, ids, args.device, args.scratch), want) > 1e-6:
         failures.append("the converted rope_parameters checkpoint's logits differ from the rope_scaling one's")
     cfg["rope_parameters"] = {"rope_type": "linear", "factor": 2.0, "rope_theta": params["rope_theta"]}
-    with open(os.path.join(v5, "config.json"), "w") as f:
-        json.dump(cfg, f)
-    r = run_tessera(args.bin_dir, "eval", "-q", "-m", v5, "--device", args.device, "--tokens", "1", "-o",
-                    os.path.join(args.scratch, "lin.npy"))
-    want_err = "rope_scaling type 'linear' is not supported for phi3"
-    print(f"phi3 with linear rope scaling: exit {r.returncode}, {r.stderr.strip()}")
-    if r.returncode == 0 or want_err not in r.stderr:
-        failures.append(f"phi3 with linear rope scaling: expected an error with {want_err!r}")
+    write_config(v5, cfg)
+    failures += expect_error(args, ["eval", "-q", "-m", v5, "--device", args.device, "--tokens", "1", "-o",
+                                    os.path.join(args.scratch, "lin.npy")],
+                             "rope_scaling type 'linear' is not supported for phi3", "phi3 with linear rope scaling")
     return failures
 
 
@@ -283,10 +289,8 @@ def main():
         ours = tessera_logits(args.bin_dir, hf_dir, ids, args.device, args.scratch)
         failures += compare(f"tiny phi3 {hf} ({args.device})", ours, ref, TOL["f32"])
         # tessera convert: the GGUF it writes must give the same logits.
-        converted = os.path.join(args.scratch, hf + "-converted.gguf")
-        r = run_tessera(args.bin_dir, "convert", "-q", hf_dir, converted)
-        if r.returncode != 0:
-            failures.append(f"tessera convert {hf}: exit {r.returncode}: {r.stderr.strip()}")
+        converted = convert(args, hf_dir, os.path.join(args.scratch, hf + "-converted.gguf"), hf, failures)
+        if not converted:
             continue
         conv = tessera_logits(args.bin_dir, converted, ids, args.device, args.scratch)
         failures += compare(f"tiny phi3 {hf} converted ({args.device})", conv, ref, TOL["f32"])
@@ -319,28 +323,16 @@ def main():
     # What convert cannot write: an NVFP4 fused projection with a global scale, refused naming it.
     nvfp4 = os.path.join(args.scratch, "tiny-phi3-nvfp4-hf")
     write_nvfp4_qkv(os.path.join(args.scratch, "tiny-phi3-hf"), nvfp4)
-    r = run_tessera(args.bin_dir, "convert", "-q", nvfp4, os.path.join(args.scratch, "nvfp4.gguf"))
-    want = "tensor 'blk.0.attn_qkv.weight' (HF 'model.layers.0.self_attn.qkv_proj') loads as nvfp4"
-    print(f"NVFP4 qkv_proj with a global scale: exit {r.returncode}, {r.stderr.strip()}")
-    if r.returncode == 0 or want not in r.stderr:
-        failures.append(f"converting an NVFP4 qkv_proj with a global scale: expected an error with {want!r}")
+    failures += expect_error(args, ["convert", "-q", nvfp4, os.path.join(args.scratch, "nvfp4.gguf")],
+                             "tensor 'blk.0.attn_qkv.weight' (HF 'model.layers.0.self_attn.qkv_proj') loads as nvfp4",
+                             "converting an NVFP4 qkv_proj with a global scale")
     # Bad input: a longrope factor list of the wrong length is refused naming the key.
-    import json
-    import shutil
     bad = os.path.join(args.scratch, "tiny-phi3-badrope-hf")
-    shutil.rmtree(bad, ignore_errors=True)
-    shutil.copytree(os.path.join(args.scratch, "tiny-phi3-longrope-hf"), bad)
-    with open(os.path.join(bad, "config.json")) as f:
-        cfg = json.load(f)
-    cfg["rope_scaling"]["long_factor"] = cfg["rope_scaling"]["long_factor"][:-1]
-    with open(os.path.join(bad, "config.json"), "w") as f:
-        json.dump(cfg, f)
-    r = subprocess.run([os.path.join(args.bin_dir, "tessera"), "eval", "-q", "-m", bad, "--device", args.device, "--tokens", "1",
-                        "-o", os.path.join(args.scratch, "bad.npy")], capture_output=True, text=True)
-    want = "config.json: rope_scaling.long_factor must be a list of 8 numbers"
-    print(f"bad long_factor: exit {r.returncode}, {r.stderr.strip()}")
-    if r.returncode == 0 or want not in r.stderr:
-        failures.append(f"a short long_factor list: expected an error with {want!r}")
+    copy_checkpoint(os.path.join(args.scratch, "tiny-phi3-longrope-hf"), bad,
+                    lambda c: c["rope_scaling"].update(long_factor=c["rope_scaling"]["long_factor"][:-1]))
+    failures += expect_error(args, ["eval", "-q", "-m", bad, "--device", args.device, "--tokens", "1", "-o",
+                                    os.path.join(args.scratch, "bad.npy")],
+                             "config.json: rope_scaling.long_factor must be a list of 8 numbers", "a short long_factor list")
     for f in failures:
         print("FAIL:", f)
     sys.exit(1 if failures else 0)
