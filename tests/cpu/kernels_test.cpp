@@ -14,6 +14,7 @@
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/matmul_amx.h"
 #include "tests/conformance/harness.h"
+#include "tests/support/test_support.h"
 
 namespace tessera::cpu {
 namespace {
@@ -350,7 +351,7 @@ TEST(CpuKernels, SupportsExactlyTheImplementedDtypes) {
 // graph's matmul must be exactly gemm_amx (so the path under test is the one that runs). N = 48
 // takes one 32-column panel and one 16-column tail; M = 270 eight full strips and a partial one.
 TEST(CpuKernels, AmxPrefillMatchesTheExactProduct) {
-  if (!amx_present()) GTEST_SKIP() << "this CPU has no AMX-BF16 (hardware absent)";
+  if (!amx_present()) TESSERA_SKIP_HARDWARE() << "this CPU has no AMX-BF16";
   const AmxSetting amx_on(true);  // off by default (matmul_amx.h)
   ASSERT_TRUE(amx_usable()) << "AMX present but unusable: the kernel refused the tile state";
   const int64_t M = 270, N = 48;

@@ -10,7 +10,6 @@
 #include "tests/support/test_support.h"
 #include "tests/vulkan/first_device.h"
 #include "tests/conformance/harness.h"
-#include "tests/support/test_support.h"
 
 namespace tessera::vulkan {
 namespace {
@@ -164,8 +163,8 @@ TEST(VulkanDevice, TimingsAndPipelineCache) {
 // sum of the dispatches' timestamp times.
 TEST(VulkanDevice, TimeComputeRunsTheGraphAndSumsItsTimestamps) {
   auto dev = first_device();
-  if (!dev) GTEST_SKIP() << "no usable Vulkan device";
-  if (dev->capabilities().timestamp_bits == 0) GTEST_SKIP() << "no timestamps on this queue";
+  if (!dev) TESSERA_SKIP_HARDWARE() << "no usable Vulkan device";
+  if (dev->capabilities().timestamp_bits == 0) TESSERA_SKIP_HARDWARE() << "no timestamps on this queue";
   const int64_t M = 3, N = 16, K = 64;
   std::vector<float> x(size_t(M * K)), w(size_t(N * K));
   for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 7) - 3) * 0.25f;
