@@ -117,6 +117,14 @@ struct MatmulArgs {
 // rows (the decode GEMV is M <= 8 in one pass).
 inline constexpr int kMatmulRows = 8;
 inline constexpr int kMatmulWarps = 4;  // warps (output columns) per block
+// The tensor-core tile GEMM (MatmulMmaKernel) for integer-coded weights with quantised
+// activations, from kMmaMinRows activation rows on: a block of kMmaWarps warps computes a
+// kMmaTile x kMmaTile tile of out (rows x columns), staging kMmaChunkRuns runs of 16 of x and w in
+// shared memory at a time; each warp a 32 x 32 quarter as 2 x 4 int8 mma tiles of 16 x 8.
+inline constexpr int kMmaTile = 64;
+inline constexpr int kMmaWarps = 4;
+inline constexpr int kMmaChunkRuns = 4;
+inline constexpr int kMmaMinRows = 32;
 struct MatmulIdArgs {
   View x, w, ids, weights, out;  // w [E, N, K]; weights: p == nullptr when absent
   int32_t* err;

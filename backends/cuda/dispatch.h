@@ -20,6 +20,21 @@ void dispatch_weight(R& r, const Launch& l, const A& a) {
   }
 }
 
+// dispatch_weight over the formats with integer runs (decode::kHasIntRun) only: kernels that
+// read int8 codes are not instantiated for the float formats.
+template <template <DType> class K, class R, class A>
+void dispatch_int_weight(R& r, const Launch& l, const A& a) {
+  switch (l.weight) {
+#define TS_CASE(D)                                                      \
+  case DType::D:                                                        \
+    if constexpr (decode::kHasIntRun<DType::D>) r.template run<K<DType::D>>(l, a); \
+    break;
+    TS_FOR_EACH_WEIGHT_DTYPE(TS_CASE)
+#undef TS_CASE
+    default: break;
+  }
+}
+
 template <class R>
 void dispatch(R& r, const Launch& l) {
   if (l.grid_x == 0 || l.grid_y == 0) return;
@@ -30,6 +45,7 @@ void dispatch(R& r, const Launch& l) {
     case KernelKind::kRope: r.template run<RopeKernel>(l, std::get<RopeArgs>(l.args)); break;
     case KernelKind::kEmbed: dispatch_weight<EmbedKernel>(r, l, std::get<EmbedArgs>(l.args)); break;
     case KernelKind::kMatmul: dispatch_weight<MatmulKernel>(r, l, std::get<MatmulArgs>(l.args)); break;
+    case KernelKind::kMatmulMma: dispatch_int_weight<MatmulMmaKernel>(r, l, std::get<MatmulArgs>(l.args)); break;
     case KernelKind::kMatmulId: dispatch_weight<MatmulIdKernel>(r, l, std::get<MatmulIdArgs>(l.args)); break;
     case KernelKind::kTopkRoute: r.template run<TopkRouteKernel>(l, std::get<TopkRouteArgs>(l.args)); break;
     case KernelKind::kKvStore: r.template run<KvStoreKernel>(l, std::get<KvStoreArgs>(l.args)); break;

@@ -6,6 +6,10 @@
 //   c.bx() c.by() c.nbx() c.nby()   block index and grid size (2-D grids)
 //   c.sync()                        __syncthreads
 //   c.shfl_xor(v, mask)             butterfly exchange within a warp of kWarp (32) lanes
+//   c.shfl(i, src)                  an int32 from lane |src| of the warp
+//   c.mma_s8(a0, a1, b, d)          the warp's 16x8x16 int8 matrix multiply-add (mma_s8_shfl says
+//                                   how the fragments are laid out): a tensor-core mma.sync on
+//                                   NVIDIA sm80+, mma_s8_shfl on HIP, a warp collective in sim/
 //   c.template smem<Slot, T, N>()   the block's shared array number Slot
 //   c.set_error(err, code)          records the first run-time data error (atomicCAS)
 // kernel_ctx.h maps them to CUDA/HIP intrinsics; sim/ runs every thread of a block as a fiber
@@ -247,6 +251,26 @@ TS_KFN int32_t dot4_i8(int32_t a, int32_t b, int32_t acc) {
 #endif
 }
 
+// D += A B for one warp, A 16x16 and B 16x8 int8, D 16x8 int32, in the fragments of PTX's
+// mma.m16n8k16.row.col.s32.s8.s8.s32: lane l = 4 g + t (g = l / 4, t = l % 4) holds
+//   a0 = A[g][4t .. 4t+3], a1 = A[g+8][4t .. 4t+3]   (four int8 per word, low byte first)
+//   b  = B[4t .. 4t+3][g]                            (a column of B: a weight row's codes)
+//   d  = D[g][2t], D[g][2t+1], D[g+8][2t], D[g+8][2t+1]
+// This form gathers A's rows and B's columns with 16 shuffles and sums them with dp4a: HIP's
+// path (no MFMA kernel yet), and what sim/'s collective is checked against.
+template <class C>
+TS_KFN void mma_s8_shfl(C& c, int32_t a0, int32_t a1, int32_t b, int32_t* d) {
+  const int lane = c.tid() % kWarp, g = lane >> 2, t = lane & 3;
+  for (int q = 0; q < 4; ++q) {
+    const int32_t lo = c.shfl(a0, 4 * g + q), hi = c.shfl(a1, 4 * g + q);  // A[g], A[g+8], k = 4q..
+    const int32_t b0 = c.shfl(b, 8 * t + q), b1 = c.shfl(b, 8 * t + 4 + q);  // B columns 2t, 2t+1
+    d[0] = dot4_i8(lo, b0, d[0]);
+    d[1] = dot4_i8(lo, b1, d[1]);
+    d[2] = dot4_i8(hi, b0, d[2]);
+    d[3] = dot4_i8(hi, b1, d[3]);
+  }
+}
+
 // quantize_q8: each run of 16 activations of a row to int8 codes with scale amax / 127, and the
 // sum of the quantised values (Q8Run). The sum is of the codes, not of x: a weight's offset then
 // multiplies the same quantised x as its codes do, so the error is sum(w_i e_i) with w centred,
@@ -349,6 +373,108 @@ struct MatmulKernel {
       for (int r = 0; r < kMatmulRows; ++r)
         if (r == lane) v = acc[r];
       store_f(a.out.row(m0 + lane) + n * a.out.col_stride(), a.out.dtype, v + bias);
+    }
+  }
+};
+
+// matmul on tensor cores (integer-coded weights, quantised activations, kMmaMinRows rows and
+// more): out[M, N] = x w^T (+ bias). Block: kMmaWarps warps over a kMmaTile x kMmaTile tile of out
+// (grid: N / kMmaTile, M / kMmaTile); each warp a 32 x 32 quarter, 2 x 4 mma tiles of 16 x 8.
+// Per chunk of kMmaChunkRuns runs of 16, the block stages x's codes (Q8Run) and w's
+// (decode::int_run16) with their scales in shared memory; each run of 16 is one mma per tile,
+// whose int32 sums are scaled as warp_dots_q8 scales its dp4a sums: scale * (d * s) + offset *
+// sum. Rows and runs outside the matrix are staged as zero codes with zero scales.
+template <DType W>
+struct MatmulMmaKernel {
+  using Args = MatmulArgs;
+  static constexpr int kStride = 20;  // words per staged row: 16 of codes, 4 of padding (no bank conflicts)
+  static constexpr int kRuns = kMmaChunkRuns;
+  static constexpr int kScales = kMmaTile * kRuns;
+  template <class C> TS_KFN static void run(C& c, const Args& a) {
+    int32_t* xs = c.template smem<0, int32_t, kMmaTile * kStride>();
+    int32_t* ws = c.template smem<1, int32_t, kMmaTile * kStride>();
+    float* xf = c.template smem<2, float, 2 * kScales>();  // d [row][run], then sum
+    float* wf = c.template smem<3, float, 2 * kScales>();  // scale [row][run], then offset
+    const int64_t N = a.w.shape[0], M = a.x.rows(), runs = a.x.cols() / 16;
+    const int64_t m0 = int64_t(c.by()) * kMmaTile, n0 = int64_t(c.bx()) * kMmaTile;
+    const int warp = c.tid() / kWarp, lane = c.tid() % kWarp, g = lane >> 2, t = lane & 3;
+    const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
+    float acc[2][4][4];
+    for (int mt = 0; mt < 2; ++mt)
+      for (int nt = 0; nt < 4; ++nt)
+        for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
+    for (int64_t j0 = 0; j0 < runs; j0 += kRuns) {
+      for (int u = c.tid(); u < kMmaTile * kRuns; u += c.ntid()) {
+        const int row = u / kRuns, jj = u % kRuns;
+        const int64_t j = j0 + jj;
+        int32_t* xd = xs + row * kStride + 4 * jj;
+        if (m0 + row < M && j < runs) {
+          const Q8Run& r = a.xq[(m0 + row) * runs + j];
+          for (int w = 0; w < 4; ++w) xd[w] = r.q[w];
+          xf[row * kRuns + jj] = r.d;
+          xf[kScales + row * kRuns + jj] = r.sum;
+        } else {
+          for (int w = 0; w < 4; ++w) xd[w] = 0;
+          xf[row * kRuns + jj] = 0.0f;
+          xf[kScales + row * kRuns + jj] = 0.0f;
+        }
+        int32_t* wd = ws + row * kStride + 4 * jj;
+        float scale = 0.0f, offset = 0.0f;
+        int8_t q[16];
+        if (n0 + row < N && j < runs) {
+          decode::int_run16<W>(a.w.row(n0 + row), 16 * j, q, scale, offset);
+        } else {
+          for (int i = 0; i < 16; ++i) q[i] = 0;
+        }
+        __builtin_memcpy(wd, q, sizeof q);
+        wf[row * kRuns + jj] = scale;
+        wf[kScales + row * kRuns + jj] = offset;
+      }
+      c.sync();
+      const int nk = int(runs - j0 < kRuns ? runs - j0 : kRuns);
+      for (int kk = 0; kk < nk; ++kk) {
+        int32_t af[2][2], bf[4];
+        for (int mt = 0; mt < 2; ++mt) {
+          const int r = wm + 16 * mt + g;
+          af[mt][0] = xs[r * kStride + 4 * kk + t];
+          af[mt][1] = xs[(r + 8) * kStride + 4 * kk + t];
+        }
+        for (int nt = 0; nt < 4; ++nt) bf[nt] = ws[(wn + 8 * nt + g) * kStride + 4 * kk + t];
+        // This run's scales of the lane's rows (g, g + 8 of each m tile) and columns (2t, 2t + 1
+        // of each n tile).
+        float xd[2][2], xsum[2][2], wsc[4][2], wof[4][2];
+        for (int mt = 0; mt < 2; ++mt)
+          for (int h = 0; h < 2; ++h) {
+            const int row = wm + 16 * mt + g + 8 * h;
+            xd[mt][h] = xf[row * kRuns + kk];
+            xsum[mt][h] = xf[kScales + row * kRuns + kk];
+          }
+        for (int nt = 0; nt < 4; ++nt)
+          for (int h = 0; h < 2; ++h) {
+            const int col = wn + 8 * nt + 2 * t + h;
+            wsc[nt][h] = wf[col * kRuns + kk];
+            wof[nt][h] = wf[kScales + col * kRuns + kk];
+          }
+        for (int mt = 0; mt < 2; ++mt) {
+          for (int nt = 0; nt < 4; ++nt) {
+            int32_t d[4] = {0, 0, 0, 0};
+            c.mma_s8(af[mt][0], af[mt][1], bf[nt], d);
+            for (int i = 0; i < 4; ++i)
+              acc[mt][nt][i] += wsc[nt][i & 1] * (xd[mt][i >> 1] * float(d[i])) + wof[nt][i & 1] * xsum[mt][i >> 1];
+          }
+        }
+      }
+      c.sync();
+    }
+    for (int mt = 0; mt < 2; ++mt) {
+      for (int nt = 0; nt < 4; ++nt) {
+        for (int i = 0; i < 4; ++i) {
+          const int64_t m = m0 + wm + 16 * mt + g + 8 * (i >> 1), n = n0 + wn + 8 * nt + 2 * t + (i & 1);
+          if (m >= M || n >= N) continue;
+          const float bias = a.bias.p ? load_f(a.bias.p + n * a.bias.col_stride(), a.bias.dtype) : 0.0f;
+          store_f(a.out.row(m) + n * a.out.col_stride(), a.out.dtype, acc[mt][nt][i] + bias);
+        }
+      }
     }
   }
 };

@@ -24,6 +24,7 @@ const char* kernel_name(KernelKind k) {
     case KernelKind::kRope: return "rope";
     case KernelKind::kEmbed: return "embed";
     case KernelKind::kMatmul: return "matmul";
+    case KernelKind::kMatmulMma: return "matmul_mma";
     case KernelKind::kMatmulId: return "matmul_id";
     case KernelKind::kTopkRoute: return "topk_route";
     case KernelKind::kKvStore: return "kv_store";
@@ -242,6 +243,12 @@ Status plan_node(const Graph& g, int ni, const AddressOf& address, int32_t* err,
         auto* xq = reinterpret_cast<Q8Run*>(scratch.reserve(size_t(M) * size_t(K / 16) * sizeof(Q8Run)));
         out.push_back(quantize_q8_launch(ni, a.x, xq));
         a.xq = xq;
+        if (M >= kMmaMinRows) {  // prefill: tiles on the tensor cores
+          l.kind = KernelKind::kMatmulMma;
+          l.block = kMmaWarps * 32;
+          l.grid_x = uint32_t((a.w.shape[0] + kMmaTile - 1) / kMmaTile);
+          l.grid_y = uint32_t((M + kMmaTile - 1) / kMmaTile);
+        }
       }
       l.args = a;
       break;

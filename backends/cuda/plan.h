@@ -14,7 +14,7 @@ namespace tessera::gpu {
 
 enum class KernelKind : uint8_t {
   kPointwise, kNorm, kSoftmax, kRope, kEmbed, kMatmul, kMatmulId, kTopkRoute, kKvStore, kAttention, kQuantizeQ8,
-  kAttentionCombine, kMoeSort, kMoeWeightedSum,
+  kAttentionCombine, kMoeSort, kMoeWeightedSum, kMatmulMma,
 };
 const char* kernel_name(KernelKind k);
 

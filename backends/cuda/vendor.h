@@ -12,6 +12,7 @@
 // HIP 5.2 has no *_sync shuffles; every lane of the 32-lane group takes part here, so the
 // unsynchronised form is equivalent. Width 32 keeps wave64 GPUs (CDNA) in halves, as kWarp says.
 #define TS_SHFL_XOR(v, m) __shfl_xor((v), (m), 32)
+#define TS_SHFL(v, src) __shfl((v), (src), 32)
 #define gpuError_t hipError_t
 #define gpuSuccess hipSuccess
 #define gpuGetErrorString hipGetErrorString
@@ -63,6 +64,7 @@
 #define TS_GPU_NAME "cuda"
 #define TS_GPU_KIND ::tessera::DeviceKind::kCuda
 #define TS_SHFL_XOR(v, m) __shfl_xor_sync(0xffffffffu, (v), (m), 32)
+#define TS_SHFL(v, src) __shfl_sync(0xffffffffu, (v), (src), 32)
 #define gpuError_t cudaError_t
 #define gpuSuccess cudaSuccess
 #define gpuGetErrorString cudaGetErrorString

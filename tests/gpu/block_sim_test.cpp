@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <vector>
 
 #include "backends/cuda/kernels.h"
@@ -67,6 +68,58 @@ TEST(BlockSim, ADivergentBarrierIsReportedNotHung) {
     if (c.tid() < 32) (void)c.shfl_xor(1.0f, 1);
     else c.sync();
   }), "");
+}
+
+// The int8 mma of a warp, as the simulator's collective and as the shuffle form HIP runs, against
+// a plain matrix product: the fragments are laid out as PTX's mma.m16n8k16.row.col.s32.s8.s8.s32
+// documents (kernels.h mma_s8_shfl), over random codes in [-128, 127] and a nonzero D to add to.
+TEST(BlockSim, WarpMmaMultipliesTheFragmentsPtxDescribes) {
+  std::mt19937 rng(21);
+  std::uniform_int_distribution<int> code(-128, 127), acc0(-100000, 100000);
+  int8_t A[16][16], B[16][8];
+  int32_t D0[16][8];
+  for (auto& r : A)
+    for (auto& v : r) v = int8_t(code(rng));
+  for (auto& r : B)
+    for (auto& v : r) v = int8_t(code(rng));
+  for (auto& r : D0)
+    for (auto& v : r) v = acc0(rng);
+  auto pack = [](int8_t b0, int8_t b1, int8_t b2, int8_t b3) {
+    return int32_t(uint32_t(uint8_t(b0)) | uint32_t(uint8_t(b1)) << 8 | uint32_t(uint8_t(b2)) << 16 |
+                   uint32_t(uint8_t(b3)) << 24);
+  };
+  for (bool shuffles : {false, true}) {
+    int32_t D[2][16][8] = {};
+    BlockSim sim;
+    // Two warps doing the same product: the second's lanes must read their own warp's fragments.
+    ASSERT_EQ(sim.run(1, 1, 64, [&](HostCtx& c) {
+      const int lane = c.tid() % 32, g = lane / 4, t = lane % 4;
+      const int32_t a0 = pack(A[g][4 * t], A[g][4 * t + 1], A[g][4 * t + 2], A[g][4 * t + 3]);
+      const int32_t a1 = pack(A[g + 8][4 * t], A[g + 8][4 * t + 1], A[g + 8][4 * t + 2], A[g + 8][4 * t + 3]);
+      const int32_t b = pack(B[4 * t][g], B[4 * t + 1][g], B[4 * t + 2][g], B[4 * t + 3][g]);
+      int32_t d[4] = {D0[g][2 * t], D0[g][2 * t + 1], D0[g + 8][2 * t], D0[g + 8][2 * t + 1]};
+      if (c.tid() >= 32) {
+        const int32_t x = c.shfl(a0 ^ 0x5a5a5a5a, 31 - lane);  // an unrelated shuffle first: banks alternate
+        ASSERT_EQ(x, pack(A[7 - g][4 * (3 - t)], A[7 - g][4 * (3 - t) + 1], A[7 - g][4 * (3 - t) + 2],
+                          A[7 - g][4 * (3 - t) + 3]) ^ 0x5a5a5a5a);
+      }
+      if (shuffles) mma_s8_shfl(c, a0, a1, b, d);
+      else c.mma_s8(a0, a1, b, d);
+      auto& out = D[c.tid() / 32];
+      out[g][2 * t] = d[0];
+      out[g][2 * t + 1] = d[1];
+      out[g + 8][2 * t] = d[2];
+      out[g + 8][2 * t + 1] = d[3];
+    }), "");
+    for (int w = 0; w < 2; ++w)
+      for (int i = 0; i < 16; ++i)
+        for (int j = 0; j < 8; ++j) {
+          int32_t want = D0[i][j];
+          for (int k = 0; k < 16; ++k) want += int32_t(A[i][k]) * int32_t(B[k][j]);
+          ASSERT_EQ(D[w][i][j], want) << (shuffles ? "shuffles" : "collective") << " warp " << w << " D[" << i
+                                      << "][" << j << "]";
+        }
+  }
 }
 
 TEST(BlockSim, TheFirstKernelErrorIsKept) {

@@ -88,6 +88,34 @@ TEST(GpuPlan, IntegerWeightsQuantiseTheActivationsIntoScratchFirst) {
   EXPECT_FALSE(matmul_uses_q8(DType::kINT8_PC, 72));  // K not a whole number of runs
 }
 
+// From kMmaMinRows rows on, integer-coded weights take the tensor-core tile GEMM: 64 x 64 tiles of
+// the output over 4 warps, after the same quantise launch; fewer rows keep the warp-per-column GEMV.
+TEST(GpuPlan, PrefillRowsOfIntegerWeightsRunOnMmaTiles) {
+  for (auto [M, N, mma, expect_x, expect_y] : {std::tuple{kMmaMinRows - 1, 40, false, 10, 4}, {kMmaMinRows, 40, true, 1, 1},
+                                              {130, 19, true, 1, 3}, {64, 129, true, 3, 1}}) {
+    Fixture f;
+    const ValueId y = f.g.matmul(f.input(DType::kF32, {M, 96}), f.input(DType::kQ4_0, {N, 96}));
+    f.g.mark_output(y);
+    auto p = f.plan();
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    ASSERT_EQ(p->size(), 2u);
+    EXPECT_EQ((*p)[0].kind, KernelKind::kQuantizeQ8);
+    const Launch& l = (*p)[1];
+    EXPECT_EQ(l.kind, mma ? KernelKind::kMatmulMma : KernelKind::kMatmul) << "M=" << M;
+    EXPECT_EQ(l.block, uint32_t((mma ? kMmaWarps : kMatmulWarps) * 32));
+    EXPECT_EQ(l.grid_x, uint32_t(expect_x)) << "M=" << M << " N=" << N;
+    EXPECT_EQ(l.grid_y, uint32_t(expect_y)) << "M=" << M << " N=" << N;
+    EXPECT_EQ(std::get<MatmulArgs>(l.args).xq, std::get<QuantizeQ8Args>((*p)[0].args).out);
+  }
+  // Float weights never do (no int8 codes to multiply).
+  Fixture f;
+  f.g.mark_output(f.g.matmul(f.input(DType::kF32, {128, 64}), f.input(DType::kF16, {64, 64})));
+  auto p = f.plan();
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  ASSERT_EQ(p->size(), 1u);
+  EXPECT_EQ((*p)[0].kind, KernelKind::kMatmul);
+}
+
 TEST(GpuPlan, AttentionStoresTheCacheThenAttendsPerTokenAndHead) {
   Fixture f;
   const int64_t T = 5, Hq = 6, Hkv = 2, D = 64, blocks = 4, bs = 16;

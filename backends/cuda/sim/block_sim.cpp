@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "backends/cuda/kernels.h"
+
 namespace tessera::gpu::sim {
 
 namespace {
@@ -15,17 +17,52 @@ uint8_t* HostCtx::shared_base() { return sim_->shared_.data(); }
 
 void HostCtx::sync() { sim_->yield(tid_, BlockSim::State::kBlockWait); }
 
-float HostCtx::shfl_xor(float v, int mask) {
-  // Two banks, alternating per shuffle: a lane released from this shuffle may write its next
-  // value before a slower lane has read this one.
-  auto& f = sim_->fibers_[size_t(tid_)];
+// Two banks, alternating per exchange: a lane released from one exchange may write its next
+// value before a slower lane has read this one. Each thread owns kBankWords words of a bank.
+constexpr int kBankWords = 3;
+
+const uint32_t* BlockSim::exchange(int tid, const uint32_t* words, int n) {
+  auto& f = fibers_[size_t(tid)];
   const int bank = f.parity;
   f.parity ^= 1;
-  sim_->bank_[bank][size_t(tid_)] = v;
-  sim_->yield(tid_, BlockSim::State::kWarpWait);
+  std::memcpy(&bank_[bank][size_t(tid) * kBankWords], words, sizeof(uint32_t) * size_t(n));
+  yield(tid, State::kWarpWait);
+  return bank_[bank].data();
+}
+
+float HostCtx::shfl_xor(float v, int mask) {
+  uint32_t word;
+  std::memcpy(&word, &v, sizeof word);
+  const uint32_t* bank = sim_->exchange(tid_, &word, 1);
   const int src = (tid_ & ~31) | ((tid_ & 31) ^ (mask & 31));
   if (src >= ntid_) return v;
-  return sim_->bank_[bank][size_t(src)];
+  std::memcpy(&v, &bank[size_t(src) * kBankWords], sizeof v);
+  return v;
+}
+
+int32_t HostCtx::shfl(int32_t v, int src_lane) {
+  const uint32_t word = uint32_t(v);
+  const uint32_t* bank = sim_->exchange(tid_, &word, 1);
+  const int src = (tid_ & ~31) | (src_lane & 31);
+  if (src >= ntid_) return v;
+  return int32_t(bank[size_t(src) * kBankWords]);
+}
+
+void HostCtx::mma_s8(int32_t a0, int32_t a1, int32_t b, int32_t* d) {
+  const uint32_t words[kBankWords] = {uint32_t(a0), uint32_t(a1), uint32_t(b)};
+  const uint32_t* bank = sim_->exchange(tid_, words, kBankWords);
+  const int w0 = tid_ & ~31, lane = tid_ & 31, g = lane >> 2, t = lane & 3;
+  // A[r][4q..4q+3] is word r / 8 of lane 4 (r % 8) + q; B[4q..4q+3][n] is word 2 of lane 4 n + q.
+  // A lane past the block's end (a partial warp) contributes zeros.
+  auto word = [&](int l, int i) { return w0 + l < ntid_ ? int32_t(bank[size_t(w0 + l) * kBankWords + size_t(i)]) : 0; };
+  for (int q = 0; q < 4; ++q) {
+    const int32_t lo = word(4 * g + q, 0), hi = word(4 * g + q, 1);
+    const int32_t b0 = word(4 * (2 * t) + q, 2), b1 = word(4 * (2 * t + 1) + q, 2);
+    d[0] = dot4_i8(lo, b0, d[0]);
+    d[1] = dot4_i8(lo, b1, d[1]);
+    d[2] = dot4_i8(hi, b0, d[2]);
+    d[3] = dot4_i8(hi, b1, d[3]);
+  }
 }
 
 #if TESSERA_SIM_BOOST_CONTEXT
@@ -138,7 +175,7 @@ std::string BlockSim::run(uint32_t grid_x, uint32_t grid_y, uint32_t threads, co
   if (threads == 0 || threads > 1024) return "block of " + std::to_string(threads) + " threads";
   body_ = &body;
   fibers_.resize(threads);
-  for (auto& b : bank_) b.assign(threads, 0.0f);
+  for (auto& b : bank_) b.assign(size_t(threads) * kBankWords, 0u);
   shared_.assign(HostCtx::kSlots * HostCtx::kSlotBytes, 0xff);  // garbage, as on a GPU
   for (uint32_t by = 0; by < grid_y; ++by) {
     for (uint32_t bx = 0; bx < grid_x; ++bx) {

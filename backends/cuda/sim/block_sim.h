@@ -1,5 +1,5 @@
 // A host simulator of GPU thread blocks: runs a kernel body (backends/cuda/kernels.h) with every
-// thread of a block as a fiber (ucontext), switching at the block barrier and at warp shuffles,
+// thread of a block as a fiber (ucontext), switching at the block barrier, warp shuffles and mma,
 // so the same source that nvcc and hipcc compile runs, and is checked, on a machine without a
 // GPU. Fibers switch through Boost.Context where the build found it (a few nanoseconds), else
 // through ucontext (which makes a system call per switch). Blocks run one after another; a barrier that not every live thread of the block (or
@@ -33,6 +33,10 @@ class HostCtx {
   int nby() const { return nby_; }
   void sync();
   float shfl_xor(float v, int mask);
+  int32_t shfl(int32_t v, int src);
+  // The warp's 16x8x16 int8 mma (kernels.h mma_s8_shfl gives the fragment layout), as one
+  // collective: every lane leaves its fragments and reads the others' after the warp meets.
+  void mma_s8(int32_t a0, int32_t a1, int32_t b, int32_t* d);
   template <int Slot, class T, int N>
   T* smem() {
     static_assert(Slot >= 0 && Slot < kSlots && sizeof(T) * N <= kSlotBytes, "shared slot too large for the simulator");
@@ -82,13 +86,15 @@ class BlockSim {
   void start(int tid);
   void resume(int tid);
   void yield(int tid, State s);
+  // Parks |words| in this thread's slot of the next bank, waits for the warp, returns the bank.
+  const uint32_t* exchange(int tid, const uint32_t* words, int n);
   std::string run_block();
 
 #if !TESSERA_SIM_BOOST_CONTEXT
   ucontext_t sched_{};
 #endif
   std::vector<Fiber> fibers_;
-  std::vector<float> bank_[2];
+  std::vector<uint32_t> bank_[2];  // a word per thread for shuffles, three for mma fragments
   std::vector<uint8_t> shared_;
   const std::function<void(HostCtx&)>* body_ = nullptr;
   int current_ = 0;
