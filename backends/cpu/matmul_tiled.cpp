@@ -173,14 +173,14 @@ HWY_INLINE void tile_kernel(const TileAct<MR>& a, const char* tile0, int64_t ts,
     for (int t = 0; t < TN; ++t) _mm512_storeu_ps(a.out[r] + 16 * t, acc[r][t]);
 }
 // Prefill: 4 activation rows x 2 tiles (16 int32 + 16 f32 accumulators of the 32 zmm).
-// Decode: 1 row x 1 tile. Streaming one tile at a time keeps each thread's weight reads one
-// sequential stream: on a 2-vCPU Zen 4 (AVX-512 VNNI) the GEMV went from 74-91% of the measured
+// Decode (every target): 1 row x 1 tile per call. Streaming one tile at a time keeps each
+// thread's weight reads one sequential stream: on a 2-vCPU Zen 4 (AVX-512 VNNI) the GEMV went from 74-91% of the measured
 // read bandwidth with 4 tiles per call (four independent vpdpbusd chains) to 93-100% (Q4_0, Q4_1,
 // Q8_0) and Q4_K 74% -> 96%, Q6_K 75% -> 89% (`tessera-bench gemv`, 3 alternating runs); the AVX3
 // target gained alike with 1 instead of 2 (docs/bench.md).
-inline constexpr int kMR = 4, kTN = 2, kGemvTN = 1;
+inline constexpr int kMR = 4, kTN = 2;
 // K-quants: Q4_K 4 rows x 2 tiles; Q6_K 4 rows x 1 tile (two int32 accumulators per pair).
-inline constexpr int kQ4KMR = 4, kQ4KTN = 2, kQ6KMR = 8, kQ6KTN = 1, kKqGemvTN = 1;
+inline constexpr int kQ4KMR = 4, kQ4KTN = 2, kQ6KMR = 8, kQ6KTN = 1;
 
 #elif HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 // The vector operations the K-quant kernels use (kq_kernel below): 8 rows per vector, the
@@ -297,11 +297,11 @@ HWY_INLINE void tile_kernel(const TileAct<MR>& a, const char* tile0, int64_t ts,
     for (int h = 0; h < H; ++h) _mm256_storeu_ps(a.out[r] + 8 * h, acc[r][h]);
 }
 #if HWY_TARGET == HWY_AVX3
-inline constexpr int kMR = 4, kTN = 1, kGemvTN = 1;  // 32 vector registers
-inline constexpr int kQ4KMR = 4, kQ4KTN = 1, kQ6KMR = 4, kQ6KTN = 1, kKqGemvTN = 1;
+inline constexpr int kMR = 4, kTN = 1;  // 32 vector registers
+inline constexpr int kQ4KMR = 4, kQ4KTN = 1, kQ6KMR = 4, kQ6KTN = 1;
 #else
-inline constexpr int kMR = 2, kTN = 1, kGemvTN = 1;  // 16 vector registers
-inline constexpr int kQ4KMR = 2, kQ4KTN = 1, kQ6KMR = 2, kQ6KTN = 1, kKqGemvTN = 1;
+inline constexpr int kMR = 2, kTN = 1;  // 16 vector registers
+inline constexpr int kQ4KMR = 2, kQ4KTN = 1, kQ6KMR = 2, kQ6KTN = 1;
 #endif
 
 #else
@@ -338,8 +338,8 @@ HWY_INLINE void tile_kernel(const TileAct<MR>& a, const char* tile0, int64_t ts,
         a.out[r][16 * t + i] = float(acc);
       }
 }
-inline constexpr int kMR = 4, kTN = 1, kGemvTN = 1;
-inline constexpr int kQ4KMR = 4, kQ4KTN = 1, kQ6KMR = 4, kQ6KTN = 1, kKqGemvTN = 1;
+inline constexpr int kMR = 4, kTN = 1;
+inline constexpr int kQ4KMR = 4, kQ4KTN = 1, kQ6KMR = 4, kQ6KTN = 1;
 #endif
 
 // ---- K-quant tiles (Q4_K, Q6_K) ----------------------------------------------------------------
@@ -651,18 +651,18 @@ HWY_INLINE void q6k_kernel(const TileAct<MR>& a, const char* tile0, int64_t ts, 
 }
 #endif
 
-// Rows and tiles per kernel call for format F: prefill MR x TN, decode 1 x GTN.
+// Rows and tiles per kernel call for format F in prefill (decode: 1 x 1).
 template <class F>
 struct Blocking {
-  static constexpr int MR = kMR, TN = kTN, GTN = kGemvTN;
+  static constexpr int MR = kMR, TN = kTN;
 };
 template <>
 struct Blocking<TileQ4_K> {
-  static constexpr int MR = kQ4KMR, TN = kQ4KTN, GTN = kKqGemvTN;
+  static constexpr int MR = kQ4KMR, TN = kQ4KTN;
 };
 template <>
 struct Blocking<TileQ6_K> {
-  static constexpr int MR = kQ6KMR, TN = kQ6KTN, GTN = kKqGemvTN > 2 ? 2 : kKqGemvTN;
+  static constexpr int MR = kQ6KMR, TN = kQ6KTN;
 };
 
 // MR activation rows from row |m| against TN tiles from tile |t|.
@@ -689,11 +689,9 @@ HWY_INLINE void run_block(const ActQ8* x, int64_t ldx, const int32_t* xsum, int6
 template <class F>
 void tiled_range(const ActQ8* x, int64_t ldx, const int32_t* xsum, int64_t m0, int64_t m1, const char* tiles,
                  int64_t t0, int64_t t1, int64_t nb, float* out, int64_t ldo) {
-  constexpr int MR = Blocking<F>::MR, TN = Blocking<F>::TN, GTN = Blocking<F>::GTN;
-  if (m1 - m0 == 1) {  // decode GEMV: GTN tiles per call (1 on every target today: see kGemvTN)
-    int64_t t = t0;
-    for (; t + GTN <= t1; t += GTN) run_block<F, 1, GTN>(x, ldx, xsum, m0, tiles, t, nb, out, ldo);
-    for (; t < t1; ++t) run_block<F, 1, 1>(x, ldx, xsum, m0, tiles, t, nb, out, ldo);
+  constexpr int MR = Blocking<F>::MR, TN = Blocking<F>::TN;
+  if (m1 - m0 == 1) {  // decode GEMV: one tile per call, one weight stream per thread (see kMR)
+    for (int64_t t = t0; t < t1; ++t) run_block<F, 1, 1>(x, ldx, xsum, m0, tiles, t, nb, out, ldo);
     return;
   }
   for (int64_t t = t0; t < t1; t += TN) {
