@@ -66,7 +66,9 @@ struct ActQ8 {
 static_assert(sizeof(ActQ8) == 72);
 
 // Activation rows packed for one weight dtype: contiguous f32 for float weights, ActQ8 blocks
-// for the block formats.
+// for the block formats. The buffers only grow (M and K say how much is in use): a PackedAct kept
+// across matmuls (matmul() keeps one per thread) neither reallocates nor zero-fills, which for a
+// prefill batch of 2048 rows were ~10-26 MB of serial memset and fresh page faults per matmul.
 struct PackedAct {
   int64_t M = 0, K = 0;
   bool quantized = false;

@@ -165,9 +165,9 @@ void pack_activations(ThreadPool& pool, const Tensor& x, const int64_t* rows, in
   out->K = K;
   out->quantized = uses_act_q8(w);
   if (out->quantized) {
-    out->q8.resize(size_t(M * (K / 32)));
+    if (out->q8.size() < size_t(M * (K / 32))) out->q8.resize(size_t(M * (K / 32)));
   } else {
-    out->f32.resize(size_t(M * K));
+    if (out->f32.size() < size_t(M * K)) out->f32.resize(size_t(M * K));
   }
   const int64_t grain = std::max<int64_t>(1, kParallelMinElems / std::max<int64_t>(1, K));
   pool.parallel_for(M, grain, [&](int64_t m0, int64_t m1, int) {
@@ -247,7 +247,7 @@ Status matmul(ThreadPool& pool, const Graph& g, const Node& n) {
   // bf16 per panel; off by default: matmul_amx.h).
   const bool amx = M >= amx_min_rows(tiled) && dtype_traits(w.dtype).is_quantized && amx_usable() &&
                    amx_supports(w.dtype, tiled, N, w.K);
-  PackedAct act;
+  thread_local PackedAct act;  // grow-only buffers, reused by every matmul on this thread
   if (!amx) pack_activations(pool, x, nullptr, M, w.dtype, &act);
   // Write straight into a contiguous f32 output; otherwise through a scratch and a conversion.
   const bool direct = out.dtype == DType::kF32 && out.is_contiguous();

@@ -847,35 +847,38 @@ void gemm_tiled(ThreadPool& pool, const PackedAct& act, DType w, const char* til
   const ActQ8* x = act.q8.data();
   // The integer offsets of unsigned codes per (row, block), from c8 = 8 * the sums of 4 codes:
   // sum(qx) (Q4_0/Q4_1/Q8_0), -32 * the sum of each 16 (Q6_K); Q4_K's mins use ActQ8::s.
-  std::vector<int32_t> xsum;
-  if (w == DType::kQ6_K) {
-    xsum.resize(size_t(M * nb * 2));
-    for (int64_t i = 0; i < M * nb; ++i) {
-      const int32_t* c8 = act.q8[size_t(i)].c8;
-      xsum[size_t(2 * i)] = -4 * (c8[0] + c8[1] + c8[2] + c8[3]);
-      xsum[size_t(2 * i + 1)] = -4 * (c8[4] + c8[5] + c8[6] + c8[7]);
-    }
-  } else if (w != DType::kQ4_K) {
-    xsum.resize(size_t(M * nb));
-    for (int64_t i = 0; i < M * nb; ++i) {
-      const int32_t* c8 = act.q8[size_t(i)].c8;
-      xsum[size_t(i)] = (c8[0] + c8[1] + c8[2] + c8[3] + c8[4] + c8[5] + c8[6] + c8[7]) / 8;
-    }
-  }
+  // Computed by all threads into a buffer that only grows (a prefill batch has M * nb of them).
+  thread_local std::vector<int32_t> xsum;
+  const int per = w == DType::kQ6_K ? 2 : w == DType::kQ4_K ? 0 : 1;
+  if (xsum.size() < size_t(M * nb * per)) xsum.resize(size_t(M * nb * per));
+  int32_t* xs = xsum.data();
+  if (per > 0)
+    pool.parallel_for(M * nb, 4096, [&](int64_t i0, int64_t i1, int) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const int32_t* c8 = act.q8[size_t(i)].c8;
+        if (per == 2) {
+          xs[2 * i] = -4 * (c8[0] + c8[1] + c8[2] + c8[3]);
+          xs[2 * i + 1] = -4 * (c8[4] + c8[5] + c8[6] + c8[7]);
+        } else {
+          xs[i] = (c8[0] + c8[1] + c8[2] + c8[3] + c8[4] + c8[5] + c8[6] + c8[7]) / 8;
+        }
+      }
+    });
   const auto range = gemm_tiled_range;
   // Few rows (decode, small batches): each thread streams its own contiguous tiles once.
   if (M <= 16) {
     pool.parallel_for(nt, std::clamp<int64_t>(nt / (pool.size() * 8), 1, 16), [&](int64_t t0, int64_t t1, int) {
-      range(w, x, nb, xsum.data(), 0, M, tiles, t0, t1, nb, out, ldo);
+      range(w, x, nb, xs, 0, M, tiles, t0, t1, nb, out, ldo);
     });
     return;
   }
-  // Many rows (prefill): M x N units, each a tile group passed by a chunk of activation rows.
+  // Many rows (prefill): M x N units, each a tile group passed by a chunk of activation rows,
+  // claimed one at a time in order (the threads share an activation chunk while they pass it).
   const int64_t mc = (M + kTiledMChunk - 1) / kTiledMChunk, tc = (nt + kTiledTileChunk - 1) / kTiledTileChunk;
-  pool.parallel_for(mc * tc, 1, [&](int64_t u0, int64_t u1, int) {
+  pool.parallel_for_dynamic(mc * tc, 1, [&](int64_t u0, int64_t u1, int) {
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t mi = u / tc, ti = u % tc;
-      range(w, x, nb, xsum.data(), mi * kTiledMChunk, std::min(M, (mi + 1) * kTiledMChunk), tiles,
+      range(w, x, nb, xs, mi * kTiledMChunk, std::min(M, (mi + 1) * kTiledMChunk), tiles,
             ti * kTiledTileChunk, std::min(nt, (ti + 1) * kTiledTileChunk), nb, out, ldo);
     }
   });

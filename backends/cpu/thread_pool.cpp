@@ -121,4 +121,19 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   });
 }
 
+void ThreadPool::parallel_for_dynamic(int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t, int)>& fn) {
+  if (n <= 0) return;
+  chunk = std::max<int64_t>(1, chunk);
+  const int64_t chunks = (n + chunk - 1) / chunk;
+  if (n_threads_ == 1 || chunks == 1) {
+    for (int64_t k = 0; k < chunks; ++k) fn(k * chunk, std::min(n, (k + 1) * chunk), 0);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  run_on_all([&](int t) {
+    for (int64_t k; (k = next.fetch_add(1, std::memory_order_relaxed)) < chunks;)
+      fn(k * chunk, std::min(n, (k + 1) * chunk), t);
+  });
+}
+
 }  // namespace tessera::cpu

@@ -29,6 +29,12 @@ class ThreadPool {
   // Calls fn(begin, end, thread_index) over disjoint ranges covering [0, n), at most one range per
   // thread, ranges aligned to |grain|. Blocks until all are done. Not re-entrant.
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn);
+  // Calls fn(begin, end, thread_index) over the chunks [k * chunk, (k + 1) * chunk) of [0, n),
+  // each thread taking the next unclaimed chunk until none is left, in order. For jobs of many
+  // equal units where a fixed split leaves one thread waiting on the other (a prefill GEMM: a
+  // vCPU that runs 5% slower, or a ragged last row block, idles the rest at every op's end).
+  // Blocks until all are done. Not re-entrant.
+  void parallel_for_dynamic(int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t, int)>& fn);
   // Runs fn(thread_index) once on every thread (for per-thread setup or first touch). Not
   // re-entrant (never call it from inside a job), and jobs must not throw.
   void run_on_all(const std::function<void(int)>& fn);
