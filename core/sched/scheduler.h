@@ -63,7 +63,8 @@ struct SchedulerConfig {
   // each step's prefill chunks are the largest whose predicted step time stays within itl_factor
   // x the predicted decode-only step (and within max_step_ms when > 0), at least
   // min_prefill_chunk tokens per step so the prefill always progresses; max_batch_tokens stays
-  // the hard cap. With no decode running, prefill fills the budget. itl_factor 0 turns the
+  // the hard cap. With no decode running, or more sequences waiting on prefill than decoding,
+  // prefill fills the budget (max_step_ms still holds). itl_factor 0 turns the
   // policy off: chunks then fill the budget (plans independent of timing).
   double itl_factor = 4.0;  // 4 keeps a long prompt's TTFT near a fixed 512-token budget's (docs/serving.md)
   double max_step_ms = 0.0;

@@ -12,13 +12,21 @@ void StepCostPolicy::begin_step(const StepShape& decodes, int32_t n_decoding, in
   limit_shape_ = StepShape{};
   prefill_in_step_ = false;
   probe_ = false;
-  stats_.last_pressure = 0;
+  stats_.last_deep_queue = false;
   if (cfg_.itl_factor <= 0 && cfg_.max_step_ms <= 0) return;
   if (decodes.n_tokens == 0) return;  // nobody waits on tokens: prefill may use the whole budget
   limit_shape_ = decodes;
-  const double pressure = std::max(1.0, double(n_awaiting) / double(std::max(n_decoding, 1)));
-  stats_.last_pressure = pressure;
-  limit_ms_ = cfg_.itl_factor > 0 ? cfg_.itl_factor * pressure * model_.predict_ms(limit_shape_) : cfg_.max_step_ms;
+  // More sequences waiting for their first token than decoding: the ITL limit is lifted (an
+  // explicit max_step_ms still holds). Each step that protects the minority's ITL would delay
+  // more TTFTs than it smooths ITLs; a burst of short prompts beside a few decodes goes through
+  // in one or two budget-sized steps instead of trickling behind the decodes.
+  const bool deep_queue = n_awaiting > n_decoding;
+  stats_.last_deep_queue = deep_queue;
+  if (deep_queue && cfg_.max_step_ms <= 0) {
+    limit_shape_ = StepShape{};
+    return;
+  }
+  limit_ms_ = cfg_.itl_factor > 0 && !deep_queue ? cfg_.itl_factor * model_.predict_ms(limit_shape_) : cfg_.max_step_ms;
   if (cfg_.max_step_ms > 0) limit_ms_ = std::min(limit_ms_, cfg_.max_step_ms);
   probe_ = cfg_.probe_every > 0 && ++steps_since_decode_only_ >= cfg_.probe_every;
 }

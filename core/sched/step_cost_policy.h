@@ -32,7 +32,7 @@ struct StepCostStats {
   int32_t last_prefill_tokens = 0;  // prefill tokens in the latest step
   int32_t last_step_tokens = 0;
   double last_limit_ms = 0;         // its step-time limit (0: none, no decode was running)
-  double last_pressure = 0;         // max(1, awaiting / decoding) the limit was scaled by
+  bool last_deep_queue = false;     // more waiting on prefill than decoding: no ITL limit
   double last_predicted_ms = 0;     // its predicted time
   double last_step_ms = 0;          // its measured time (observe)
   StepCostCoefficients cost;        // fitted
@@ -44,11 +44,11 @@ class StepCostPolicy {
 
   // Starts planning a step that carries |decodes| (|n_decoding| running sequences with one
   // pending token) while |n_awaiting| sequences wait on prefill (queued, or mid-prompt): sets the
-  // step's time limit, none when nothing decodes or the policy is off. The limit is itl_factor x
-  // max(1, n_awaiting / n_decoding) x the decode-only step: the factor weighs one decode's ITL
-  // against one prompt's TTFT, so a lone long prompt beside many decodes keeps the plain factor
-  // and a burst of arrivals beside few decodes is not held to their pace (at 32 streams, 64-token
-  // prompts: TTFT p99 17.1 -> 12.8 s with the 2048-token budget, docs/serving.md).
+  // step's time limit: none when nothing decodes, the policy is off, or more sequences wait on
+  // prefill than decode (a queue that deep fills the budget, as with no decodes: at 32 streams of
+  // 64-token prompts the burst at start otherwise trickled behind the first prompts' decodes,
+  // docs/serving.md); else itl_factor x the predicted decode-only step, so a lone long prompt
+  // beside running decodes is chunked to keep their gaps near the factor.
   void begin_step(const StepShape& decodes, int32_t n_decoding = 1, int32_t n_awaiting = 0);
   // The prefill chunk of a sequence with |n_computed| cached tokens that wants |want| tokens (its
   // pending tokens within the step's remaining token budget): |want| itself without a limit or

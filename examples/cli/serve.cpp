@@ -160,7 +160,8 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::Range(16, 1 << 20));
   cmd->add_option("--itl-factor", o->scheduler.itl_factor,
                   "while requests are decoding, size each step's prefill chunks so the step's predicted time (an online-fitted "
-                  "cost model) stays within this factor of a decode-only step; 0: chunks fill --max-batch-tokens")
+                  "cost model) stays within this factor of a decode-only step, unless more requests wait for their first token than "
+                  "decode (then chunks fill the budget); 0: chunks always fill --max-batch-tokens")
       ->capture_default_str()->check(CLI::Range(0.0, 1000.0));
   cmd->add_option("--max-step-ms", o->scheduler.max_step_ms,
                   "also keep predicted steps with decodes under this many milliseconds (0: no absolute limit)")

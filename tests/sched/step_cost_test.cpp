@@ -252,9 +252,9 @@ TEST(StepCostPolicy, AbsoluteStepLimitAndOffSwitch) {
 namespace tessera {
 namespace {
 
-// The limit weighs one decode's ITL against one prompt's TTFT: sequences waiting on prefill
-// beyond the number decoding scale it up; fewer leave the plain factor.
-TEST(StepCostPolicy, WaitingPromptsBeyondTheDecodesScaleTheLimit) {
+// The limit protects the decodes' ITL while they are at least as many as the sequences waiting
+// on prefill; a deeper queue lifts it (the step fills the budget), unless max_step_ms is set.
+TEST(StepCostPolicy, AQueueDeeperThanTheDecodesLiftsTheLimit) {
   StepCostPolicyConfig cfg;
   cfg.itl_factor = 2.0;
   cfg.prior = kTruth;
@@ -262,18 +262,28 @@ TEST(StepCostPolicy, WaitingPromptsBeyondTheDecodesScaleTheLimit) {
   StepCostPolicy policy(cfg);
   StepShape decodes;
   for (int i = 0; i < 4; ++i) decodes.add(100 * (i + 1), 1, true);
-  auto limit_for = [&](int32_t decoding, int32_t awaiting) {
-    policy.begin_step(decodes, decoding, awaiting);
-    policy.end_step(decodes, 0);
-    return policy.stats().last_limit_ms;
+  auto limit_for = [&](StepCostPolicy& p, int32_t decoding, int32_t awaiting) {
+    p.begin_step(decodes, decoding, awaiting);
+    p.end_step(decodes, 0);
+    return p.stats().last_limit_ms;
   };
-  const double plain = limit_for(4, 0);
+  const double plain = limit_for(policy, 4, 0);
   EXPECT_NEAR(plain, 2.0 * true_ms(decodes), 1e-9);
-  EXPECT_DOUBLE_EQ(limit_for(4, 3), plain);         // fewer waiting than decoding: the plain factor
-  EXPECT_DOUBLE_EQ(limit_for(4, 4), plain);
-  EXPECT_NEAR(limit_for(4, 16), 4.0 * plain, 1e-9);  // 16 prompts waiting beside 4 decodes
-  EXPECT_DOUBLE_EQ(policy.stats().last_pressure, 4.0);
-  EXPECT_NEAR(limit_for(1, 31), 31.0 * plain, 1e-9);
+  EXPECT_FALSE(policy.stats().last_deep_queue);
+  EXPECT_DOUBLE_EQ(limit_for(policy, 4, 3), plain);  // fewer waiting than decoding: the factor
+  EXPECT_DOUBLE_EQ(limit_for(policy, 4, 4), plain);
+  EXPECT_EQ(limit_for(policy, 4, 5), 0.0);  // 5 prompts waiting beside 4 decodes: no limit
+  EXPECT_TRUE(policy.stats().last_deep_queue);
+  EXPECT_EQ(policy.chunk(0, 1500), 1500);   // the chunk is what the budget leaves
+  EXPECT_EQ(limit_for(policy, 1, 31), 0.0);
+  EXPECT_DOUBLE_EQ(limit_for(policy, 4, 1), plain);  // and back once the queue drains
+  EXPECT_LT(policy.chunk(0, 1500), 1500);
+  // An explicit step-time cap still holds for a deep queue.
+  StepCostPolicyConfig capped = cfg;
+  capped.max_step_ms = 0.5 * plain;
+  StepCostPolicy cap(capped);
+  EXPECT_DOUBLE_EQ(limit_for(cap, 4, 0), 0.5 * plain);
+  EXPECT_DOUBLE_EQ(limit_for(cap, 1, 31), 0.5 * plain);
   // Off stays off however many wait.
   StepCostPolicyConfig off = cfg;
   off.itl_factor = 0;
