@@ -118,6 +118,7 @@ Result<ExecutablePtr> CpuDevice::prepare(Graph& graph) { return ExecutablePtr(ne
 
 Result<Event> CpuDevice::submit(Executable& exe) {
   const Graph& graph = static_cast<CpuExecutable&>(exe).graph;
+  begin_graph_run();
   for (const Node& n : graph.nodes()) TS_RETURN_IF_ERROR(run_node(pool_, graph, n));
   return Event{};
 }

@@ -77,6 +77,11 @@ struct PackedAct {
 };
 // Packs rows |rows[i]| (or 0..M-1 when rows is null) of activation |x| for weight dtype |w|.
 void pack_activations(ThreadPool& pool, const Tensor& x, const int64_t* rows, int64_t M, DType w, PackedAct* out);
+// Called by the device before it runs a graph's nodes: matmul() reuses the activations it packed
+// for the previous matmul when the next one reads the same value of the same graph run (the q/k/v
+// projections of one normed input, gate and up), and this ends a run's reuse. Graph values are
+// written once per run, so within a run a value id names one content.
+void begin_graph_run();
 
 // A weight matrix [N, K] of any supported dtype: row r starts at base + r * row_stride.
 struct WeightMat {

@@ -234,6 +234,20 @@ WeightMat weight_view(const Tensor& w, std::vector<float>* dense) {
 }
 }  // namespace
 
+namespace {
+// The previous matmul's packed activations on this thread: which graph value of which run.
+struct PackedKey {
+  const Graph* graph = nullptr;
+  ValueId x = kNoValue;
+  bool quantized = false;
+  int64_t M = 0, K = 0;
+  bool operator==(const PackedKey&) const = default;
+};
+thread_local PackedKey packed_key;
+}  // namespace
+
+void begin_graph_run() { packed_key = PackedKey{}; }
+
 Status matmul(ThreadPool& pool, const Graph& g, const Node& n) {
   const Tensor& x = g.input_tensor(n, in::kMatmulX);
   const Tensor& wt = g.input_tensor(n, in::kMatmulW);
@@ -248,7 +262,14 @@ Status matmul(ThreadPool& pool, const Graph& g, const Node& n) {
   const bool amx = M >= amx_min_rows(tiled) && dtype_traits(w.dtype).is_quantized && amx_usable() &&
                    amx_supports(w.dtype, tiled, N, w.K);
   thread_local PackedAct act;  // grow-only buffers, reused by every matmul on this thread
-  if (!amx) pack_activations(pool, x, nullptr, M, w.dtype, &act);
+  if (!amx) {
+    const PackedKey key{&g, n.inputs[size_t(in::kMatmulX)], uses_act_q8(w.dtype), M, w.K};
+    if (!(key == packed_key)) {
+      packed_key = PackedKey{};  // an error or exception midway leaves no stale key
+      pack_activations(pool, x, nullptr, M, w.dtype, &act);
+      packed_key = key;
+    }
+  }
   // Write straight into a contiguous f32 output; otherwise through a scratch and a conversion.
   const bool direct = out.dtype == DType::kF32 && out.is_contiguous();
   std::vector<float> tmp;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "backends/cpu/cpu_device.h"
@@ -229,6 +230,68 @@ TEST(CpuKernels, DecodeGemvMatchesTheTiledPath) {
     for (int64_t n = 0; n < N; ++n)
       ASSERT_NEAR(rows[0][size_t(n)], rows[1][size_t(n)], 1e-5 * scale) << dtype_name(w) << " row " << n;
   }
+}
+
+// matmul reuses the activations packed for the previous matmul when the next reads the same
+// value in the same run (q/k/v of one input): every product still equals the same matmul alone,
+// a different value of the same shape is packed afresh, and so is the same value on the next run
+// after its content changed.
+TEST(CpuKernels, MatmulsOfOneInputShareItsPackedActivationsWithinARunOnly) {
+  const int64_t M = 37, K = 256;
+  testing::Rng rng(77);
+  CpuDevice dev(2);
+  std::vector<Tensor> ws;
+  for (DType w : {DType::kQ4_0, DType::kQ8_0, DType::kF32, DType::kQ4_K, DType::kQ4_0}) {
+    const Tensor desc = Tensor::make(w, {48, K});
+    const std::vector<uint8_t> bytes = testing::encode(desc, testing::random_floats(rng, 48 * K));
+    auto wt = upload_new(dev, desc, bytes.data());
+    ASSERT_TRUE(wt.ok()) << wt.status().to_string();
+    auto prepared = dev.prepare_weight(*wt, OpKind::kMatmul);  // row tiles for Q4_0/Q8_0/Q4_K on x86-64
+    ASSERT_TRUE(prepared.ok());
+    ws.push_back(*prepared);
+  }
+  auto x = upload_new(dev, Tensor::make(DType::kF32, {M, K}), testing::random_floats(rng, M * K).data());
+  auto x2 = upload_new(dev, Tensor::make(DType::kF32, {M, K}), testing::random_floats(rng, M * K).data());
+  ASSERT_TRUE(x.ok() && x2.ok());
+  auto alone = [&](const Tensor& in, const Tensor& w) {
+    Graph g;
+    const ValueId y = g.matmul(g.input(in), g.input(w));
+    g.mark_output(y);
+    EXPECT_TRUE(dev.compute(g).ok());
+    return testing::download_values(dev, g.tensor(y));
+  };
+  Graph g;
+  const ValueId xv = g.input(*x), x2v = g.input(*x2);
+  std::vector<ValueId> ys;
+  for (const Tensor& w : ws) ys.push_back(g.matmul(xv, g.input(w)));
+  ys.push_back(g.matmul(x2v, g.input(ws[0])));  // same shape and dtype, another value
+  ys.push_back(g.matmul(xv, g.input(ws[4])));
+  for (ValueId y : ys) g.mark_output(y);
+  auto references = [&] {
+    std::vector<std::vector<double>> want;
+    for (size_t i = 0; i < ys.size(); ++i)
+      want.push_back(i == ws.size() ? alone(*x2, ws[0]) : alone(*x, ws[i == ws.size() + 1 ? 4 : i]));
+    return want;
+  };
+  auto outputs = [&] {
+    std::vector<std::vector<double>> got;
+    for (ValueId y : ys) got.push_back(testing::download_values(dev, g.tensor(y)));
+    return got;
+  };
+  const auto want0 = references();
+  ASSERT_TRUE(dev.compute(g).ok());
+  const auto got0 = outputs();
+  // New content in the same buffer, and the same graph again with nothing run in between.
+  const std::vector<float> fresh = testing::random_floats(rng, M * K);
+  std::memcpy(x->host_data(), fresh.data(), fresh.size() * 4);
+  ASSERT_TRUE(dev.compute(g).ok());
+  const auto got1 = outputs();
+  const auto want1 = references();
+  for (size_t i = 0; i < ys.size(); ++i) {
+    ASSERT_EQ(got0[i], want0[i]) << "first run, matmul " << i;
+    ASSERT_EQ(got1[i], want1[i]) << "second run, matmul " << i;
+  }
+  EXPECT_NE(got0[0], got1[0]);
 }
 
 // prepare_weight repacks Q4_0/Q4_1/Q8_0/Q4_K/Q6_K weights whose N is a multiple of 16 into row tiles (on
