@@ -100,6 +100,16 @@ void store_row_f32(const Tensor& t, int64_t row, const float* src) {
   for (int64_t i = 0; i < n; ++i) from_f32(t.dtype, src + i, p + i * es, 1);
 }
 
+float* out_row_f32(const Tensor& t, int64_t row, float* scratch) {
+  if (t.dtype == DType::kF32 && last_dim_dense(t)) return reinterpret_cast<float*>(static_cast<char*>(t.host_data()) + t.row_offset(row));
+  return scratch;
+}
+
+void finish_row_f32(const Tensor& t, int64_t row, const float* res) {
+  if (t.dtype == DType::kF32 && last_dim_dense(t)) return;  // computed in place by out_row_f32
+  store_row_f32(t, row, res);
+}
+
 // cast and copy: row by row through f32 (exact for f16/bf16 sources), or a plain byte copy when
 // the dtypes match and both rows are dense.
 Status convert(ThreadPool& pool, const Graph& g, const Node& n) {

@@ -115,10 +115,11 @@ void for_rows(ThreadPool& pool, const Tensor& out, F&& row_fn) {
   pool.parallel_for(rows, grain, [&](int64_t r0, int64_t r1, int) {
     float* ta = thread_scratch(0, cols);
     float* tb = thread_scratch(1, cols);
-    float* res = thread_scratch(2, cols);
+    float* scratch = thread_scratch(2, cols);
     for (int64_t r = r0; r < r1; ++r) {
+      float* res = out_row_f32(out, r, scratch);
       row_fn(r, ta, tb, res);
-      store_row_f32(out, r, res);
+      finish_row_f32(out, r, res);
     }
   });
 }

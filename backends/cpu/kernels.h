@@ -40,6 +40,11 @@ void from_f32(DType t, const float* src, void* dst, int64_t n);
 const float* load_row_f32(const Tensor& t, int64_t row, float* scratch);
 // Stores cols() f32 values into row |row| of float tensor |t| (any strides).
 void store_row_f32(const Tensor& t, int64_t row, const float* src);
+// Where to compute row |row| of output |t|: the row itself when |t| is dense f32 (no copy after;
+// outputs never alias inputs, core/planner.cpp), else |scratch| (cols() floats). finish_row_f32
+// then stores a row computed into scratch and does nothing for one computed in place.
+float* out_row_f32(const Tensor& t, int64_t row, float* scratch);
+void finish_row_f32(const Tensor& t, int64_t row, const float* res);
 // Whether the last dimension is densely packed (element stride == element size).
 bool last_dim_dense(const Tensor& t);
 // A growable per-thread f32 scratch area; |slot| separates independent uses in one kernel.

@@ -94,10 +94,11 @@ Status rms_norm(ThreadPool& pool, const Graph& g, const Node& n) {
   const int64_t grain = std::max<int64_t>(1, kParallelMinElems / std::max<int64_t>(1, cols));
   pool.parallel_for(rows, grain, [&](int64_t r0, int64_t r1, int) {
     float* tmp = thread_scratch(0, cols);
-    float* res = thread_scratch(1, cols);
+    float* scratch = thread_scratch(1, cols);
     for (int64_t r = r0; r < r1; ++r) {
+      float* res = out_row_f32(out, r, scratch);
       HWY_DYNAMIC_DISPATCH(RmsNormRow)(load_row_f32(x, r, tmp), w, eps, res, cols);
-      store_row_f32(out, r, res);
+      finish_row_f32(out, r, res);
     }
   });
   return OkStatus();
@@ -122,10 +123,11 @@ Status layer_norm(ThreadPool& pool, const Graph& g, const Node& n) {
   const int64_t grain = std::max<int64_t>(1, kParallelMinElems / std::max<int64_t>(1, cols));
   pool.parallel_for(rows, grain, [&](int64_t r0, int64_t r1, int) {
     float* tmp = thread_scratch(0, cols);
-    float* res = thread_scratch(1, cols);
+    float* scratch = thread_scratch(1, cols);
     for (int64_t r = r0; r < r1; ++r) {
+      float* res = out_row_f32(out, r, scratch);
       HWY_DYNAMIC_DISPATCH(LayerNormRow)(load_row_f32(x, r, tmp), w, b, eps, res, cols);
-      store_row_f32(out, r, res);
+      finish_row_f32(out, r, res);
     }
   });
   return OkStatus();

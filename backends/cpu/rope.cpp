@@ -95,11 +95,12 @@ Status rope(ThreadPool& pool, const Graph& g, const Node& n) {
   const int64_t grain = std::max<int64_t>(1, kParallelMinElems / std::max<int64_t>(1, D));
   pool.parallel_for(T * H, grain, [&](int64_t r0, int64_t r1, int) {
     float* tmp = thread_scratch(0, D);
-    float* res = thread_scratch(1, D);
+    float* scratch = thread_scratch(1, D);
     for (int64_t r = r0; r < r1; ++r) {
       const float* C = &table[size_t((r / H) * 2 * nd)];
+      float* res = out_row_f32(out, r, scratch);
       HWY_DYNAMIC_DISPATCH(RopeRow)(p.mode, load_row_f32(x, r, tmp), C, C + nd, nd, D, res);
-      store_row_f32(out, r, res);
+      finish_row_f32(out, r, res);
     }
   });
   return OkStatus();
