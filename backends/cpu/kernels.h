@@ -74,6 +74,8 @@ static_assert(sizeof(ActQ8) == 72);
 // for the block formats. The buffers only grow (M and K say how much is in use): a PackedAct kept
 // across matmuls (matmul() keeps one per thread) neither reallocates nor zero-fills, which for a
 // prefill batch of 2048 rows were ~10-26 MB of serial memset and fresh page faults per matmul.
+// The price: the thread that submits keeps its largest batch's packing (2048 x 14336 inputs:
+// ~66 MB of ActQ8) until it exits.
 struct PackedAct {
   int64_t M = 0, K = 0;
   bool quantized = false;
@@ -84,8 +86,9 @@ struct PackedAct {
 void pack_activations(ThreadPool& pool, const Tensor& x, const int64_t* rows, int64_t M, DType w, PackedAct* out);
 // Called by the device before it runs a graph's nodes: matmul() reuses the activations it packed
 // for the previous matmul when the next one reads the same value of the same graph run (the q/k/v
-// projections of one normed input, gate and up), and this ends a run's reuse. Graph values are
-// written once per run, so within a run a value id names one content.
+// projections of one normed input, gate and up), and this ends a run's reuse. Every node writes
+// values of its own, once per run (only attention also writes its external KV-cache inputs,
+// which no matmul reads), so within a run a value id names one content.
 void begin_graph_run();
 
 // A weight matrix [N, K] of any supported dtype: row r starts at base + r * row_stride.

@@ -202,14 +202,16 @@ void Scheduler::observe(double ms) { cost_.observe(ms); }
 std::vector<ScheduledSeq> Scheduler::plan(StepPlan* plan) {
   std::vector<ScheduledSeq> out;
   int32_t budget = cfg_.max_batch_tokens;
-  // Sequences waiting on prefill: queued prompts (not swapped-out decodes, which wait with one
-  // pending token) and running ones mid-prompt.
-  int32_t n_decoding = 0, n_awaiting = 0;
-  for (const auto& w : waiting_) n_awaiting += w->n_pending() > 1;
+  // Sequences waiting on prefill that this step could serve: running ones mid-prompt, and queued
+  // prompts (not swapped-out decodes, which wait with one pending token) up to the seats that
+  // max_seqs leaves (a queue that cannot be admitted gains nothing from a step without a limit).
+  int32_t n_decoding = 0, n_awaiting = 0, n_queued = 0;
+  for (const auto& w : waiting_) n_queued += w->n_pending() > 1;
   for (const auto& r : running_) {
     if (r->n_pending() == 1) ++n_decoding;
     else if (r->n_pending() > 1) ++n_awaiting;
   }
+  n_awaiting += std::min(n_queued, std::max(0, cfg_.max_seqs - int32_t(running_.size())));
   cost_.begin_step(decodes(), std::min(n_decoding, cfg_.max_seqs), n_awaiting);
   const int64_t preemptions_before = stats_.preemptions;
   schedule_running(&out, &budget);  // decodes (and unfinished prefill chunks) first

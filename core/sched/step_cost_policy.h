@@ -31,7 +31,7 @@ struct StepCostStats {
   int64_t cost_limited_chunks = 0;  // prefill chunks the cost limit made smaller than the budget
   int32_t last_prefill_tokens = 0;  // prefill tokens in the latest step
   int32_t last_step_tokens = 0;
-  double last_limit_ms = 0;         // its step-time limit (0: none, no decode was running)
+  double last_limit_ms = 0;         // its step-time limit (0: none: no decode, or a deep queue)
   bool last_deep_queue = false;     // more waiting on prefill than decoding: no ITL limit
   double last_predicted_ms = 0;     // its predicted time
   double last_step_ms = 0;          // its measured time (observe)

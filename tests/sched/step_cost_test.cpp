@@ -225,6 +225,59 @@ TEST(StepCostPolicy, ChunksShrinkAsContextGrowsAndKeepStepsWithinTheFactor) {
   EXPECT_NEAR(r.probes, r.steps / cfg.cost_probe_every, 2) << r.steps << " steps";
 }
 
+// The scheduler counts as waiting only the prompts this step could take: queued ones beyond the
+// seats max_seqs leaves do not lift the limit (they would wait all the same, while the decodes
+// and a running prompt's full-budget chunks would not).
+TEST(StepCostPolicy, OnlyAdmissiblePromptsMakeTheQueueDeep) {
+  auto deep_with = [](int32_t max_seqs, double* limit) {
+    SchedulerConfig cfg;
+    cfg.max_batch_tokens = 512;
+    cfg.block_size = 16;
+    cfg.itl_factor = 2.0;
+    cfg.max_seqs = max_seqs;
+    cfg.cost_prior = kTruth;
+    cfg.cost_probe_every = 0;
+    BlockPool pool(4096);
+    Scheduler sched(cfg, pool);
+    std::mt19937 rng(11);
+    auto make = [&](RequestId id, int32_t len) {
+      auto s = std::make_unique<Sequence>();
+      s->id = id;
+      s->arrival = uint64_t(id);
+      for (int32_t i = 0; i < len; ++i) s->tokens.push_back(int32_t(rng() % 1000));
+      s->n_prompt = len;
+      return s;
+    };
+    StepPlan plan;
+    auto step = [&] {
+      auto sc = sched.plan(&plan);
+      StepShape shape;
+      for (const auto& x : sc) shape.add(x.seq->n_computed, x.n_new, x.samples);
+      sched.observe(true_ms(shape));
+      sched.commit(sc);
+      for (const auto& x : sc)
+        if (x.samples) x.seq->tokens.push_back(int32_t(rng() % 1000));
+    };
+    for (int i = 0; i < 3; ++i) {  // 3 decodes
+      sched.add(make(i + 1, 32));
+      step();
+    }
+    for (int i = 0; i < 10; ++i) step();
+    sched.add(make(100, 3000));  // a long prompt beside them: W = 1 <= R = 3
+    step();
+    EXPECT_FALSE(sched.stats().step.last_deep_queue);
+    for (int i = 0; i < 8; ++i) sched.add(make(200 + i, 32));  // 8 more queued
+    step();
+    *limit = sched.stats().step.last_limit_ms;
+    return sched.stats().step.last_deep_queue;
+  };
+  double limit = -1;
+  EXPECT_TRUE(deep_with(64, &limit)) << "8 admissible prompts + the long one beside 3 decodes";
+  EXPECT_EQ(limit, 0.0);
+  EXPECT_FALSE(deep_with(4, &limit)) << "no seat left: only the long prompt waits on this step";
+  EXPECT_GT(limit, 0.0);
+}
+
 TEST(StepCostPolicy, AbsoluteStepLimitAndOffSwitch) {
   SchedulerConfig cfg;
   cfg.max_batch_tokens = 512;
