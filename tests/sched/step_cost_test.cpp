@@ -143,32 +143,40 @@ struct PolicyRun {
   int steps = 0, probes = 0;  // steps while the long prompt was pending, and those without it
 };
 
-PolicyRun run_policy(const SchedulerConfig& cfg, int n_decodes, int32_t prompt_len) {
-  BlockPool pool(4096);
-  Scheduler sched(cfg, pool);
-  std::mt19937 rng(5);
-  auto make = [&](RequestId id, int32_t len) {
+// A Scheduler stepped with synthetic times from kTruth: prompts of random tokens, each step
+// planned, timed, committed, and a random next token for every sampled row.
+struct SyntheticScheduler {
+  SyntheticScheduler(const SchedulerConfig& cfg, uint32_t seed) : sched(cfg, pool), rng(seed) {}
+  std::unique_ptr<Sequence> make(RequestId id, int32_t len) {
     auto s = std::make_unique<Sequence>();
     s->id = id;
     s->arrival = uint64_t(id);
     for (int32_t i = 0; i < len; ++i) s->tokens.push_back(int32_t(rng() % 1000));
     s->n_prompt = len;
     return s;
-  };
-  PolicyRun r;
-  StepPlan plan;
-  auto step = [&] {
+  }
+  std::vector<ScheduledSeq> step() {
     auto sc = sched.plan(&plan);
-    sched.observe(true_ms([&] {
-      StepShape s;
-      for (const auto& x : sc) s.add(x.seq->n_computed, x.n_new, x.samples);
-      return s;
-    }()));
+    StepShape shape;
+    for (const auto& x : sc) shape.add(x.seq->n_computed, x.n_new, x.samples);
+    sched.observe(true_ms(shape));
     sched.commit(sc);
     for (const auto& x : sc)
       if (x.samples) x.seq->tokens.push_back(int32_t(rng() % 1000));  // the decode's next token
     return sc;
-  };
+  }
+  BlockPool pool{4096};
+  Scheduler sched;
+  std::mt19937 rng;
+  StepPlan plan;
+};
+
+PolicyRun run_policy(const SchedulerConfig& cfg, int n_decodes, int32_t prompt_len) {
+  SyntheticScheduler sim(cfg, 5);
+  Scheduler& sched = sim.sched;
+  auto make = [&](RequestId id, int32_t len) { return sim.make(id, len); };
+  auto step = [&] { return sim.step(); };
+  PolicyRun r;
   // The decodes' prompts arrive alone (no decode running yet: full budget), then decode a while
   // so the fit has seen prefill-sized and decode-sized steps.
   for (int i = 0; i < n_decodes; ++i) {
@@ -237,27 +245,10 @@ TEST(StepCostPolicy, OnlyAdmissiblePromptsMakeTheQueueDeep) {
     cfg.max_seqs = max_seqs;
     cfg.cost_prior = kTruth;
     cfg.cost_probe_every = 0;
-    BlockPool pool(4096);
-    Scheduler sched(cfg, pool);
-    std::mt19937 rng(11);
-    auto make = [&](RequestId id, int32_t len) {
-      auto s = std::make_unique<Sequence>();
-      s->id = id;
-      s->arrival = uint64_t(id);
-      for (int32_t i = 0; i < len; ++i) s->tokens.push_back(int32_t(rng() % 1000));
-      s->n_prompt = len;
-      return s;
-    };
-    StepPlan plan;
-    auto step = [&] {
-      auto sc = sched.plan(&plan);
-      StepShape shape;
-      for (const auto& x : sc) shape.add(x.seq->n_computed, x.n_new, x.samples);
-      sched.observe(true_ms(shape));
-      sched.commit(sc);
-      for (const auto& x : sc)
-        if (x.samples) x.seq->tokens.push_back(int32_t(rng() % 1000));
-    };
+    SyntheticScheduler sim(cfg, 11);
+    Scheduler& sched = sim.sched;
+    auto make = [&](RequestId id, int32_t len) { return sim.make(id, len); };
+    auto step = [&] { sim.step(); };
     for (int i = 0; i < 3; ++i) {  // 3 decodes
       sched.add(make(i + 1, 32));
       step();
