@@ -869,9 +869,10 @@ void gemm_tiled(ThreadPool& pool, const PackedAct& act, DType w, const char* til
       }
     });
   const auto range = gemm_tiled_range;
-  // Few rows (decode, small batches): each thread streams its own contiguous tiles once.
+  // Few rows (decode, small batches): each thread streams its own contiguous tiles once, and a
+  // thread done early takes the last tiles of a slower one (~1/32 of a share at a time).
   if (M <= 16) {
-    pool.parallel_for(nt, std::clamp<int64_t>(nt / (pool.size() * 8), 1, 16), [&](int64_t t0, int64_t t1, int) {
+    pool.parallel_for_stealing(nt, std::max<int64_t>(1, nt / (pool.size() * 32)), [&](int64_t t0, int64_t t1, int) {
       range(w, x, nb, xs, 0, M, tiles, t0, t1, nb, out, ldo);
     });
     return;

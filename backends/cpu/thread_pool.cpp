@@ -136,4 +136,53 @@ void ThreadPool::parallel_for_dynamic(int64_t n, int64_t chunk, const std::funct
   });
 }
 
+void ThreadPool::parallel_for_stealing(int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t, int)>& fn) {
+  if (n <= 0) return;
+  chunk = std::max<int64_t>(1, chunk);
+  const int64_t chunks = (n + chunk - 1) / chunk;
+  const int threads = int(std::min<int64_t>(n_threads_, chunks));
+  if (threads <= 1) {
+    fn(0, n, 0);
+    return;
+  }
+  // Shares and claims count chunks. Each share is [lo, hi) packed into one word, so that the
+  // owner's claim from the front and a thief's from the back never overlap: both are
+  // compare-exchanges of the same word.
+  struct alignas(64) Share {
+    std::atomic<uint64_t> range;
+  };
+  const auto pack = [](int64_t lo, int64_t hi) { return uint64_t(lo) | uint64_t(hi) << 32; };
+  std::vector<Share> shares(static_cast<size_t>(threads));
+  for (int t = 0; t < threads; ++t)
+    shares[size_t(t)].range.store(pack(chunks * t / threads, chunks * (t + 1) / threads), std::memory_order_relaxed);
+  const auto run = [&](int64_t k, int t) { fn(k * chunk, std::min(n, (k + 1) * chunk), t); };
+  run_on_all([&](int t) {
+    if (t >= threads) return;
+    // Own share, front to back.
+    for (std::atomic<uint64_t>& r = shares[size_t(t)].range;;) {
+      uint64_t v = r.load(std::memory_order_relaxed);
+      int64_t lo, hi;
+      do {
+        lo = int64_t(v & 0xffffffffu);
+        hi = int64_t(v >> 32);
+      } while (lo < hi && !r.compare_exchange_weak(v, pack(lo + 1, hi), std::memory_order_relaxed));
+      if (lo >= hi) break;
+      run(lo, t);
+    }
+    // Then the others', back to front.
+    for (int k = 1; k < threads; ++k) {
+      for (std::atomic<uint64_t>& r = shares[size_t((t + k) % threads)].range;;) {
+        uint64_t v = r.load(std::memory_order_relaxed);
+        int64_t lo, hi;
+        do {
+          lo = int64_t(v & 0xffffffffu);
+          hi = int64_t(v >> 32);
+        } while (lo < hi && !r.compare_exchange_weak(v, pack(lo, hi - 1), std::memory_order_relaxed));
+        if (lo >= hi) break;
+        run(hi - 1, t);
+      }
+    }
+  });
+}
+
 }  // namespace tessera::cpu

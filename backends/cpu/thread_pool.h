@@ -35,6 +35,15 @@ class ThreadPool {
   // vCPU that runs 5% slower, or a ragged last row block, idles the rest at every op's end).
   // Blocks until all are done. Not re-entrant.
   void parallel_for_dynamic(int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t, int)>& fn);
+  // Calls fn(begin, end, thread_index) over the chunks [k * chunk, (k + 1) * chunk) of [0, n):
+  // thread t owns the t-th of T contiguous shares of the chunks and claims it from the front,
+  // so each thread's reads stay one sequential stream (what a decode GEMV needs: interleaved
+  // chunks measured -12%); a thread whose share is done takes chunks from the back of the
+  // others'. For memory-bound jobs where the threads run at different speeds (a vCPU's
+  // neighbour, the caller's own hand-off): the fixed split left the faster thread idle ~5-9% of
+  // a decode step (docs/bench.md). |chunk| >= 1; fewer than 2^32 chunks; one call over [0, n)
+  // when a single thread would run. Blocks until all are done. Not re-entrant.
+  void parallel_for_stealing(int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t, int)>& fn);
   // Runs fn(thread_index) once on every thread (for per-thread setup or first touch). Not
   // re-entrant (never call it from inside a job), and jobs must not throw.
   void run_on_all(const std::function<void(int)>& fn);

@@ -1,8 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/thread_pool.h"
@@ -50,6 +52,52 @@ TEST(ThreadPool, DynamicChunksCoverTheRangeAndBalance) {
   });
   EXPECT_EQ(by_thread[0] + by_thread[1], 64);
   EXPECT_GT(by_thread[1].load(), 32);  // a fixed split would have given each 32
+}
+
+// Stealing: every index once in ranges of at most |chunk|; a thread's claims within its own
+// share run front to back without a gap (one sequential stream); a held-up thread's share is
+// finished by the others from its back end.
+TEST(ThreadPool, StealingKeepsEachShareInOrderAndBalances) {
+  for (int threads : {1, 2, 3, 8}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {int64_t(0), int64_t(1), int64_t(7), int64_t(1000), int64_t(4097)}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      std::vector<std::vector<std::pair<int64_t, int64_t>>> ranges(static_cast<size_t>(threads));
+      pool.parallel_for_stealing(n, 16, [&](int64_t b, int64_t e, int t) {
+        EXPECT_LT(t, threads);
+        EXPECT_LT(b, e);
+        EXPECT_EQ(b % 16, 0);
+        EXPECT_LE(e - b, n > 16 && threads > 1 ? 16 : n);  // one thread: one call over [0, n)
+        EXPECT_LE(e, n);
+        for (int64_t i = b; i < e; ++i) hits[size_t(i)]++;
+        ranges[size_t(t)].emplace_back(b, e);
+      });
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)].load(), 1) << "threads=" << threads << " n=" << n;
+      // Shares are of the chunks, min(threads, chunks) of them.
+      const int64_t chunks = (n + 15) / 16;
+      const int used = int(std::min<int64_t>(threads, chunks));
+      for (int t = 0; t < used; ++t) {
+        const int64_t lo = 16 * (chunks * t / used), hi = std::min(n, 16 * (chunks * (t + 1) / used));
+        int64_t next = lo;
+        for (auto [b, e] : ranges[size_t(t)])
+          if (b >= lo && b < hi) {
+            EXPECT_EQ(b, next) << "threads=" << threads << " n=" << n << " t=" << t;
+            next = e;
+          }
+      }
+    }
+  }
+  ThreadPool pool(2);
+  std::vector<int64_t> taken[2];
+  pool.parallel_for_stealing(64, 1, [&](int64_t b, int64_t, int t) {
+    taken[t].push_back(b);
+    if (t == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // thread 0 is slow
+  });
+  EXPECT_EQ(taken[0].size() + taken[1].size(), 64u);
+  ASSERT_GT(taken[1].size(), 32u);  // a fixed split would have given each 32
+  // Thread 1 ran its own 32..63 in order, then thread 0's from 31 down.
+  for (size_t i = 0; i < 32; ++i) EXPECT_EQ(taken[1][i], int64_t(32 + i));
+  for (size_t i = 32; i < taken[1].size(); ++i) EXPECT_EQ(taken[1][i], int64_t(31 - (i - 32)));
 }
 
 // Jobs spaced further apart than the spin window find the workers blocked on the condition
