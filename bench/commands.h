@@ -44,6 +44,7 @@ struct ModelBenchArgs {
   int prompt = 128;
   int decode = 32;
   int repeats = 3;
+  std::string isa;  // force the CPU kernels' SIMD target (as GemvArgs::isa)
 };
 int run_model_bench(const ModelBenchArgs& a);
 

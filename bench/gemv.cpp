@@ -29,6 +29,7 @@
 #include "backends/cpu/thread_pool.h"
 #include "bench/ceilings.h"
 #include "bench/commands.h"
+#include "bench/cpu_isa.h"
 #include "bench/read_loop.h"
 #include "bench/sweep.h"
 #include "bench/timing.h"
@@ -255,18 +256,7 @@ double in_cache_gbs(cpu::ThreadPool& pool, DType w, int64_t K, double seconds, b
 }  // namespace
 
 int run_gemv(const GemvArgs& a) {
-  if (!a.isa.empty()) {
-    // NOTE: Highway's test hook is the only way to pin dynamic dispatch; it is process-wide.
-    const int64_t target = a.isa == "avx2" ? HWY_AVX2 : a.isa == "avx3" ? HWY_AVX3 : a.isa == "avx3_dl" ? HWY_AVX3_DL
-                         : a.isa == "scalar" ? HWY_SCALAR : 0;
-    if (target == 0 || (target != HWY_SCALAR && !(hwy::SupportedTargets() & target))) {
-      std::fprintf(stderr, "tessera-bench: --isa %s: not a SIMD target this CPU and build run (avx2, avx3, avx3_dl, scalar)\n",
-                   a.isa.c_str());
-      return 1;
-    }
-    hwy::SetSupportedTargetsForTest(target);
-    std::printf("CPU kernels forced to %s\n", hwy::TargetName(target));
-  }
+  if (!force_cpu_isa(a.isa)) return 1;
   const int64_t N = a.quick ? 2048 : 8192, K = 2048, M_prefill = a.quick ? 64 : 512, N_prefill = 2048;
   const int reps = a.quick ? 5 : 15;
   const double working_set = 4.0 * double(last_level_cache_bytes());

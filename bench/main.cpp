@@ -51,6 +51,9 @@ int main(int argc, char** argv) {
   m->add_option("--prompt", mb.prompt, "prompt tokens per request")->capture_default_str();
   m->add_option("--decode", mb.decode, "generated tokens per request")->capture_default_str();
   m->add_option("--repeats", mb.repeats, "runs per figure (median)")->capture_default_str();
+  m->add_option("--isa", mb.isa,
+                "run the CPU kernels on this SIMD target (avx2, avx3, avx3_dl, scalar) instead of the best one, "
+                "to measure another machine's path");
 
 #ifdef TESSERA_BENCH_HAVE_SERVE
   ServeBenchArgs sb;

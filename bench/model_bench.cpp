@@ -9,6 +9,7 @@
 
 #include "bench/ceilings.h"
 #include "bench/commands.h"
+#include "bench/cpu_isa.h"
 #include "bench/model_run.h"
 #include "core/exec/executor.h"
 #include "core/registry.h"
@@ -102,6 +103,7 @@ double median_of(std::vector<double> v) {
 }
 
 int run_model_bench(const ModelBenchArgs& a) {
+  if (!force_cpu_isa(a.isa)) return 1;
   const size_t n = (size_t(512) << 20) / sizeof(float);
   float* buf = static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)));
   if (!buf) return 1;

@@ -155,11 +155,12 @@ def make_models(cache, make_tiny_model, quantize, smollm, quick, only=()):
     return models
 
 
-def tessera_once(bench, model, prompt, decode, reps, env=None):
+def tessera_once(bench, model, prompt, decode, reps, env=None, isa=""):
     """(prefill t/s, decode t/s) of one request (2 threads, concurrency 1), tessera-bench's median
-    of |reps| runs."""
+    of |reps| runs; |isa| pins the CPU kernels' SIMD target (tessera-bench model --isa)."""
     out = run([bench, "model", model, "--threads", str(THREADS), "--concurrency", "1", "--prompt", str(prompt),
-               "--decode", str(decode), "--repeats", str(reps)], "tessera-bench model", env)
+               "--decode", str(decode), "--repeats", str(reps)] + (["--isa", isa] if isa else []),
+              "tessera-bench model", env)
     lines = out.splitlines()
     for i, line in enumerate(lines):
         if "prefill t/s" in line and i + 1 < len(lines):
@@ -169,9 +170,9 @@ def tessera_once(bench, model, prompt, decode, reps, env=None):
     raise CompareError(f"tessera-bench model printed no row for {THREADS} threads:\n{out}")
 
 
-def tessera_round(bench, model, reps, env=None):
-    pp128, tg64 = tessera_once(bench, model, 128, 64, reps, env)
-    pp512, _ = tessera_once(bench, model, 512, 1, reps, env)  # one token: prefill only
+def tessera_round(bench, model, reps, env=None, isa=""):
+    pp128, tg64 = tessera_once(bench, model, 128, 64, reps, env, isa)
+    pp512, _ = tessera_once(bench, model, 512, 1, reps, env, isa)  # one token: prefill only
     return {"pp128": pp128, "pp512": pp512, "tg64": tg64}
 
 
@@ -222,6 +223,10 @@ def main():
     ap.add_argument("--rows", action="store_true",
                     help="also run Tessera with TESSERA_CPU_REPACK=0 (weights in the file's rows) as a third "
                          "engine in every round, with its ratios to llama.cpp (= --variant rows:TESSERA_CPU_REPACK=0)")
+    ap.add_argument("--isa", default="", choices=["", "avx2", "avx3", "avx3_dl", "scalar"],
+                    help="pin Tessera's CPU kernels to this SIMD target, to measure another machine's path; "
+                         "pair it with a peer built for the same ISA (e.g. GGML_NATIVE=OFF GGML_AVX2=ON "
+                         "GGML_AVX512=OFF), docs/bench.md")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME:VAR=VALUE",
                     help="also run Tessera with this environment variable set, as one more engine in every "
                          "round (repeatable; e.g. --variant no-amx:TESSERA_CPU_AMX=0 for the AVX-512 kernels "
@@ -260,7 +265,7 @@ def main():
                 if eng == "llama.cpp":
                     r = llama_round(llama_bench, path, a.reps)
                 else:
-                    r = tessera_round(bench, path, a.reps, dict(variants).get(eng))
+                    r = tessera_round(bench, path, a.reps, dict(variants).get(eng), a.isa)
                 log(f"round {rnd + 1}/{rounds} {label:24s} {eng:9s} " +
                     "  ".join(f"{t} {r[t]:7.1f}" for t in TESTS) + f"   (load {loadavg()})")
                 raw += [(rnd + 1, label, eng, t, r[t]) for t in TESTS]
@@ -277,6 +282,9 @@ def main():
           f"({a.reps} run(s) per call), tokens/s")
     print(f"date {start.strftime('%Y-%m-%d %H:%M UTC')}; {cpu_name()}, {os.cpu_count()} CPUs; ISA: {isa}")
     print(f"load average (1/5/15 min) at start {load_start}, at end {loadavg()}; {minutes:.1f} min")
+    if a.isa:
+        print(f"Tessera's CPU kernels forced to {a.isa} (tessera-bench model --isa {a.isa}); "
+              f"llama.cpp as built in {os.path.abspath(a.peer)}")
     print()
     print("| model | Tessera pp128 / pp512 / tg64 | llama.cpp pp128 / pp512 / tg64 | pp128 ratio | pp512 ratio "
           "| tg64 ratio |")
