@@ -301,7 +301,7 @@ inline constexpr int kMR = 4, kTN = 1;  // 32 vector registers
 inline constexpr int kQ4KMR = 4, kQ4KTN = 1, kQ6KMR = 4, kQ6KTN = 1;
 #else
 inline constexpr int kMR = 2, kTN = 1;  // 16 vector registers
-inline constexpr int kQ4KMR = 2, kQ4KTN = 1, kQ6KMR = 2, kQ6KTN = 1;
+inline constexpr int kQ4KMR = 4, kQ4KTN = 1, kQ6KMR = 4, kQ6KTN = 1;
 #endif
 
 #else
