@@ -92,6 +92,10 @@ struct KV {
   static HWY_INLINE I and_or(I a, I m, I b) { return _mm512_ternarylogic_epi32(a, b, m, 0xEC); }
   // acc + the 4-code dots of every row with the 4 activation bytes at |x|.
   static HWY_INLINE I dot(I acc, I w, const int8_t* x) { return dpbusd_bcast(acc, w, x); }
+  // vpdpbusd sums into int32 directly: no 16-bit partial sums (see the AVX2 KV).
+  static constexpr bool kDot16 = false;
+  static HWY_INLINE I dot16(I acc, I w, const int8_t* x) { return dot(acc, w, x); }
+  static HWY_INLINE I widen16(I acc) { return acc; }
   static HWY_INLINE I zero() { return _mm512_setzero_si512(); }
   static HWY_INLINE I set1(int32_t v) { return _mm512_set1_epi32(v); }
   static HWY_INLINE I add(I a, I b) { return _mm512_add_epi32(a, b); }
@@ -203,6 +207,14 @@ struct KV {
     const __m256i p = _mm256_maddubs_epi16(w, _mm256_set1_epi32(load_i32(x)));
     return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
   }
+  // The same dot left as 16-bit pair sums (maddubs + add, no madd): for codes of at most 4 bits,
+  // where a lane's 2 products per step stay under 2 * 15 * 127, 8 steps under 2^15; widen16 then
+  // sums each row's two lanes into int32 once.
+  static constexpr bool kDot16 = true;
+  static HWY_INLINE I dot16(I acc, I w, const int8_t* x) {
+    return _mm256_add_epi16(acc, _mm256_maddubs_epi16(w, _mm256_set1_epi32(load_i32(x))));
+  }
+  static HWY_INLINE I widen16(I acc) { return _mm256_madd_epi16(acc, _mm256_set1_epi16(1)); }
   static HWY_INLINE I zero() { return _mm256_setzero_si256(); }
   static HWY_INLINE I set1(int32_t v) { return _mm256_set1_epi32(v); }
   static HWY_INLINE I add(I a, I b) { return _mm256_add_epi32(a, b); }
@@ -445,7 +457,16 @@ HWY_INLINE void q4k_kernel(const TileAct<MR>& a, const char* tile0, int64_t ts, 
             for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 4
               for (int s = 0; s < S; ++s)
-                ia[h][r][s] = KV::dot(ia[h][r][s], q[h][s], a.x[r][8 * sb + 2 * c + h0 + h].qs + 4 * k);
+                ia[h][r][s] = KV::dot16(ia[h][r][s], q[h][s], a.x[r][8 * sb + 2 * c + h0 + h].qs + 4 * k);
+        }
+        // 4-bit codes: the 8 steps' 16-bit pair sums stay in range (KV::dot16).
+        if constexpr (KV::kDot16) {
+#pragma GCC unroll 2
+          for (int h = 0; h < H; ++h)
+#pragma GCC unroll 8
+            for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+              for (int s = 0; s < S; ++s) ia[h][r][s] = KV::widen16(ia[h][r][s]);
         }
 #pragma GCC unroll 2
         for (int h = 0; h < H; ++h) {
