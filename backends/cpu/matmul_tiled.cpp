@@ -386,15 +386,25 @@ HWY_INLINE void q4k_scales(const char* p, uint8_t* out) {
   }
 }
 
-// Decode (MR = 1) prefetches the part of every tile block it reads next, two blocks ahead.
-template <class F, int TN, int kParts = 1>
+// Decode (MR = 1) prefetches the part of every tile block it reads next, two blocks ahead: into
+// L1 for Q4_K, into L2 for Q6_K (kToL2). Measured in one process, the two ways alternating 60
+// times over the same 3 x 54 MB of 32000 x 2048 tiles (Zen 4 VM): Q6_K 17.5 -> 19.7 GB/s on 1
+// thread and 34.1 -> 38.9 on 2 (AVX2: 17.8 -> 19.8, 35.1 -> 38.1), while Q4_K lost 9% on 1
+// thread with L2 (22.0 -> 20.1; 2 threads even). Prefetching 1 or 4 blocks ahead, every other
+// step, or not at all measured below these.
+template <class F, int TN, int kParts = 1, bool kToL2 = false>
 HWY_INLINE void kq_prefetch(const char* tile0, int64_t ts, int64_t sb, int j) {
   constexpr int64_t part = F::kBlock / 8 * kParts;
 #pragma GCC unroll 4
   for (int t = 0; t < TN; ++t) {
     const char* p = tile0 + t * ts + (sb + 2) * F::kBlock + j * part;
 #pragma GCC unroll 8
-    for (int64_t o = 0; o < part + 63; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+    for (int64_t o = 0; o < part + 63; o += 64) {
+      if constexpr (kToL2)
+        _mm_prefetch(p + o, _MM_HINT_T1);
+      else
+        _mm_prefetch(p + o, _MM_HINT_T0);
+    }
   }
 }
 
@@ -552,7 +562,7 @@ HWY_INLINE void q6k_kernel(const TileAct<MR>& a, const char* tile0, int64_t ts, 
     if constexpr (MR == 1) _mm_prefetch(tile0 + TN * ts + nsb * TB + 32 * sb, _MM_HINT_T0);
 #pragma GCC unroll 1
     for (int j = 0; j < 8; ++j) {
-      if constexpr (MR == 1) kq_prefetch<TileQ6_K, TN>(tile0, ts, sb, j);
+      if constexpr (MR == 1) kq_prefetch<TileQ6_K, TN, 1, true>(tile0, ts, sb, j);
       const int64_t b = 8 * sb + j;
       I ia[MR][S], ib[MR][S];
 #pragma GCC unroll 8
