@@ -50,20 +50,6 @@ struct TileAct {
   float* out[MR];          // output row, at the first tile's column
 };
 
-#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-// Decode streams TN tiles at once; each tile block is prefetched kPrefetchBlocks ahead.
-inline constexpr int64_t kPrefetchBlocks = 8;
-template <class F, int TN>
-HWY_INLINE void prefetch_ahead(const char* tile0, int64_t ts, int64_t b) {
-  constexpr int64_t TB = kTileBlockBytes<F>;
-#pragma GCC unroll 4
-  for (int t = 0; t < TN; ++t) {
-    const char* p = tile0 + t * ts + (b + kPrefetchBlocks) * TB;
-#pragma GCC unroll 9
-    for (int64_t o = 0; o < TB; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
-  }
-}
-#endif
 
 #if HWY_TARGET == HWY_AVX3_DL
 // acc += sum4(u8 |w| * s8 of the 4 bytes at |x|, broadcast): vpdpbusd with an embedded broadcast.
@@ -123,7 +109,6 @@ HWY_INLINE void tile_kernel(const TileAct<MR>& a, const char* tile0, int64_t ts,
     for (int t = 0; t < TN; ++t) acc[r][t] = _mm512_setzero_ps();
   const __m512i mask = _mm512_set1_epi8(0x0f);
   for (int64_t b = 0; b < nb; ++b) {
-    if constexpr (MR == 1) prefetch_ahead<F, TN>(tile0, ts, b);
     __m512i ia[MR][TN];
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
@@ -245,7 +230,6 @@ HWY_INLINE void tile_kernel(const TileAct<MR>& a, const char* tile0, int64_t ts,
     for (int h = 0; h < H; ++h) acc[r][h] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < nb; ++b) {
-    if constexpr (MR == 1) prefetch_ahead<F, TN>(tile0, ts, b);
     __m256i ia[MR][H];
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r)
@@ -386,25 +370,25 @@ HWY_INLINE void q4k_scales(const char* p, uint8_t* out) {
   }
 }
 
-// Decode (MR = 1) prefetches the part of every tile block it reads next, two blocks ahead: into
-// L1 for Q4_K, into L2 for Q6_K (kToL2). Measured in one process, the two ways alternating 60
-// times over the same 3 x 54 MB of 32000 x 2048 tiles (Zen 4 VM): Q6_K 17.5 -> 19.7 GB/s on 1
-// thread and 34.1 -> 38.9 on 2 (AVX2: 17.8 -> 19.8, 35.1 -> 38.1), while Q4_K lost 9% on 1
-// thread with L2 (22.0 -> 20.1; 2 threads even). Prefetching 1 or 4 blocks ahead, every other
-// step, or not at all measured below these.
-template <class F, int TN, int kParts = 1, bool kToL2 = false>
-HWY_INLINE void kq_prefetch(const char* tile0, int64_t ts, int64_t sb, int j) {
-  constexpr int64_t part = F::kBlock / 8 * kParts;
+// Decode software prefetch. Only Q6_K's decode prefetches: the part of every tile block it
+// reads next, two blocks ahead, into L2. Measured in one process, two variants
+// alternating 60 times over the same 3 x 54 MB of 32000 x 2048 tiles (Zen 4 VM, GB/s, 1 / 2
+// threads): Q6_K L2 17.5 -> 19.7 / 34.1 -> 38.9 against L1 (AVX2 forced: 17.8 -> 19.8 /
+// 35.1 -> 38.1), and none at all 14.3 against L1's 17.7; 1 or 4 blocks ahead or every other
+// step were slower. For Q4_K, Q4_0, Q4_1 and Q8_0 the hardware prefetcher alone was faster than
+// any software prefetch: no prefetch against L1 two blocks (Q4_K) or 8 blocks (the others)
+// ahead, Q4_K 19.2 -> 22.1, 17.5 -> 19.7 / 24.9 -> 27.4, Q4_0 18.7 -> 20.3 / 28.8 -> 29.8,
+// 35.9 -> 36.8, Q8_0 20.8 -> 22.1 / 26.1 -> 26.9; AVX2 Q4_K 17.6 -> 19.1 / 23.5 -> 25.6, Q4_0
+// 17.0 -> 18.7, Q8_0 20.5 -> 21.2. (Earlier runs-apart comparisons had called them even: this
+// VM's bandwidth moves 10-30% between runs.) Other CPUs may differ; docs/bench.md.
+template <int TN>
+HWY_INLINE void q6k_prefetch(const char* tile0, int64_t ts, int64_t sb, int j) {
+  constexpr int64_t part = TileQ6_K::kBlock / 8;
 #pragma GCC unroll 4
   for (int t = 0; t < TN; ++t) {
-    const char* p = tile0 + t * ts + (sb + 2) * F::kBlock + j * part;
+    const char* p = tile0 + t * ts + (sb + 2) * TileQ6_K::kBlock + j * part;
 #pragma GCC unroll 8
-    for (int64_t o = 0; o < part + 63; o += 64) {
-      if constexpr (kToL2)
-        _mm_prefetch(p + o, _MM_HINT_T1);
-      else
-        _mm_prefetch(p + o, _MM_HINT_T0);
-    }
+    for (int64_t o = 0; o < part + 63; o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
   }
 }
 
@@ -440,7 +424,6 @@ HWY_INLINE void q4k_kernel(const TileAct<MR>& a, const char* tile0, int64_t ts, 
       constexpr int H = MR == 1 ? 2 : 1;
 #pragma GCC unroll 2
       for (int h0 = 0; h0 < 2; h0 += H) {
-        if constexpr (MR == 1) kq_prefetch<TileQ4_K, TN, 2>(tile0, ts, sb, c);
         I ia[H][MR][S];
 #pragma GCC unroll 2
         for (int h = 0; h < H; ++h)
@@ -562,7 +545,7 @@ HWY_INLINE void q6k_kernel(const TileAct<MR>& a, const char* tile0, int64_t ts, 
     if constexpr (MR == 1) _mm_prefetch(tile0 + TN * ts + nsb * TB + 32 * sb, _MM_HINT_T0);
 #pragma GCC unroll 1
     for (int j = 0; j < 8; ++j) {
-      if constexpr (MR == 1) kq_prefetch<TileQ6_K, TN, 1, true>(tile0, ts, sb, j);
+      if constexpr (MR == 1) q6k_prefetch<TN>(tile0, ts, sb, j);
       const int64_t b = 8 * sb + j;
       I ia[MR][S], ib[MR][S];
 #pragma GCC unroll 8
