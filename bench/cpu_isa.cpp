@@ -20,8 +20,9 @@ bool force_cpu_isa(const std::string& name) {
   hwy::SetSupportedTargetsForTest(target);
   // oneDNN (large f32 GEMMs, the int8 GEMM ceiling) dispatches on its own; cap it alike unless
   // the caller already did. It reads the variable once, at its first primitive.
-  const char* dnnl = target == HWY_AVX2 ? "AVX2" : target == HWY_AVX3 ? "AVX512_CORE" : target == HWY_SCALAR ? "SSE41" : nullptr;
-  if (dnnl) setenv("ONEDNN_MAX_CPU_ISA", dnnl, 0);
+  const char* dnnl = target == HWY_AVX2 ? "AVX2" : target == HWY_AVX3 ? "AVX512_CORE"
+                   : target == HWY_AVX3_DL ? "AVX512_CORE_VNNI" : "SSE41";
+  setenv("ONEDNN_MAX_CPU_ISA", dnnl, 0);
   std::printf("CPU kernels forced to %s\n", hwy::TargetName(target));
   return true;
 }

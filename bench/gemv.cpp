@@ -22,8 +22,6 @@
 #include <string>
 #include <vector>
 
-#include <hwy/targets.h>
-
 #include "backends/cpu/cpu_device.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/thread_pool.h"

@@ -202,11 +202,12 @@ void gemm(ThreadPool& pool, const PackedAct& act, const WeightMat& w, float* out
     else
       gemm_float_tile(w.dtype, act.f32.data(), K, m0, m1, w.base, w.row_stride, n0, n1, K, out, ldo);
   };
-  // Few rows (decode): each thread streams its own contiguous range of weight rows once, and a
-  // thread done early takes the last rows of a slower one.
+  // Few rows (decode): each thread streams its own contiguous range of weight rows once. (Not
+  // parallel_for_stealing as the tiled GEMV: each call re-prepares the activations and its row
+  // prefetch stops at the range's end, so chunking these kernels needs its own measurement.)
   constexpr int64_t kMTile = 32;
   if (M <= kMTile) {
-    pool.parallel_for_stealing(N, n_grain(N, pool.size()), [&](int64_t n0, int64_t n1, int) { run_tile(0, M, n0, n1); });
+    pool.parallel_for(N, n_grain(N, pool.size()), [&](int64_t n0, int64_t n1, int) { run_tile(0, M, n0, n1); });
     return;
   }
   // Many rows (prefill): M x N tiles, a weight tile reused by kMTile activation rows.

@@ -60,7 +60,7 @@ HWY_INLINE __m512i dpbusd_bcast(__m512i acc, __m512i w, const int8_t* x) {
   return acc;
 }
 
-// The vector operations the K-quant kernels use (kq_kernel below): 16 rows per vector.
+// The vector operations the K-quant kernels use (q4k_kernel, q6k_kernel): 16 rows per vector.
 struct KV {
   using I = __m512i;
   using F = __m512;
@@ -168,11 +168,11 @@ HWY_INLINE void tile_kernel(const TileAct<MR>& a, const char* tile0, int64_t ts,
 // Q8_0) and Q4_K 74% -> 96%, Q6_K 75% -> 89% (`tessera-bench gemv`, 3 alternating runs); the AVX3
 // target gained alike with 1 instead of 2 (docs/bench.md).
 inline constexpr int kMR = 4, kTN = 2;
-// K-quants: Q4_K 4 rows x 2 tiles; Q6_K 4 rows x 1 tile (two int32 accumulators per pair).
+// K-quants: Q4_K 4 rows x 2 tiles; Q6_K 8 rows x 1 tile (two int32 accumulators per pair).
 inline constexpr int kQ4KMR = 4, kQ4KTN = 2, kQ6KMR = 8, kQ6KTN = 1;
 
 #elif HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
-// The vector operations the K-quant kernels use (kq_kernel below): 8 rows per vector, the
+// The vector operations the K-quant kernels use (q4k_kernel, q6k_kernel): 8 rows per vector, the
 // 4-code dot as maddubs + madd.
 struct KV {
   using I = __m256i;
@@ -297,6 +297,8 @@ inline constexpr int kMR = 4, kTN = 1;  // 32 vector registers
 inline constexpr int kQ4KMR = 4, kQ4KTN = 1, kQ6KMR = 4, kQ6KTN = 1;
 #else
 inline constexpr int kMR = 2, kTN = 1;  // 16 vector registers
+// The K-quants take 4 rows although their accumulators then spill a few of the 16 registers:
+// each tile block decoded once per 4 rows measured 9-15% faster than once per 2 (docs/bench.md).
 inline constexpr int kQ4KMR = 4, kQ4KTN = 1, kQ6KMR = 4, kQ6KTN = 1;
 #endif
 
@@ -839,7 +841,8 @@ bool repack_tiles_supported(DType w, int64_t N, int64_t K) {
 
 void repack_tiles(ThreadPool& pool, DType w, const char* rows, int64_t ldw, int64_t N, int64_t K, char* dst) {
   const int64_t nt = N / 16, nb = K / 32;
-  // Each thread first-touches the tiles its decode GEMV later streams (the same split as gemm).
+  // Each thread first-touches the tiles its decode GEMV later streams (the shares of gemm's
+  // split, up to the chunks another thread may take from their ends).
   pool.parallel_for(nt, 1, [&](int64_t t0, int64_t t1, int) {
     for (int64_t t = t0; t < t1; ++t) {
       switch (w) {

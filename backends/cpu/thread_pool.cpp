@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <memory>
 #include <string>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -46,7 +47,8 @@ bool spin_until(Pred done) {
 
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
+ThreadPool::ThreadPool(int n_threads)
+    : n_threads_(std::max(1, n_threads)), shares_(std::make_unique<Share[]>(size_t(n_threads_))) {
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
 }
 
@@ -145,21 +147,22 @@ void ThreadPool::parallel_for_stealing(int64_t n, int64_t chunk, const std::func
     fn(0, n, 0);
     return;
   }
+  if (chunks >= (int64_t(1) << 32)) {  // the packed shares below hold 32-bit chunk indices
+    parallel_for_dynamic(n, chunk, fn);
+    return;
+  }
   // Shares and claims count chunks. Each share is [lo, hi) packed into one word, so that the
   // owner's claim from the front and a thief's from the back never overlap: both are
   // compare-exchanges of the same word.
-  struct alignas(64) Share {
-    std::atomic<uint64_t> range;
-  };
   const auto pack = [](int64_t lo, int64_t hi) { return uint64_t(lo) | uint64_t(hi) << 32; };
-  std::vector<Share> shares(static_cast<size_t>(threads));
+  Share* shares = shares_.get();
   for (int t = 0; t < threads; ++t)
-    shares[size_t(t)].range.store(pack(chunks * t / threads, chunks * (t + 1) / threads), std::memory_order_relaxed);
+    shares[t].range.store(pack(chunks * t / threads, chunks * (t + 1) / threads), std::memory_order_relaxed);
   const auto run = [&](int64_t k, int t) { fn(k * chunk, std::min(n, (k + 1) * chunk), t); };
   run_on_all([&](int t) {
     if (t >= threads) return;
     // Own share, front to back.
-    for (std::atomic<uint64_t>& r = shares[size_t(t)].range;;) {
+    for (std::atomic<uint64_t>& r = shares[t].range;;) {
       uint64_t v = r.load(std::memory_order_relaxed);
       int64_t lo, hi;
       do {
@@ -171,7 +174,7 @@ void ThreadPool::parallel_for_stealing(int64_t n, int64_t chunk, const std::func
     }
     // Then the others', back to front.
     for (int k = 1; k < threads; ++k) {
-      for (std::atomic<uint64_t>& r = shares[size_t((t + k) % threads)].range;;) {
+      for (std::atomic<uint64_t>& r = shares[(t + k) % threads].range;;) {
         uint64_t v = r.load(std::memory_order_relaxed);
         int64_t lo, hi;
         do {

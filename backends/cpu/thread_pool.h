@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -56,6 +57,12 @@ class ThreadPool {
   void worker(int index);
 
   int n_threads_;
+  // parallel_for_stealing's share of each thread: [lo, hi) of its chunks packed into one word,
+  // on a cache line of its own (allocated once: the call runs per decode matmul).
+  struct alignas(64) Share {
+    std::atomic<uint64_t> range{0};
+  };
+  std::unique_ptr<Share[]> shares_;
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable cv_start_;

@@ -4,6 +4,7 @@
 # reading the same GGUF files, alternating engines over 3 rounds, medians and ratios.
 # Usage: bench/peer/compare.sh [--quick] [--rounds N] [--reps N] [--cache DIR] [--smollm FILE]
 #                              [--only TEXT] [--rows] [--variant NAME:VAR=VALUE]
+#                              [--isa avx2|avx3|avx3_dl|scalar]
 #                              PEER_DIR [BUILD_DIR]
 #   PEER_DIR: what `bash /work/shared/peer/llama-cpp.sh` prints; BUILD_DIR: default build/.
 # The work is in compare.py beside this file (standard library only); docs/bench.md.

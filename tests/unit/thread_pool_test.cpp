@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <random>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -63,8 +64,11 @@ TEST(ThreadPool, StealingKeepsEachShareInOrderAndBalances) {
     for (int64_t n : {int64_t(0), int64_t(1), int64_t(7), int64_t(1000), int64_t(4097)}) {
       std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
       std::vector<std::vector<std::pair<int64_t, int64_t>>> ranges(static_cast<size_t>(threads));
+      // Shares are of the chunks, min(threads, chunks) of them (threads beyond run nothing).
+      const int64_t chunks = (n + 15) / 16;
+      const int used = int(std::min<int64_t>(threads, chunks));
       pool.parallel_for_stealing(n, 16, [&](int64_t b, int64_t e, int t) {
-        EXPECT_LT(t, threads);
+        ASSERT_LT(t, std::max(used, 1));
         EXPECT_LT(b, e);
         EXPECT_EQ(b % 16, 0);
         EXPECT_LE(e - b, n > 16 && threads > 1 ? 16 : n);  // one thread: one call over [0, n)
@@ -73,9 +77,6 @@ TEST(ThreadPool, StealingKeepsEachShareInOrderAndBalances) {
         ranges[size_t(t)].emplace_back(b, e);
       });
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)].load(), 1) << "threads=" << threads << " n=" << n;
-      // Shares are of the chunks, min(threads, chunks) of them.
-      const int64_t chunks = (n + 15) / 16;
-      const int used = int(std::min<int64_t>(threads, chunks));
       for (int t = 0; t < used; ++t) {
         const int64_t lo = 16 * (chunks * t / used), hi = std::min(n, 16 * (chunks * (t + 1) / used));
         int64_t next = lo;
@@ -98,6 +99,26 @@ TEST(ThreadPool, StealingKeepsEachShareInOrderAndBalances) {
   // Thread 1 ran its own 32..63 in order, then thread 0's from 31 down.
   for (size_t i = 0; i < 32; ++i) EXPECT_EQ(taken[1][i], int64_t(32 + i));
   for (size_t i = 32; i < taken[1].size(); ++i) EXPECT_EQ(taken[1][i], int64_t(31 - (i - 32)));
+}
+
+// The owner and a thief race for the last chunks of a share on every call here (single-unit
+// chunks, uneven work): each index still runs exactly once.
+TEST(ThreadPool, StealingNeverRunsAChunkTwiceUnderRaces) {
+  ThreadPool pool(4);
+  std::mt19937 rng(7);
+  for (int rep = 0; rep < 1000; ++rep) {
+    const int64_t n = 8 + int64_t(rng() % 57);
+    const uint32_t salt = rng();
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+    pool.parallel_for_stealing(n, 1, [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i) {
+        hits[size_t(i)]++;
+        volatile uint32_t spin = 0;  // uneven work, so that shares finish at different times
+        for (uint32_t k = 0; k < ((salt >> (i % 24)) & 255u) * 8u; ++k) spin = spin + k;
+      }
+    });
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)].load(), 1) << "rep " << rep << " i " << i;
+  }
 }
 
 // Jobs spaced further apart than the spin window find the workers blocked on the condition
