@@ -11,8 +11,9 @@ foreach(isa avx2 scalar)
                           --repeats 1 --isa ${isa}
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(isa STREQUAL "avx2" AND NOT rc EQUAL 0 AND err MATCHES "--isa avx2: not a SIMD target")
-    # Hardware absent (an x86 CPU or emulator without AVX2): the test's one allowed skip.
-    message("SKIPPED: this CPU has no AVX2")
+    # Hardware absent (an x86 CPU or emulator without AVX2): the test's one allowed skip, marked
+    # "[hardware]" for .ci/check-skips like every other.
+    message("SKIPPED [hardware] this CPU has no AVX2")
     return()
   endif()
   string(TOUPPER ${isa} name)
