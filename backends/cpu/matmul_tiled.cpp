@@ -381,8 +381,9 @@ HWY_INLINE void q4k_scales(const char* p, uint8_t* out) {
 // any software prefetch: no prefetch against L1 two blocks (Q4_K) or 8 blocks (the others)
 // ahead, Q4_K 19.2 -> 22.1, 17.5 -> 19.7 / 24.9 -> 27.4, Q4_0 18.7 -> 20.3 / 28.8 -> 29.8,
 // 35.9 -> 36.8, Q4_1 19.0 -> 20.4 / 26.3 -> 27.3, Q8_0 20.8 -> 22.1 / 26.1 -> 26.9; AVX2 Q4_K
-// 17.6 -> 19.1 / 23.5 -> 25.6, Q4_0 17.0 -> 18.7, Q8_0 20.5 -> 21.2. (Earlier runs-apart comparisons had called them even: this
-// VM's bandwidth moves 10-30% between runs.) Other CPUs may differ; docs/bench.md.
+// 17.6 -> 19.1 / 23.5 -> 25.6, Q4_0 17.0 -> 18.7, Q8_0 20.5 -> 21.2. (Earlier runs-apart
+// comparisons had called them even: this VM's bandwidth moves 10-30% between runs.) Other CPUs
+// may differ; docs/bench.md.
 template <int TN>
 HWY_INLINE void q6k_prefetch(const char* tile0, int64_t ts, int64_t sb, int j) {
   constexpr int64_t part = TileQ6_K::kBlock / 8;

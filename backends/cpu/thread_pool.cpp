@@ -158,33 +158,22 @@ void ThreadPool::parallel_for_stealing(int64_t n, int64_t chunk, const std::func
   Share* shares = shares_.get();
   for (int t = 0; t < threads; ++t)
     shares[t].range.store(pack(chunks * t / threads, chunks * (t + 1) / threads), std::memory_order_relaxed);
-  const auto run = [&](int64_t k, int t) { fn(k * chunk, std::min(n, (k + 1) * chunk), t); };
+  // Claims one chunk of |r| (its first, or its last when |back|); -1 once the share is empty.
+  const auto claim = [&](std::atomic<uint64_t>& r, bool back) -> int64_t {
+    uint64_t v = r.load(std::memory_order_relaxed);
+    for (;;) {
+      const int64_t lo = int64_t(v & 0xffffffffu), hi = int64_t(v >> 32);
+      if (lo >= hi) return -1;
+      if (r.compare_exchange_weak(v, back ? pack(lo, hi - 1) : pack(lo + 1, hi), std::memory_order_relaxed))
+        return back ? hi - 1 : lo;
+    }
+  };
   run_on_all([&](int t) {
     if (t >= threads) return;
-    // Own share, front to back.
-    for (std::atomic<uint64_t>& r = shares[t].range;;) {
-      uint64_t v = r.load(std::memory_order_relaxed);
-      int64_t lo, hi;
-      do {
-        lo = int64_t(v & 0xffffffffu);
-        hi = int64_t(v >> 32);
-      } while (lo < hi && !r.compare_exchange_weak(v, pack(lo + 1, hi), std::memory_order_relaxed));
-      if (lo >= hi) break;
-      run(lo, t);
-    }
-    // Then the others', back to front.
-    for (int k = 1; k < threads; ++k) {
-      for (std::atomic<uint64_t>& r = shares[(t + k) % threads].range;;) {
-        uint64_t v = r.load(std::memory_order_relaxed);
-        int64_t lo, hi;
-        do {
-          lo = int64_t(v & 0xffffffffu);
-          hi = int64_t(v >> 32);
-        } while (lo < hi && !r.compare_exchange_weak(v, pack(lo, hi - 1), std::memory_order_relaxed));
-        if (lo >= hi) break;
-        run(hi - 1, t);
-      }
-    }
+    // Own share front to back, then the others' back to front.
+    for (int k = 0; k < threads; ++k)
+      for (int64_t c; (c = claim(shares[(t + k) % threads].range, k > 0)) >= 0;)
+        fn(c * chunk, std::min(n, (c + 1) * chunk), t);
   });
 }
 
