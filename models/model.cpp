@@ -11,7 +11,7 @@
 #include "core/exec/bucket.h"
 #include "core/exec/executor.h"
 #include "core/exec/key_hasher.h"
-#include "models/arch/arch.h"
+#include "models/arch/registry.h"
 #include "models/gguf/gguf.h"
 #include "models/mapped_file.h"
 #include "models/safetensors/hf_model.h"
@@ -138,7 +138,13 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, DevicePtr de
   std::shared_ptr<gguf::File> file;
   TS_ASSIGN_OR_RETURN(file, gguf::File::open(path));
   const gguf::File& f = *file;
-  TS_ASSIGN_OR_RETURN(m->cfg_, arch_config_from_gguf(f));
+  TS_ASSIGN_OR_RETURN(const std::string arch, f.get_string("general.architecture"));
+  {
+    auto found = ArchRegistry::get(arch);
+    if (!found.ok()) return found.status().with_context(path + ": ");
+    m->arch_ = *found;
+  }
+  TS_ASSIGN_OR_RETURN(m->cfg_, m->arch_->config_from_gguf(f));
   TS_ASSIGN_OR_RETURN(m->tokenizer_, tokenizer_from_gguf(f, path));
   if (f.find("tokenizer.chat_template")) {
     TS_ASSIGN_OR_RETURN(m->chat_template_, f.get_string("tokenizer.chat_template"));
@@ -271,6 +277,7 @@ Result<std::unique_ptr<Model>> Model::load_checkpoint(const std::string& dir, De
   m->device_ = std::move(device);
   safetensors::QuantConfig quant;
   TS_ASSIGN_OR_RETURN(m->cfg_, safetensors::read_config(dir, &quant));
+  TS_ASSIGN_OR_RETURN(m->arch_, ArchRegistry::get(m->cfg_.arch));
   TokenizerData td;
   TS_ASSIGN_OR_RETURN(td, safetensors::read_tokenizer(dir, &m->chat_template_));
   std::unique_ptr<safetensors::Checkpoint> ckpt;
@@ -301,16 +308,9 @@ Result<std::unique_ptr<Model>> Model::load_checkpoint(const std::string& dir, De
 }
 
 Status Model::load_weights(const std::string& path, const TensorGetter& get, const LoadOptions& opts) {
-  auto specs = arch_tensor_specs(cfg_, &weights_);
-  {
-    // The spec table and LlamaWeights::for_each_tensor must name the same fields: a slot the walk
-    // missed would load but be left out of weight_tensors() (byte counts, benches).
-    std::unordered_set<const Tensor*> listed;
-    weights_.for_each_tensor([&](const Tensor& t) { listed.insert(&t); });
-    for (const TensorSpec& s : specs)
-      if (!listed.count(s.slot))
-        return Internal("arch_tensor_specs: '" + s.name + "' binds a tensor LlamaWeights::for_each_tensor does not list");
-  }
+  weights_ = arch_->new_weights();
+  const std::vector<TensorSpec> specs = arch_->tensor_specs(cfg_, weights_.get());
+  weights_->bind(specs);
   // Check every tensor's presence, dtype and shape before uploading any.
   size_t total = 0;
   std::vector<std::pair<HostTensor, const TensorSpec*>> todo;
@@ -318,7 +318,7 @@ Status Model::load_weights(const std::string& path, const TensorGetter& get, con
     auto got = get(s);
     if (!got.ok()) return got.status();
     if (!got->has_value()) {
-      if (s.required) return NotFound(path + ": tensor '" + s.name + "' is missing");
+      if (s.required) return NotFound(path + ": tensor '" + s.name + "' is missing (architecture " + cfg_.arch + " declares it)");
       continue;
     }
     HostTensor& h = **got;  // in s.shape: the getter checked the stored shape (see TensorGetter)
@@ -355,12 +355,12 @@ Status Model::load_weights(const std::string& path, const TensorGetter& get, con
 // prepared from it as a separate tensor.
 Result<Tensor> Model::prepare_weight(Tensor t, const TensorSpec& s, const HostTensor& h) {
   // Tables the embed op reads by rows (bert's positions and token types too) keep their layout.
-  const bool embedding = s.slot == &weights_.tok_embd || s.slot == &weights_.pos_embd || s.slot == &weights_.type_embd;
-  if (s.slot == &weights_.tok_embd && cfg_.tied_output) {
+  const bool embedding = s.embedding_rows;
+  if (s.slot == &weights_->tok_embd && cfg_.tied_output) {
     TS_ASSIGN_OR_RETURN(Tensor head, device_->prepare_weight(t, OpKind::kMatmul));
     if (head.buffer != t.buffer) {
       prepared_bytes_ += head.buffer->size();
-      weights_.output_tied = WeightTensor{std::move(head), h.out_scale};
+      weights_->output_tied = WeightTensor{std::move(head), h.out_scale};
       // The repack read every row; the embed op needs only the rows of the tokens it sees, which
       // fault back in from the page cache.
       if (h.region_is_file && t.buffer && t.buffer->host_ptr()) release_file_pages(h.data, h.nbytes);
@@ -403,22 +403,16 @@ Result<Tensor> Model::bind_weight(const HostTensor& h, const std::string& name, 
 
 std::vector<const Tensor*> Model::weight_tensors() const {
   std::vector<const Tensor*> out;
-  weights_.for_each_tensor([&](const Tensor& t) {
-    if (t.buffer) out.push_back(&t);
-  });
+  if (!weights_) return out;
+  for (const WeightTensor* t : weights_->tensors())
+    if (t->buffer) out.push_back(t);
   return out;
 }
 
 StepCostCoefficients Model::cost_prior() const {
-  // FLOPs: 2 per weight per token through the layers (MoE: the routed experts only), 2 per
-  // output-head weight per sampled row, 4 * head_dim per head and layer per query-key pair (QK
-  // and PV), doubled for softmax. Bytes: every weight read once per step.
-  const double d = cfg_.n_embd, q = double(cfg_.n_heads) * cfg_.head_dim, kv = double(cfg_.n_kv_heads) * cfg_.head_dim;
-  const double ff = cfg_.is_moe() ? double(cfg_.n_experts_used) * cfg_.n_ff_exp + cfg_.n_ff_shexp : double(cfg_.n_ff);
-  const double layer_weights = d * q * 2 + d * kv * 2 + 3 * d * ff;
-  const double flops_token = 2 * layer_weights * cfg_.n_layers;
-  const double flops_logit = 2 * d * cfg_.n_vocab;
-  const double flops_pair = 8 * q * cfg_.n_layers;
+  // The family's FLOPs (Architecture::cost_shape); bytes: every weight read once per step.
+  const CostShape shape = arch_->cost_shape(cfg_);
+  const double flops_token = shape.flops_per_token, flops_logit = shape.flops_per_logit, flops_pair = shape.flops_per_pair;
   double bytes = 0;
   for (const Tensor* t : weight_tensors()) bytes += double(t->nbytes());
   // Nominal speeds when tessera-bench has not measured the device: a few AVX2 cores, or a GPU.
@@ -538,7 +532,10 @@ Status Model::submit(const StepPlan& plan, KvCache& kv) {
   Pending& p = pending_;
   p.rows = plan.n_tokens();
   const bool stats = collect_expert_stats_ && cfg_.is_moe();
-  TS_ASSIGN_OR_RETURN(p.g, step_graph(in, kv, stats, !plan.pool_seqs.empty()));
+  StepOptions so;
+  so.expert_stats = stats;
+  so.pooled = !plan.pool_seqs.empty();
+  TS_ASSIGN_OR_RETURN(p.g, step_graph(in, kv, so));
   TS_ASSIGN_OR_RETURN(p.done, device_->compute_async(p.g->graph));
   p.active = true;
   if (!plan.logit_rows.empty()) {
@@ -586,7 +583,7 @@ namespace {
 constexpr size_t kStepGraphs = 8;
 }  // namespace
 
-Result<Model::StepGraph*> Model::step_graph(const StepTensors& in, KvCache& kv, bool expert_stats, bool pooled) {
+Result<Model::StepGraph*> Model::step_graph(const StepTensors& in, KvCache& kv, const StepOptions& opts) {
   KeyHasher key;
   for (const Tensor* t : {&in.tokens, &in.positions, &in.slot_mapping, &in.query_start, &in.seq_lens, &in.block_tables,
                           &in.logit_rows}) {
@@ -594,7 +591,7 @@ Result<Model::StepGraph*> Model::step_graph(const StepTensors& in, KvCache& kv, 
     key.mix_place(*t);
   }
   key.mix(uint64_t(in.act));
-  key.mix(uint64_t(expert_stats) | uint64_t(pooled) << 1);
+  key.mix(uint64_t(opts.expert_stats) | uint64_t(opts.pooled) << 1);
   // The KV cache: kept graphs hold its buffers (and so keep them alive), so graphs of another
   // cache are dropped rather than kept beside it. While they are kept, a new cache cannot reuse
   // the old one's buffer addresses, so its first buffers tell the caches apart.
@@ -616,7 +613,10 @@ Result<Model::StepGraph*> Model::step_graph(const StepTensors& in, KvCache& kv, 
   }
   StepGraph g;
   g.key = key.value();
-  g.out = arch_build_graph(g.graph, cfg_, weights_, in, kv, expert_stats ? &g.route_ids : nullptr, pooled ? &g.hidden : nullptr);
+  GraphContext ctx(g.graph, cfg_, in, kv, opts);
+  g.out = arch_->build_graph(ctx, *weights_);
+  g.hidden = opts.pooled ? ctx.hidden : kNoValue;
+  g.route_ids = std::move(ctx.route_ids);
   TS_RETURN_IF_ERROR(g.graph.status());
   ++step_graphs_built_;
   if (step_graphs_.size() >= kStepGraphs) step_graphs_.pop_back();

@@ -1,6 +1,6 @@
-// Model: a loaded transformer (weights on a device, tokenizer, chat template) that runs engine
-// steps. One class serves every dense architecture of the llama family; the per-family graph
-// builders live in models/arch/.
+// Model: a loaded model (weights on a device, tokenizer, chat template) that runs engine steps.
+// It knows no family: its Architecture (models/arch/architecture.h, found in the registry by the
+// file's architecture name) gives the config, the weights struct and the step graph.
 #pragma once
 #include <atomic>
 #include <functional>
@@ -15,7 +15,9 @@
 #include "core/planner.h"
 #include "core/sched/engine.h"
 #include "core/sched/step_plan.h"
-#include "models/arch/llama.h"
+#include "models/arch/architecture.h"
+#include "models/arch/graph_context.h"
+#include "models/arch/weights.h"
 #include "models/model_config.h"
 #include "models/tokenizer/tokenizer.h"
 
@@ -62,6 +64,9 @@ class Model final : public ModelRunner {
   ~Model() override;
 
   const ModelConfig& config() const { return cfg_; }
+  const Architecture& architecture() const { return *arch_; }
+  // Which memory each layer keeps between steps (full-attention KV, a window, recurrent state).
+  std::vector<LayerMemory> memory_layout() const { return arch_->memory_layout(cfg_); }
   DType activation_dtype() const { return act_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const std::string& chat_template() const { return chat_template_; }  // Jinja source ("" if none)
@@ -131,8 +136,9 @@ class Model final : public ModelRunner {
   Status pool(const StepPlan& plan, const Graph& g, ValueId hidden, std::vector<float>* out);
 
   DevicePtr device_;
+  const Architecture* arch_ = nullptr;
   ModelConfig cfg_;
-  LlamaWeights weights_;
+  std::unique_ptr<ArchWeights> weights_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::string chat_template_;
   std::vector<BufferPtr> weights_buffers_;  // mapped files / repacked blocks, when the device maps host memory
@@ -147,7 +153,7 @@ class Model final : public ModelRunner {
   BufferPtr logits_host_;  // host-pinned: the pending step's logits rows, copied there on the queue
   // A step's graph, kept for the steps after it. What the graph builder makes depends only on
   // the step's input tensors (their shapes, buffers and offsets, which upload_step keeps fixed per
-  // bucket), the KV cache and whether expert statistics or pooled hidden states are wanted, so a
+  // bucket), the KV cache and its StepOptions (expert statistics, pooled hidden states), so a
   // steady decode builds its graph once and re-submits it (as the executor re-submits its
   // executable): no graph construction on that path. |key| hashes exactly those inputs.
   struct StepGraph {
@@ -158,7 +164,7 @@ class Model final : public ModelRunner {
   };
   // The graph of a step with inputs |in|: a kept one when the same inputs were seen before, else
   // a new one (built, kept, the least recently used dropped).
-  Result<StepGraph*> step_graph(const StepTensors& in, KvCache& kv, bool expert_stats, bool pooled);
+  Result<StepGraph*> step_graph(const StepTensors& in, KvCache& kv, const StepOptions& opts);
   std::list<StepGraph> step_graphs_;  // most recently used first, at most kStepGraphs
   uint64_t step_graphs_kv_ = 0;       // the KV cache (its buffers) the kept graphs were built over
   uint64_t step_graphs_generation_ = 0;  // bumped by settings the graph builder reads (pooling)

@@ -1,13 +1,38 @@
-#include "models/arch/gemma3.h"
-
+// The Gemma 3 family graph builder (text decoder; GGUF architecture "gemma3"): per-head QK
+// RMSNorm, GeGLU with tanh-GELU, sandwich norms (RMSNorm on each block's output before the
+// residual add), token embeddings scaled by sqrt(n_embd), sliding-window attention on most
+// layers with a RoPE base of their own, tied output head.
+//
+// Gemma's RMSNorm multiplies by (1 + w); llama.cpp's converter stores 1 + w in GGUF, so the
+// stored weight is the multiplier and the norm is our plain rms_norm (checked on Gemma 3 270M by
+// tests/model/compare_gemma3.py: adding 1 again makes the perplexity explode).
 #include <cmath>
 
+#include "models/arch/architecture.h"
 #include "models/arch/blocks.h"
+#include "models/arch/gguf_keys.h"
+#include "models/arch/graph_context.h"
 #include "models/gguf/gguf.h"
 
 namespace tessera {
 
-Result<ModelConfig> gemma3_config_from_gguf(const gguf::File& f) {
+namespace {
+
+struct Gemma3Layer {
+  WeightTensor attn_norm, post_attn_norm, ffn_norm, post_ffn_norm;
+  AttentionWeights attn;
+  GluFfnWeights ffn;
+};
+struct Gemma3Weights : ArchWeights {
+  std::vector<Gemma3Layer> layers;
+};
+
+// Reads the config from the gemma3.* keys. Sliding window: gemma3.attention.sliding_window
+// (0 or absent: every layer global); which layers slide: gemma3.attention.sliding_window_pattern
+// (every n-th layer is global, layer l slides when l % n < n - 1; default 6, as Gemma 3 ships);
+// their RoPE base: gemma3.rope.freq_base_swa (default 10000, Gemma 3's rope_local_base_freq).
+// A final logit softcap (gemma3.final_logit_softcapping > 0) is refused: no op computes it.
+Result<ModelConfig> gemma3_config(const gguf::File& f) {
   ModelConfig c;
   TS_ASSIGN_OR_RETURN(c.arch, f.get_string("general.architecture"));
   if (c.arch != "gemma3") return Internal("gemma3_config_from_gguf: architecture '" + c.arch + "'");
@@ -57,60 +82,63 @@ Result<ModelConfig> gemma3_config_from_gguf(const gguf::File& f) {
   return c;
 }
 
-std::vector<TensorSpec> gemma3_tensor_specs(const ModelConfig& c, LlamaWeights* w) {
-  const int64_t D = c.n_embd, F = c.n_ff, Q = int64_t(c.n_heads) * c.head_dim, KV = int64_t(c.n_kv_heads) * c.head_dim;
-  const int64_t V = c.n_vocab, Dh = c.head_dim;
-  std::vector<TensorSpec> s = {
-      {"token_embd.weight", {V, D}, true, &w->tok_embd},
-      {"output_norm.weight", {D}, true, &w->output_norm},
-      {"output.weight", {V, D}, false, &w->output},
-  };
-  w->layers.resize(size_t(c.n_layers));
-  for (int l = 0; l < c.n_layers; ++l) {
-    LlamaLayer& L = w->layers[size_t(l)];
-    const std::string p = "blk." + std::to_string(l) + ".";
-    s.insert(s.end(), {
-        {p + "attn_norm.weight", {D}, true, &L.attn_norm},
-        {p + "attn_q.weight", {Q, D}, true, &L.wq},
-        {p + "attn_k.weight", {KV, D}, true, &L.wk},
-        {p + "attn_v.weight", {KV, D}, true, &L.wv},
-        {p + "attn_q_norm.weight", {Dh}, true, &L.q_norm},
-        {p + "attn_k_norm.weight", {Dh}, true, &L.k_norm},
-        {p + "attn_output.weight", {D, Q}, true, &L.wo},
-        {p + "post_attention_norm.weight", {D}, true, &L.post_attn_norm},
-        {p + "ffn_norm.weight", {D}, true, &L.ffn_norm},
-        {p + "ffn_gate.weight", {F, D}, true, &L.w_gate},
-        {p + "ffn_up.weight", {F, D}, true, &L.w_up},
-        {p + "ffn_down.weight", {D, F}, true, &L.w_down},
-        {p + "post_ffw_norm.weight", {D}, true, &L.post_ffn_norm},
-    });
-  }
-  return s;
-}
+class Gemma3 final : public Architecture {
+ public:
+  std::vector<std::string> gguf_names() const override { return {"gemma3"}; }
+  Result<ModelConfig> config_from_gguf(const gguf::File& f) const override { return gemma3_config(f); }
+  std::unique_ptr<ArchWeights> new_weights() const override { return std::make_unique<Gemma3Weights>(); }
 
-ValueId build_gemma3_graph(Graph& g, const ModelConfig& c, const LlamaWeights& w, const StepTensors& in,
-                           const KvCache& kv, ValueId* hidden) {
-  const ValueId tokens = g.input(in.tokens);
-  const StepValues sv = step_values(g, in);
-  AttentionParams global;
-  global.scale = c.attn_scale;
-  global.softcap = c.attn_softcap;
-  AttentionParams sliding = global;
-  sliding.sliding_window = c.sliding_window;
-
-  ValueId x = g.embed(g.input(w.tok_embd), tokens, in.act);  // [T, D]
-  x = g.scale(x, c.embd_scale * w.tok_embd.out_scale);
-  for (int l = 0; l < c.n_layers; ++l) {
-    const LlamaLayer& L = w.layers[size_t(l)];
-    const bool slides = c.is_sliding(l);
-    ValueId h = g.rms_norm(x, g.input(L.attn_norm), c.rms_eps);
-    h = attention_block(g, c, L, h, l, slides ? c.rope_sliding : c.rope, kNoValue, slides ? sliding : global, sv, kv);
-    x = g.add(x, g.rms_norm(h, g.input(L.post_attn_norm), c.rms_eps));
-    h = g.rms_norm(x, g.input(L.ffn_norm), c.rms_eps);
-    h = linear(g, g.geglu(linear(g, h, L.w_gate), linear(g, h, L.w_up)), L.w_down);
-    x = g.add(x, g.rms_norm(h, g.input(L.post_ffn_norm), c.rms_eps));
+  std::vector<TensorSpec> tensor_specs(const ModelConfig& c, ArchWeights* aw) const override {
+    auto* w = static_cast<Gemma3Weights*>(aw);
+    const int64_t D = c.n_embd, V = c.n_vocab;
+    std::vector<TensorSpec> s = {
+        {"token_embd.weight", {V, D}, true, &w->tok_embd, false, false, false, 0, 0, true},
+        {"output_norm.weight", {D}, true, &w->output_norm},
+        {"output.weight", {V, D}, false, &w->output},
+    };
+    w->layers.resize(size_t(c.n_layers));
+    for (int l = 0; l < c.n_layers; ++l) {
+      Gemma3Layer& L = w->layers[size_t(l)];
+      const std::string p = "blk." + std::to_string(l) + ".";
+      s.push_back({p + "attn_norm.weight", {D}, true, &L.attn_norm});
+      add_attention_specs(&s, p, c, &L.attn);  // QK-norm per head (gemma3_config)
+      s.push_back({p + "post_attention_norm.weight", {D}, true, &L.post_attn_norm});
+      s.push_back({p + "ffn_norm.weight", {D}, true, &L.ffn_norm});
+      add_glu_specs(&s, p, D, c.n_ff, &L.ffn);
+      s.push_back({p + "post_ffw_norm.weight", {D}, true, &L.post_ffn_norm});
+    }
+    return s;
   }
-  return decoder_output(g, c, w, in, x, hidden);
+
+  ValueId build_graph(GraphContext& ctx, const ArchWeights& aw) const override {
+    const auto& w = static_cast<const Gemma3Weights&>(aw);
+    const ModelConfig& c = ctx.c;
+    Graph& g = ctx.g;
+    AttentionParams global;
+    global.scale = c.attn_scale;
+    global.softcap = c.attn_softcap;
+    AttentionParams sliding = global;
+    sliding.sliding_window = c.sliding_window;
+    ValueId x = ctx.embed_tokens(w.tok_embd, c.embd_scale);  // [T, D]
+    for (int l = 0; l < c.n_layers; ++l) {
+      const Gemma3Layer& L = w.layers[size_t(l)];
+      const bool slides = c.is_sliding(l);
+      ValueId h = g.rms_norm(x, g.input(L.attn_norm), c.rms_eps);
+      h = ctx.attention(L.attn, h, l, slides ? c.rope_sliding : c.rope, kNoValue, slides ? sliding : global);
+      x = g.add(x, g.rms_norm(h, g.input(L.post_attn_norm), c.rms_eps));
+      h = g.rms_norm(x, g.input(L.ffn_norm), c.rms_eps);
+      h = ctx.glu_ffn(L.ffn, h, GraphContext::Glu::kGeGlu);
+      x = g.add(x, g.rms_norm(h, g.input(L.post_ffn_norm), c.rms_eps));
+    }
+    return ctx.decoder_output(w, x);
+  }
+};
+
+}  // namespace
+
+const Architecture& gemma3_architecture() {
+  static const Gemma3 arch;
+  return arch;
 }
 
 }  // namespace tessera

@@ -1,23 +1,81 @@
-#include "models/arch/llama.h"
-
-#include <algorithm>
+// The llama family: Llama 2/3, Mistral, Qwen2/2.5 (q/k/v biases), Qwen3 (QK-norm), SmolLM (tied
+// embeddings), and their mixture-of-experts forms: Mixtral (llama with experts), Qwen2-MoE
+// (shared expert), Qwen3-MoE, OLMoE (QK-norm over the whole projection). GQA, RoPE (normal or
+// NeoX layout, linear/YaRN/llama3 scaling). The members differ only in the traits of kVariants.
 #include <cmath>
-#include <iterator>
 
+#include "models/arch/architecture.h"
 #include "models/arch/blocks.h"
+#include "models/arch/gguf_keys.h"
+#include "models/arch/graph_context.h"
 #include "models/gguf/gguf.h"
+#include "models/safetensors/hf_config.h"
+#include "models/safetensors/hf_names.h"
 
 namespace tessera {
 
 namespace {
+
+// What tells the members apart, by GGUF name (and the HF model_type that loads as it).
+struct Variant {
+  const char* gguf;
+  const char* hf;              // config.json model_type; nullptr: none
+  RopeMode gguf_rope;          // the GGUF converter permutes llama/mistral q/k rows (kNormal)
+  QkNorm qk_norm;
+  bool qkv_bias;
+  bool moe_required;           // a GGUF without {arch}.expert_count is an error
+  bool expert_weights_norm;    // the default of {arch}.expert_weights_norm
+  bool shared_expert_default;  // {arch}.expert_shared_feed_forward_length defaults to n_ff
+};
+constexpr Variant kVariants[] = {
+    {"llama", "llama", RopeMode::kNormal, QkNorm::kNone, false, false, true, false},
+    {"mistral", "mistral", RopeMode::kNormal, QkNorm::kNone, false, false, true, false},
+    {"qwen2", "qwen2", RopeMode::kNeox, QkNorm::kNone, true, false, true, false},
+    {"qwen3", "qwen3", RopeMode::kNeox, QkNorm::kPerHead, false, false, true, false},
+    {"qwen2moe", "qwen2_moe", RopeMode::kNeox, QkNorm::kNone, true, true, false, true},
+    {"qwen3moe", "qwen3_moe", RopeMode::kNeox, QkNorm::kPerHead, false, true, true, false},
+    {"olmoe", "olmoe", RopeMode::kNeox, QkNorm::kFull, false, true, false, false},
+};
+const Variant* variant(const std::string& gguf) {
+  for (const Variant& v : kVariants)
+    if (gguf == v.gguf) return &v;
+  return nullptr;
+}
+
+// config.json's MoE keys per model_type: the expert count's key, the expert width's key, the
+// shared expert's width key (nullptr: none) and norm_topk_prob's default.
+struct HfMoeKeys {
+  const char* model_type;
+  const char* n_experts;
+  const char* expert_width;
+  const char* shared_width;
+  bool norm_default;
+};
+constexpr HfMoeKeys kHfMoe[] = {
+    {"mixtral", "num_local_experts", "intermediate_size", nullptr, true},
+    {"qwen2_moe", "num_experts", "moe_intermediate_size", "shared_expert_intermediate_size", false},
+    {"qwen3_moe", "num_experts", "moe_intermediate_size", nullptr, false},
+    {"olmoe", "num_experts", "intermediate_size", nullptr, false},
+};
+
+struct LlamaLayer {
+  WeightTensor attn_norm, ffn_norm;
+  AttentionWeights attn;
+  GluFfnWeights ffn;  // dense models
+  MoeWeights moe;     // mixture-of-experts models
+};
+struct LlamaWeights : ArchWeights {
+  WeightTensor rope_freqs;  // optional (llama3 scaling)
+  std::vector<LlamaLayer> layers;
+};
+
 // Mixture-of-experts keys: {arch}.expert_count, .expert_used_count, .expert_feed_forward_length,
 // .expert_shared_feed_forward_length, .expert_weights_norm.
-Status read_moe_config(const gguf::File& f, ModelConfig* c) {
+Status read_moe_config(const gguf::File& f, const Variant& v, ModelConfig* c) {
   const std::string a = c->arch + ".";
   TS_ASSIGN_OR_RETURN(c->n_experts, gguf_int32_key(f, a + "expert_count", 0));
   if (c->n_experts == 0) {
-    if (c->arch == "qwen2moe" || c->arch == "qwen3moe" || c->arch == "olmoe")
-      return NotFound(f.path() + ": key '" + a + "expert_count' is missing (required for " + c->arch + ")");
+    if (v.moe_required) return NotFound(f.path() + ": key '" + a + "expert_count' is missing (required for " + c->arch + ")");
     return OkStatus();
   }
   TS_ASSIGN_OR_RETURN(c->n_experts_used, gguf_int32_key(f, a + "expert_used_count"));
@@ -25,9 +83,8 @@ Status read_moe_config(const gguf::File& f, ModelConfig* c) {
     return InvalidArgument(f.path() + ": expert_used_count " + std::to_string(c->n_experts_used) + " must be in [1, expert_count " +
                            std::to_string(c->n_experts) + "]");
   TS_ASSIGN_OR_RETURN(c->n_ff_exp, gguf_int32_key(f, a + "expert_feed_forward_length", c->n_ff));
-  TS_ASSIGN_OR_RETURN(c->n_ff_shexp, gguf_int32_key(f, a + "expert_shared_feed_forward_length", c->arch == "qwen2moe" ? c->n_ff : 0));
-  // Mixtral and Qwen3-MoE renormalise the top-k weights; Qwen2-MoE and OLMoE do not.
-  c->expert_weights_norm = !(c->arch == "qwen2moe" || c->arch == "olmoe");
+  TS_ASSIGN_OR_RETURN(c->n_ff_shexp, gguf_int32_key(f, a + "expert_shared_feed_forward_length", v.shared_expert_default ? c->n_ff : 0));
+  c->expert_weights_norm = v.expert_weights_norm;
   if (f.find(a + "expert_weights_norm")) {
     TS_ASSIGN_OR_RETURN(c->expert_weights_norm, f.get_bool(a + "expert_weights_norm"));
   }
@@ -35,141 +92,129 @@ Status read_moe_config(const gguf::File& f, ModelConfig* c) {
   return OkStatus();
 }
 
-}  // namespace
-
-Result<ModelConfig> llama_config_from_gguf(const gguf::File& f) {
-  ModelConfig c;
-  TS_ASSIGN_OR_RETURN(c.arch, f.get_string("general.architecture"));
-  static const char* const kArchs[] = {"llama", "mistral", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe"};
-  if (std::find(std::begin(kArchs), std::end(kArchs), c.arch) == std::end(kArchs))
-    return Unimplemented("architecture '" + c.arch + "' is not supported (llama, mistral, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gemma3, phi3, bert)");
-  TS_RETURN_IF_ERROR(read_decoder_config(f, &c));
-  c.rope.mode = (c.arch == "llama" || c.arch == "mistral") ? RopeMode::kNormal : RopeMode::kNeox;
-  c.qk_norm = (c.arch == "qwen3" || c.arch == "qwen3moe") ? QkNorm::kPerHead : c.arch == "olmoe" ? QkNorm::kFull : QkNorm::kNone;
-  c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2moe";
-  TS_RETURN_IF_ERROR(read_moe_config(f, &c));
-  return c;
+Status read_hf_moe(const safetensors::JsonObject& o, const HfMoeKeys& k, ModelConfig* c) {
+  TS_ASSIGN_OR_RETURN(c->n_experts, o.get_int32(k.n_experts));
+  TS_ASSIGN_OR_RETURN(c->n_experts_used, o.get_int32("num_experts_per_tok"));
+  if (c->n_experts < 1 || c->n_experts_used < 1 || c->n_experts_used > c->n_experts)
+    return InvalidArgument(o.file() + ": num_experts_per_tok " + std::to_string(c->n_experts_used) + " must be in [1, " +
+                           k.n_experts + " " + std::to_string(c->n_experts) + "]");
+  TS_ASSIGN_OR_RETURN(c->n_ff_exp, o.get_int32(k.expert_width));
+  if (k.shared_width) {
+    TS_ASSIGN_OR_RETURN(c->n_ff_shexp, o.get_int32(k.shared_width));
+  }
+  TS_ASSIGN_OR_RETURN(c->expert_weights_norm, o.get_bool("norm_topk_prob", k.norm_default));
+  if (c->n_ff_exp <= 0 || c->n_ff_shexp < 0) return InvalidArgument(o.file() + ": expert FFN widths must be positive");
+  return OkStatus();
 }
 
-std::vector<TensorSpec> llama_tensor_specs(const ModelConfig& c, LlamaWeights* w) {
-  const int64_t D = c.n_embd, F = c.n_ff, Q = int64_t(c.n_heads) * c.head_dim, KV = int64_t(c.n_kv_heads) * c.head_dim;
-  const int64_t V = c.n_vocab, E = c.n_experts, Fe = c.n_ff_exp, Fs = c.n_ff_shexp;
-  std::vector<TensorSpec> s = {
-      {"token_embd.weight", {V, D}, true, &w->tok_embd},
-      {"output_norm.weight", {D}, true, &w->output_norm},
-      {"output.weight", {V, D}, false, &w->output},
-      {"rope_freqs.weight", {c.rope.n_dims / 2}, false, &w->rope_freqs},
-  };
-  const bool per_head = c.qk_norm == QkNorm::kPerHead, full = c.qk_norm == QkNorm::kFull;
-  w->layers.resize(size_t(c.n_layers));
-  for (int l = 0; l < c.n_layers; ++l) {
-    LlamaLayer& L = w->layers[size_t(l)];
-    const std::string p = "blk." + std::to_string(l) + ".";
-    s.insert(s.end(), {
-        {p + "attn_norm.weight", {D}, true, &L.attn_norm},
-        {p + "attn_q.weight", {Q, D}, true, &L.wq},
-        {p + "attn_k.weight", {KV, D}, true, &L.wk},
-        {p + "attn_v.weight", {KV, D}, true, &L.wv},
-        {p + "attn_output.weight", {D, Q}, true, &L.wo},
-        {p + "attn_q.bias", {Q}, c.qkv_bias, &L.bq},
-        {p + "attn_k.bias", {KV}, c.qkv_bias, &L.bk},
-        {p + "attn_v.bias", {KV}, c.qkv_bias, &L.bv},
-        {p + "attn_q_norm.weight", {full ? Q : c.head_dim}, per_head || full, &L.q_norm},
-        {p + "attn_k_norm.weight", {full ? KV : c.head_dim}, per_head || full, &L.k_norm},
-        {p + "ffn_norm.weight", {D}, true, &L.ffn_norm},
-    });
-    if (!c.is_moe()) {
-      s.insert(s.end(), {
-          {p + "ffn_gate.weight", {F, D}, true, &L.w_gate},
-          {p + "ffn_up.weight", {F, D}, true, &L.w_up},
-          {p + "ffn_down.weight", {D, F}, true, &L.w_down},
-      });
-      continue;
+// Mixtral checkpoints name the MoE block block_sparse_moe and their experts' projections w1/w3/w2.
+bool is_mixtral(const ModelConfig& c) { return c.arch == "llama" && c.is_moe(); }
+
+class Llama final : public Architecture {
+ public:
+  std::vector<std::string> gguf_names() const override {
+    std::vector<std::string> n;
+    for (const Variant& v : kVariants) n.push_back(v.gguf);
+    return n;
+  }
+  std::vector<std::pair<std::string, std::string>> hf_model_types() const override {
+    std::vector<std::pair<std::string, std::string>> t;
+    for (const Variant& v : kVariants) t.emplace_back(v.hf, v.gguf);
+    t.emplace_back("mixtral", "llama");
+    return t;
+  }
+
+  Result<ModelConfig> config_from_gguf(const gguf::File& f) const override {
+    ModelConfig c;
+    TS_ASSIGN_OR_RETURN(c.arch, f.get_string("general.architecture"));
+    const Variant* v = variant(c.arch);
+    if (!v) return Internal("llama family: architecture '" + c.arch + "'");
+    TS_RETURN_IF_ERROR(read_decoder_config(f, &c));
+    c.rope.mode = v->gguf_rope;
+    c.qk_norm = v->qk_norm;
+    c.qkv_bias = v->qkv_bias;
+    TS_RETURN_IF_ERROR(read_moe_config(f, *v, &c));
+    return c;
+  }
+
+  Status config_from_hf(const HfConfigInput& in, ModelConfig* c) const override {
+    TS_RETURN_IF_ERROR(safetensors::read_decoder_hf(in.json, c));
+    const Variant* v = variant(c->arch);
+    if (!v) return Internal("llama family: architecture '" + c->arch + "'");
+    c->qk_norm = v->qk_norm;
+    c->qkv_bias = v->qkv_bias;
+    for (const HfMoeKeys& k : kHfMoe)
+      if (in.model_type == k.model_type) return read_hf_moe(in.json, k, c);
+    return OkStatus();
+  }
+
+  std::unique_ptr<ArchWeights> new_weights() const override { return std::make_unique<LlamaWeights>(); }
+
+  std::vector<TensorSpec> tensor_specs(const ModelConfig& c, ArchWeights* aw) const override {
+    auto* w = static_cast<LlamaWeights*>(aw);
+    const int64_t D = c.n_embd, V = c.n_vocab;
+    std::vector<TensorSpec> s = {
+        {"token_embd.weight", {V, D}, true, &w->tok_embd, false, false, false, 0, 0, true},
+        {"output_norm.weight", {D}, true, &w->output_norm},
+        {"output.weight", {V, D}, false, &w->output},
+        {"rope_freqs.weight", {c.rope.n_dims / 2}, false, &w->rope_freqs},
+    };
+    w->layers.resize(size_t(c.n_layers));
+    for (int l = 0; l < c.n_layers; ++l) {
+      LlamaLayer& L = w->layers[size_t(l)];
+      const std::string p = "blk." + std::to_string(l) + ".";
+      s.push_back({p + "attn_norm.weight", {D}, true, &L.attn_norm});
+      add_attention_specs(&s, p, c, &L.attn);
+      s.push_back({p + "ffn_norm.weight", {D}, true, &L.ffn_norm});
+      if (c.is_moe())
+        add_moe_specs(&s, p, c, &L.moe);
+      else
+        add_glu_specs(&s, p, D, c.n_ff, &L.ffn);
     }
-    s.insert(s.end(), {
-        {p + "ffn_gate_inp.weight", {E, D}, true, &L.router},
-        {p + "ffn_gate_exps.weight", {E, Fe, D}, true, &L.gate_exps, true},
-        {p + "ffn_up_exps.weight", {E, Fe, D}, true, &L.up_exps, true},
-        {p + "ffn_down_exps.weight", {E, D, Fe}, true, &L.down_exps, true},
-    });
-    if (Fs > 0)
-      s.insert(s.end(), {
-          {p + "ffn_gate_inp_shexp.weight", {1, D}, true, &L.shexp_gate, false, true},
-          {p + "ffn_gate_shexp.weight", {Fs, D}, true, &L.gate_shexp},
-          {p + "ffn_up_shexp.weight", {Fs, D}, true, &L.up_shexp},
-          {p + "ffn_down_shexp.weight", {D, Fs}, true, &L.down_shexp, false, false, true},
-      });
+    return s;
   }
-  return s;
-}
 
-std::string per_expert_name(const std::string& merged, int e) {
-  const std::string suffix = "_exps.weight";
-  if (merged.size() < suffix.size() || merged.compare(merged.size() - suffix.size(), suffix.size(), suffix) != 0)
-    return merged + "." + std::to_string(e);
-  return merged.substr(0, merged.size() - suffix.size()) + "." + std::to_string(e) + ".weight";
-}
-
-namespace {
-ValueId dense_ffn(Graph& g, const LlamaLayer& L, ValueId h) {
-  const ValueId ff = g.swiglu(linear(g, h, L.w_gate), linear(g, h, L.w_up));
-  return linear(g, ff, L.w_down);
-}
-
-// Routed experts: top-k of the router's softmax, gate/up per chosen expert, SwiGLU, down with the
-// weighted sum. A shared expert (qwen2moe) is one more "expert" that every token uses, weighted by
-// sigmoid(x . shexp_gate): topk_route over a single logit with sigmoid scoring gives exactly that
-// weight (and expert id 0), so no extra op is needed.
-// |route_ids|, when given, receives the layer's expert ids ([T, k] i32), kept as a graph output.
-ValueId moe_ffn(Graph& g, const ModelConfig& c, const LlamaLayer& L, ValueId h,
-                std::vector<ValueId>* route_ids) {
-  TopkRouteParams rp;
-  rp.k = c.n_experts_used;
-  rp.scoring = RouteScoring::kSoftmax;
-  rp.renormalize = c.expert_weights_norm;
-  auto [ids, weights] = g.topk_route(linear(g, h, L.router), rp);
-  if (route_ids) {
-    g.mark_output(ids);
-    route_ids->push_back(ids);
+  std::string hf_tensor_prefix(const ModelConfig& c, const std::string& name, const safetensors::Checkpoint& ckpt) const override {
+    int l = 0;
+    std::string stem, suffix;
+    if (is_mixtral(c) && safetensors::split_layer_name(name, &l, &stem, &suffix) && stem == "ffn_gate_inp")
+      return "model.layers." + std::to_string(l) + ".block_sparse_moe.gate";
+    return Architecture::hf_tensor_prefix(c, name, ckpt);
   }
-  const ValueId up = g.matmul_id(h, g.input(L.up_exps), ids);
-  const ValueId act = g.swiglu(g.matmul_id(h, g.input(L.gate_exps), ids), up);
-  ValueId y = g.matmul_id(act, g.input(L.down_exps), ids, weights);
-  if (c.n_ff_shexp > 0) {
-    TopkRouteParams sp;
-    sp.k = 1;
-    sp.scoring = RouteScoring::kSigmoid;
-    sp.renormalize = false;
-    auto [sid, sw] = g.topk_route(linear(g, h, L.shexp_gate), sp);
-    const ValueId sh = g.swiglu(linear(g, h, L.gate_shexp), linear(g, h, L.up_shexp));
-    const ValueId down = g.input(L.down_shexp);
-    const Tensor& dt = g.tensor(down);
-    const ValueId down3 = g.view(down, {1, dt.shape[0], dt.shape[1]}, {dt.shape[0] * dt.stride[0], dt.stride[0], dt.stride[1]}, 0);
-    const ValueId ysh = g.matmul_id(sh, down3, sid, sw);
-    y = g.add(y, L.down_shexp.out_scale == 1.0f ? ysh : g.scale(ysh, L.down_shexp.out_scale));
+  std::string hf_expert_prefix(const ModelConfig& c, int layer, const std::string& proj, int e) const override {
+    if (!is_mixtral(c)) return Architecture::hf_expert_prefix(c, layer, proj, e);
+    const char* hf = proj == "ffn_gate" ? "w1" : proj == "ffn_up" ? "w3" : "w2";
+    return "model.layers." + std::to_string(layer) + ".block_sparse_moe.experts." + std::to_string(e) + "." + hf;
   }
-  return y;
-}
+  bool gguf_rope_rows_permuted(const ModelConfig& c) const override {
+    const Variant* v = variant(c.arch);
+    return v && v->gguf_rope == RopeMode::kNormal;
+  }
+
+  ValueId build_graph(GraphContext& ctx, const ArchWeights& aw) const override {
+    const auto& w = static_cast<const LlamaWeights&>(aw);
+    const ModelConfig& c = ctx.c;
+    Graph& g = ctx.g;
+    const ValueId freq = ctx.optional(w.rope_freqs);
+    AttentionParams ap;
+    ap.scale = float(1.0 / std::sqrt(double(c.head_dim)));
+    ValueId x = ctx.embed_tokens(w.tok_embd);  // [T, D]
+    for (int l = 0; l < c.n_layers; ++l) {
+      const LlamaLayer& L = w.layers[size_t(l)];
+      ValueId h = g.rms_norm(x, g.input(L.attn_norm), c.rms_eps);
+      x = g.add(x, ctx.attention(L.attn, h, l, c.rope, freq, ap));
+      h = g.rms_norm(x, g.input(L.ffn_norm), c.rms_eps);
+      x = g.add(x, c.is_moe() ? ctx.moe_ffn(L.moe, h) : ctx.glu_ffn(L.ffn, h));
+    }
+    return ctx.decoder_output(w, x);
+  }
+};
+
 }  // namespace
 
-ValueId build_llama_graph(Graph& g, const ModelConfig& c, const LlamaWeights& w, const StepTensors& in,
-                          const KvCache& kv, std::vector<ValueId>* route_ids, ValueId* hidden) {
-  const ValueId tokens = g.input(in.tokens);
-  const StepValues sv = step_values(g, in);
-  const ValueId freq = optional_input(g, w.rope_freqs);
-  AttentionParams ap;
-  ap.scale = float(1.0 / std::sqrt(double(c.head_dim)));
-
-  ValueId x = g.embed(g.input(w.tok_embd), tokens, in.act);  // [T, D]
-  if (w.tok_embd.out_scale != 1.0f) x = g.scale(x, w.tok_embd.out_scale);  // an NVFP4 embedding's tensor scale
-  for (int l = 0; l < c.n_layers; ++l) {
-    const LlamaLayer& L = w.layers[size_t(l)];
-    ValueId h = g.rms_norm(x, g.input(L.attn_norm), c.rms_eps);
-    x = g.add(x, attention_block(g, c, L, h, l, c.rope, freq, ap, sv, kv));
-    h = g.rms_norm(x, g.input(L.ffn_norm), c.rms_eps);
-    x = g.add(x, c.is_moe() ? moe_ffn(g, c, L, h, route_ids) : dense_ffn(g, L, h));
-  }
-  return decoder_output(g, c, w, in, x, hidden);
+const Architecture& llama_architecture() {
+  static const Llama arch;
+  return arch;
 }
 
 }  // namespace tessera

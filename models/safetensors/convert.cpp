@@ -11,8 +11,9 @@
 #include <cstring>
 #include <memory>
 
-#include "models/arch/arch.h"
+#include "models/arch/registry.h"
 #include "models/gguf/gguf.h"
+#include "models/gguf/metadata_builder.h"
 #include "models/safetensors/convert.h"
 #include "models/safetensors/hf_model.h"
 
@@ -20,78 +21,7 @@ namespace tessera::safetensors {
 
 namespace {
 
-// Appends GGUF metadata in insertion order (a tiny builder over MetadataList).
-struct Meta {
-  MetadataList list;
-  void str(std::string k, std::string v) { list.emplace_back(std::move(k), gguf::Value::of_string(std::move(v))); }
-  void u32(std::string k, int64_t v) { list.emplace_back(std::move(k), gguf::Value::of_uint(gguf::ValueType::kU32, uint64_t(v))); }
-  void f32(std::string k, double v) { list.emplace_back(std::move(k), gguf::Value::of_float(gguf::ValueType::kF32, v)); }
-  void flag(std::string k, bool v) { list.emplace_back(std::move(k), gguf::Value::of_bool(v)); }
-  template <class T, class F>
-  void array(std::string k, gguf::ValueType t, const std::vector<T>& v, F make) {
-    std::vector<gguf::Value> vals;
-    vals.reserve(v.size());
-    for (const T& x : v) vals.push_back(make(x));
-    list.emplace_back(std::move(k), gguf::Value::of_array(t, std::move(vals)));
-  }
-};
-
-// bert as llama.cpp's converter writes it (the keys models/arch/bert.h reads).
-void add_bert_config(Meta& w, const ModelConfig& c) {
-  w.u32("bert.block_count", c.n_layers);
-  w.u32("bert.context_length", c.n_ctx_train);
-  w.u32("bert.embedding_length", c.n_embd);
-  w.u32("bert.feed_forward_length", c.n_ff);
-  w.u32("bert.attention.head_count", c.n_heads);
-  w.f32("bert.attention.layer_norm_epsilon", c.norm_eps);
-  w.flag("bert.attention.causal", false);
-  w.u32("bert.pooling_type", c.pooling == Pooling::kCls ? 2 : 1);  // llama.cpp: 1 mean, 2 cls
-  w.u32("tokenizer.ggml.token_type_count", c.n_token_types);
-}
-
-// phi3's own keys as llama.cpp's converter writes them: the original context (with or without
-// rope scaling) and the window (0: none); with longrope, the factor on cos/sin. That is HF's
-// attention_factor (config.json's, else its default; see read_phi3), which llama.cpp's converter
-// recomputes from the default formula: the two differ only when config.json sets its own.
-void add_phi3_config(Meta& w, const ModelConfig& c, bool longrope) {
-  w.u32("phi3.rope.scaling.original_context_length", c.rope.n_ctx_orig);
-  if (longrope) w.f32("phi3.rope.scaling.attn_factor", c.rope.attn_factor);
-  w.u32("phi3.attention.sliding_window", c.sliding_window);
-}
-
-void add_config(Meta& w, const ModelConfig& c) {
-  const std::string a = c.arch + ".";
-  w.str("general.architecture", c.arch);
-  if (!c.name.empty()) w.str("general.name", c.name);
-  if (c.arch == "bert") return add_bert_config(w, c);
-  w.u32(a + "block_count", c.n_layers);
-  w.u32(a + "context_length", c.n_ctx_train);
-  w.u32(a + "embedding_length", c.n_embd);
-  w.u32(a + "feed_forward_length", c.n_ff);
-  w.u32(a + "attention.head_count", c.n_heads);
-  w.u32(a + "attention.head_count_kv", c.n_kv_heads);
-  w.u32(a + "attention.key_length", c.head_dim);
-  w.u32(a + "attention.value_length", c.head_dim);
-  w.f32(a + "attention.layer_norm_rms_epsilon", c.rms_eps);
-  w.f32(a + "rope.freq_base", c.rope.freq_base);
-  w.u32(a + "rope.dimension_count", c.rope.n_dims);
-  w.u32(a + "vocab_size", c.n_vocab);
-  if (c.rope.ext_factor > 0.0f) {
-    w.str(a + "rope.scaling.type", "yarn");
-    w.f32(a + "rope.scaling.factor", 1.0 / c.rope.freq_scale);
-    w.u32(a + "rope.scaling.original_context_length", c.rope.n_ctx_orig);
-  } else if (c.rope.freq_scale != 1.0f) {
-    w.str(a + "rope.scaling.type", "linear");
-    w.f32(a + "rope.scaling.factor", 1.0 / c.rope.freq_scale);
-  }
-  if (c.is_moe()) {
-    w.u32(a + "expert_count", c.n_experts);
-    w.u32(a + "expert_used_count", c.n_experts_used);
-    w.u32(a + "expert_feed_forward_length", c.n_ff_exp);
-    if (c.n_ff_shexp > 0) w.u32(a + "expert_shared_feed_forward_length", c.n_ff_shexp);
-    w.flag(a + "expert_weights_norm", c.expert_weights_norm);
-  }
-}
+using Meta = gguf::MetadataBuilder;
 
 void add_tokenizer(Meta& w, const TokenizerData& d, const std::string& chat_template) {
   using gguf::Value;
@@ -144,14 +74,16 @@ class HfSource final : public TensorSource {
       return NotFound(dir + ": tensor '" + emb_name + "' ([vocab, hidden]) is missing");
     cfg.n_vocab = int(emb.info->shape[0]);
     TS_RETURN_IF_ERROR(pad_vocabulary(&tok, cfg.n_vocab, dir));
+    TS_ASSIGN_OR_RETURN(const Architecture* arch, ArchRegistry::get(cfg.arch));
     Meta meta;
-    add_config(meta, cfg);
-    if (cfg.arch == "phi3") add_phi3_config(meta, cfg, !longrope.long_factor.empty());
+    meta.str("general.architecture", cfg.arch);
+    if (!cfg.name.empty()) meta.str("general.name", cfg.name);
+    arch->add_gguf_config(meta, cfg, &longrope);
     add_tokenizer(meta, tok, chat_template);
-    src->meta_ = std::move(meta.list);
-    LlamaWeights slots;
-    const bool permute = cfg.arch == "llama" || cfg.arch == "mistral";
-    for (TensorSpec s : arch_tensor_specs(cfg, &slots)) {
+    src->meta_ = std::move(meta.list());
+    const std::unique_ptr<ArchWeights> slots = arch->new_weights();
+    const bool permute = arch->gguf_rope_rows_permuted(cfg);
+    for (TensorSpec s : arch->tensor_specs(cfg, slots.get())) {
       if (s.name == "rope_factors_long.weight" || s.name == "rope_factors_short.weight") {
         // The model's spec names the one list it uses; the GGUF holds both, and its loader chooses.
         if (longrope.long_factor.empty()) continue;

@@ -17,10 +17,14 @@
 #include <string>
 #include <vector>
 
-#include "models/arch/llama.h"
+#include "models/arch/weights.h"
 #include "models/model_config.h"
 #include "models/safetensors/safetensors.h"
 #include "models/tokenizer/tokenizer.h"
+
+namespace tessera {
+class Architecture;
+}
 
 namespace tessera::safetensors {
 
@@ -60,7 +64,8 @@ Status pad_vocabulary(TokenizerData* d, int64_t n_rows, const std::string& dir);
 // A 1-D f32 tensor owning a copy of |values| (tensors derived from config.json: rope factors).
 HostTensor owned_f32(const std::vector<float>& values);
 
-// Produces our tensors (names and shapes of llama_tensor_specs) from a checkpoint.
+// Produces our tensors (names and shapes of the family's tensor_specs) from a checkpoint, through
+// the family's HF names (Architecture::hf_tensor_prefix).
 class Weights {
  public:
   Weights(const Checkpoint& ckpt, const ModelConfig& cfg, QuantConfig quant);
@@ -75,7 +80,6 @@ class Weights {
   std::string hf_prefix(const std::string& name) const;
 
  private:
-  std::string bert_prefix(const std::string& name) const;
   Result<std::optional<HostTensor>> load_linear(const std::string& prefix, const std::string& suffix, const TensorSpec& spec);
   Result<HostTensor> load_fp8(const std::string& prefix, const TensorRef& w, const TensorSpec& spec);
   Result<HostTensor> load_fp4(const std::string& prefix, const TensorRef& w, const TensorSpec& spec);
@@ -87,6 +91,7 @@ class Weights {
   const Checkpoint& ckpt_;
   ModelConfig cfg_;
   QuantConfig quant_;
+  const Architecture* arch_;  // cfg_.arch's family (nullptr: none, so no tensor has an HF name)
   std::map<std::string, float> weight_scales_;  // our weight name -> NVFP4 global scale
 };
 

@@ -3,85 +3,30 @@
 
 #include <cstring>
 
+#include "models/arch/registry.h"
+#include "models/safetensors/hf_names.h"
+
 namespace tessera::safetensors {
-
-namespace {
-
-// Our per-layer name (after "blk.N.") -> the HF module path after "model.layers.N.".
-struct NameRow {
-  const char* ours;
-  const char* hf;
-};
-constexpr NameRow kLayerNames[] = {
-    {"attn_norm", "input_layernorm"},        {"attn_q", "self_attn.q_proj"},
-    {"attn_k", "self_attn.k_proj"},          {"attn_v", "self_attn.v_proj"},
-    {"attn_output", "self_attn.o_proj"},     {"attn_q_norm", "self_attn.q_norm"},
-    {"attn_k_norm", "self_attn.k_norm"},     {"ffn_norm", "post_attention_layernorm"},
-    {"ffn_gate", "mlp.gate_proj"},           {"ffn_up", "mlp.up_proj"},
-    {"ffn_down", "mlp.down_proj"},           {"ffn_gate_inp", "mlp.gate"},
-    {"ffn_gate_inp_shexp", "mlp.shared_expert_gate"}, {"ffn_gate_shexp", "mlp.shared_expert.gate_proj"},
-    {"ffn_up_shexp", "mlp.shared_expert.up_proj"},    {"ffn_down_shexp", "mlp.shared_expert.down_proj"},
-    {"attn_qkv", "self_attn.qkv_proj"},
-};
-
-// bert: our names (GGUF's, as llama.cpp's converter writes them) -> HF BertModel module paths.
-constexpr NameRow kBertNames[] = {
-    {"token_embd", "embeddings.word_embeddings"},       {"position_embd", "embeddings.position_embeddings"},
-    {"token_types", "embeddings.token_type_embeddings"}, {"token_embd_norm", "embeddings.LayerNorm"},
-};
-constexpr NameRow kBertLayerNames[] = {
-    {"attn_q", "attention.self.query"},         {"attn_k", "attention.self.key"},
-    {"attn_v", "attention.self.value"},         {"attn_output", "attention.output.dense"},
-    {"attn_output_norm", "attention.output.LayerNorm"}, {"ffn_up", "intermediate.dense"},
-    {"ffn_down", "output.dense"},               {"layer_output_norm", "output.LayerNorm"},
-};
 
 // Splits "blk.3.attn_q.weight" into (3, "attn_q", "weight"); false for other names.
 bool split_layer_name(const std::string& name, int* layer, std::string* stem, std::string* suffix) {
   if (name.rfind("blk.", 0) != 0) return false;
   const size_t a = name.find('.', 4), b = name.rfind('.');
   if (a == std::string::npos || b <= a) return false;
-  *layer = std::stoi(name.substr(4, a - 4));
+  const std::string digits = name.substr(4, a - 4);
+  if (digits.empty() || digits.size() > 6 || digits.find_first_not_of("0123456789") != std::string::npos) return false;
+  *layer = std::stoi(digits);
   *stem = name.substr(a + 1, b - a - 1);
   *suffix = name.substr(b + 1);
   return true;
 }
 
-}  // namespace
-
 Weights::Weights(const Checkpoint& ckpt, const ModelConfig& cfg, QuantConfig quant)
-    : ckpt_(ckpt), cfg_(cfg), quant_(std::move(quant)) {}
+    : ckpt_(ckpt), cfg_(cfg), quant_(std::move(quant)), arch_(ArchRegistry::find(cfg.arch)) {}
 Weights::~Weights() = default;
 
-std::string Weights::bert_prefix(const std::string& name) const {
-  // BertModel saves bare names; a checkpoint of a task model (BertForMaskedLM ...) nests them.
-  const std::string root = ckpt_.has("bert.embeddings.word_embeddings.weight") ? "bert." : "";
-  const std::string stem = name.substr(0, name.rfind('.'));
-  for (const auto& row : kBertNames)
-    if (stem == row.ours) return root + row.hf;
-  int l = 0;
-  std::string layer_stem, suffix;
-  if (!split_layer_name(name, &l, &layer_stem, &suffix)) return "";
-  for (const auto& row : kBertLayerNames)
-    if (layer_stem == row.ours) return root + "encoder.layer." + std::to_string(l) + "." + row.hf;
-  return "";
-}
-
 std::string Weights::hf_prefix(const std::string& name) const {
-  if (cfg_.arch == "bert") return bert_prefix(name);
-  if (name == "token_embd.weight") return "model.embed_tokens";
-  if (name == "output_norm.weight") return "model.norm";
-  if (name == "output.weight") return "lm_head";
-  int l = 0;
-  std::string stem, suffix;
-  if (!split_layer_name(name, &l, &stem, &suffix)) return "";
-  const std::string p = "model.layers." + std::to_string(l) + ".";
-  const bool mixtral = cfg_.arch == "llama" && cfg_.is_moe();
-  if (mixtral && stem == "ffn_gate_inp") return p + "block_sparse_moe.gate";
-  if (cfg_.arch == "phi3" && stem == "ffn_up") return p + "mlp.gate_up_proj";  // gate rows, then up (fused)
-  for (const auto& row : kLayerNames)
-    if (stem == row.ours) return p + row.hf;
-  return "";
+  return arch_ ? arch_->hf_tensor_prefix(cfg_, name, ckpt_) : "";
 }
 
 Result<HostTensor> Weights::owned(const TensorSpec& spec, DType dtype, std::vector<uint8_t> bytes, float out_scale) {
@@ -125,15 +70,9 @@ Result<std::optional<HostTensor>> Weights::get(const TensorSpec& spec) {
   std::string stem, suffix;
   if (split_layer_name(spec.name, &l, &stem, &suffix) && stem.size() > 5 && stem.compare(stem.size() - 5, 5, "_exps") == 0) {
     // Experts: one HF module per expert, stacked into [E, rows, cols].
-    const bool mixtral = cfg_.arch == "llama";
     const std::string proj = stem.substr(0, stem.size() - 5);  // ffn_gate / ffn_up / ffn_down
-    const char* hf = proj == "ffn_gate" ? (mixtral ? "w1" : "gate_proj")
-                   : proj == "ffn_up"   ? (mixtral ? "w3" : "up_proj")
-                                        : (mixtral ? "w2" : "down_proj");
     std::vector<std::string> prefixes;
-    for (int e = 0; e < cfg_.n_experts; ++e)
-      prefixes.push_back("model.layers." + std::to_string(l) + (mixtral ? ".block_sparse_moe.experts." : ".mlp.experts.") +
-                         std::to_string(e) + "." + hf);
+    for (int e = 0; e < cfg_.n_experts; ++e) if (arch_) prefixes.push_back(arch_->hf_expert_prefix(cfg_, l, proj, e));
     return load_stacked(prefixes, spec);
   }
   if (spec.fused_rows > 0) return load_fused_rows(spec);

@@ -5,7 +5,7 @@
 // within the head, and a valid expert count.
 #include <cstdint>
 
-#include "models/arch/llama.h"
+#include "models/arch/registry.h"
 #include "models/safetensors/hf_model.h"
 #include "tests/fuzz/fuzz_util.h"
 
@@ -42,8 +42,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // The loader builds the specs only for as many layers as the checkpoint has tensors
   // (Model::load_checkpoint), so a fuzzed layer count is bounded the same way here.
   if (cfg->n_layers > 1024) return 0;
-  LlamaWeights w;
-  const auto specs = llama_tensor_specs(*cfg, &w);
+  auto arch = ArchRegistry::get(cfg->arch);
+  if (!arch.ok()) tessera::fuzz::fail("read_config accepted an architecture the registry does not build");
+  const auto w = (*arch)->new_weights();
+  const auto specs = (*arch)->tensor_specs(*cfg, w.get());
   if (specs.empty()) tessera::fuzz::fail("no tensor specs for an accepted config");
   return 0;
 }

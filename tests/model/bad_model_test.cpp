@@ -99,6 +99,10 @@ TEST_F(BadModel, UnknownArchitecture) {
   }));
   EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
   EXPECT_NE(s.message().find("'rwkv9'"), std::string::npos) << s.message();
+  // The file, and every architecture the registry builds.
+  EXPECT_NE(s.message().find("arch.gguf"), std::string::npos) << s.message();
+  for (const char* known : {"llama", "qwen3moe", "gemma3", "phi3", "bert"})
+    EXPECT_NE(s.message().find(known), std::string::npos) << known << ": " << s.message();
 }
 
 TEST_F(BadModel, MissingTensor) {
@@ -107,6 +111,8 @@ TEST_F(BadModel, MissingTensor) {
   }));
   EXPECT_EQ(s.code(), StatusCode::kNotFound);
   EXPECT_NE(s.message().find("'blk.1.ffn_up.weight' is missing"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("notensor.gguf"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("architecture llama"), std::string::npos) << s.message();
 }
 
 TEST_F(BadModel, TruncatedFileNamesTheFile) {

@@ -1,6 +1,6 @@
 // Model::weight_tensors() lists every weight a model loaded: for tiny models of each tensor
 // layout (dense, QK-norm, q/k/v biases, routed and shared experts) the names and bytes it reports
-// are exactly the file's tensors. A field left out of LlamaWeights::for_each_tensor fails here.
+// are exactly the file's tensors. A weight the family binds but the model does not list fails here.
 #include <gtest/gtest.h>
 
 #include <filesystem>

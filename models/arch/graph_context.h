@@ -1,0 +1,71 @@
+// GraphContext: what a family's build_graph works with. It carries the step's inputs (as graph
+// values, made once and shared by every layer), the KV cache, and the StepOptions of the step
+// (pooled hidden states, expert statistics), and builds the blocks the families share. Its
+// linear() and moe_ffn() are the single places every family's projections go through: an
+// adapter's delta (multi-LoRA) or a tensor-parallel split is added there once, for every family.
+// What a step asked for comes back in its members (hidden, route_ids), not out-parameters.
+#pragma once
+#include <vector>
+
+#include "core/graph.h"
+#include "core/kv/kv_cache.h"
+#include "models/arch/weights.h"
+#include "models/model_config.h"
+
+namespace tessera {
+
+// What the step runner asks of a step's graph beyond its logits.
+struct StepOptions {
+  bool pooled = false;        // keep every token's final normed hidden state [T, D] as output
+  bool expert_stats = false;  // keep each MoE layer's routed expert ids [T, k] i32 as outputs
+};
+
+class GraphContext {
+ public:
+  GraphContext(Graph& g, const ModelConfig& c, const StepTensors& in, const KvCache& kv, const StepOptions& opts);
+
+  Graph& g;
+  const ModelConfig& c;
+  const StepTensors& in;
+  const KvCache& kv;
+  const StepOptions opts;
+  // The step inputs as graph values.
+  ValueId tokens, positions, slot_mapping, query_start, seq_lens, block_tables;
+  int64_t n_tokens = 0;
+
+  // Outputs the runner reads after compute: the final normed hidden states (opts.pooled; an
+  // encoder's graph value itself) and each MoE layer's expert ids (opts.expert_stats).
+  ValueId hidden = kNoValue;
+  std::vector<ValueId> route_ids;
+
+  // A weight as a graph input; kNoValue for an absent optional weight (no buffer).
+  ValueId weight(const Tensor& t) { return g.input(t); }
+  ValueId optional(const Tensor& t) { return t.buffer ? g.input(t) : kNoValue; }
+
+  // x W^T (+ bias), times the weight's tensor scale when it has one (NVFP4; the loader divided
+  // the bias by that scale, so the bias comes out right).
+  ValueId linear(ValueId x, const WeightTensor& W, ValueId bias = kNoValue);
+  // The rows of |table| for the step's tokens in the activation dtype, times |scale| and the
+  // table's tensor scale.
+  ValueId embed_tokens(const WeightTensor& table, float scale = 1.0f);
+  // Self-attention of layer |layer| from its normed input |h| [T, D] to the output projection
+  // [T, D]: q/k/v projections (optional biases), optional QK-norm (c.qk_norm), RoPE by |rope|
+  // (with |freq_factors| when not kNoValue; none when rope.n_dims is 0), paged attention with
+  // |ap| (which writes the new K/V into layer |layer| of the cache), output projection (with
+  // |out_bias| when given).
+  ValueId attention(const AttentionWeights& a, ValueId h, int layer, const RopeParams& rope, ValueId freq_factors,
+                    const AttentionParams& ap, ValueId out_bias = kNoValue);
+  // down(act(gate(h)) * up(h)): SwiGLU or GeGLU (tanh GELU).
+  enum class Glu { kSwiGlu, kGeGlu };
+  ValueId glu_ffn(const GluFfnWeights& f, ValueId h, Glu act = Glu::kSwiGlu);
+  // Routed experts: top-k of the router's softmax (c.n_experts_used, renormalised when
+  // c.expert_weights_norm), SwiGLU experts summed by weight, plus the shared expert when the
+  // model has one (c.n_ff_shexp > 0). Records the layer's expert ids when opts.expert_stats.
+  ValueId moe_ffn(const MoeWeights& m, ValueId h);
+  // A decoder's end: the final norm of every row as |hidden| (when opts.pooled), then the logits
+  // [R, vocab] f32 of the sampled rows (in.logit_rows), gathered back to f32, normed and
+  // projected by the output head.
+  ValueId decoder_output(const ArchWeights& w, ValueId x);
+};
+
+}  // namespace tessera

@@ -1,0 +1,10 @@
+// Name helpers for mapping our (GGUF) tensor names to a checkpoint's (Architecture::hf_tensor_prefix).
+#pragma once
+#include <string>
+
+namespace tessera::safetensors {
+
+// Splits "blk.3.attn_q.weight" into (3, "attn_q", "weight"); false for other names.
+bool split_layer_name(const std::string& name, int* layer, std::string* stem, std::string* suffix);
+
+}  // namespace tessera::safetensors
