@@ -115,6 +115,8 @@ Status Model::finish_load(const std::string& path, const TensorGetter& get, cons
   act_ = opts.activation_dtype.value_or(device_->info().activation_dtype);
   pad_decode_ = opts.pad_decode_batches.value_or(device_->info().pads_decode_batches);
   max_padded_seqs_ = std::min(opts.max_seqs, opts.max_batch_tokens);  // the step buffer's capacity
+  max_seqs_ = opts.max_seqs;
+  max_batch_tokens_ = opts.max_batch_tokens;
   if (act_ != DType::kF32 && act_ != DType::kF16 && act_ != DType::kBF16)
     return InvalidArgument(std::string("activation dtype must be f32, f16 or bf16, got ") + dtype_name(act_));
   TS_RETURN_IF_ERROR(load_weights(path, get, opts));
@@ -122,7 +124,8 @@ Status Model::finish_load(const std::string& path, const TensorGetter& get, cons
   // seq_lens [S]; block tables [S, max blocks of a full context, rounded up to its bucket].
   const int64_t T = opts.max_batch_tokens, S = opts.max_seqs;
   const int64_t max_blocks = bucket_up(int32_t(std::min<int64_t>((int64_t(cfg_.n_ctx_train) + 15) / 16 + 1, 1 << 30)));
-  step_capacity_ = size_t(4 * (4 * T + (S + 1) + S + S * max_blocks) + 7 * 256);
+  // The window layers' slots and tables (hybrid memory) take at most as much again as the others.
+  step_capacity_ = size_t(4 * (5 * T + (S + 1) + S + 2 * S * max_blocks) + 9 * 256);
   TS_ASSIGN_OR_RETURN(step_buffer_, device_->alloc(step_capacity_));
   return OkStatus();
 }
@@ -467,6 +470,18 @@ Status Model::upload_step(const StepPlan& p, const std::vector<int32_t>& rows, S
       std::copy_n(p.block_tables.begin() + s * p.max_blocks, p.max_blocks, padded_tables_.begin() + s * width);
     TS_RETURN_IF_ERROR(put(&t->block_tables, {S, width}, padded_tables_));
   }
+  if (p.window_max_blocks > 0) {
+    // The sliding-window layers' slots and tables (hybrid memory), padded as the others.
+    TS_RETURN_IF_ERROR(put(&t->window_slot_mapping, {T}, p.window_slot_mapping));
+    const int32_t ww = bucket_up(p.window_max_blocks);
+    padded_tables_.assign(size_t(S) * size_t(ww), 0);
+    for (int64_t s = 0; s < S; ++s)
+      std::copy_n(p.window_block_tables.begin() + s * p.window_max_blocks, p.window_max_blocks, padded_tables_.begin() + s * ww);
+    TS_RETURN_IF_ERROR(put(&t->window_block_tables, {S, ww}, padded_tables_));
+  } else {
+    t->window_slot_mapping = Tensor{};
+    t->window_block_tables = Tensor{};
+  }
   TS_RETURN_IF_ERROR(put(&t->logit_rows, {R}, rows));
   // One queued copy of the whole image: the device reads the inputs in queue order, after the
   // previous step has finished with the step buffer, and the host does not wait for it.
@@ -486,10 +501,17 @@ const StepPlan& Model::pad_decode(const StepPlan& plan) {
   StepPlan& p = padded_plan_;
   p = plan;
   p.block_copies.clear();
+  p.window_block_copies.clear();
   p.swap_out.clear();
   p.swap_in.clear();
   const std::vector<int32_t> first_table(plan.block_tables.begin(), plan.block_tables.begin() + plan.max_blocks);
+  const std::vector<int32_t> first_window_table(plan.window_block_tables.begin(),
+                                                plan.window_block_tables.begin() + plan.window_max_blocks);
   for (int32_t s = S; s < padded; ++s) {
+    if (plan.window_max_blocks > 0) {
+      p.window_slot_mapping.push_back(-1);
+      p.window_block_tables.insert(p.window_block_tables.end(), first_window_table.begin(), first_window_table.end());
+    }
     p.tokens.push_back(plan.tokens[0]);
     p.positions.push_back(0);
     p.slot_mapping.push_back(-1);  // writes nothing
@@ -586,7 +608,7 @@ constexpr size_t kStepGraphs = 8;
 Result<Model::StepGraph*> Model::step_graph(const StepTensors& in, KvCache& kv, const StepOptions& opts) {
   KeyHasher key;
   for (const Tensor* t : {&in.tokens, &in.positions, &in.slot_mapping, &in.query_start, &in.seq_lens, &in.block_tables,
-                          &in.logit_rows}) {
+                          &in.logit_rows, &in.window_slot_mapping, &in.window_block_tables}) {
     key.mix_tensor(*t);
     key.mix_place(*t);
   }
@@ -740,7 +762,7 @@ std::string expert_stats_table(const ExpertStats& s) {
   return out;
 }
 
-Result<std::unique_ptr<KvCache>> Model::create_kv_cache(int64_t n_tokens, DType dtype, int block_size) {
+Result<std::unique_ptr<KvCache>> Model::create_kv_cache(int64_t n_tokens, DType dtype, int block_size, bool window_memory) {
   KvCacheConfig kc;
   kc.n_layers = cfg_.n_layers;
   kc.n_kv_heads = cfg_.n_kv_heads;
@@ -748,6 +770,25 @@ Result<std::unique_ptr<KvCache>> Model::create_kv_cache(int64_t n_tokens, DType 
   kc.block_size = block_size;
   kc.n_blocks = int((n_tokens + block_size - 1) / block_size);
   kc.dtype = dtype;
+  // Sliding-window layers in a pool of their own when that holds fewer blocks than the context:
+  // each of the max_seqs sequences it is sized for (LoadOptions) needs its window, one step's
+  // new tokens (a whole prefill chunk) on top, and a partial block at each end (as llama.cpp
+  // sizes its SWA cache by n_seq_max). More sequences than that wait for window blocks.
+  const std::vector<LayerMemory> layout = memory_layout();
+  int window = 0;
+  for (const LayerMemory& m : layout)
+    if (m.kind == LayerMemoryKind::kSlidingWindow) window = std::max(window, m.window);
+  if (window_memory && window > 0 && block_size > 0) {
+    const int64_t seqs = std::max(max_seqs_, 1);
+    const int64_t blocks = (int64_t(window) * seqs + max_batch_tokens_ + block_size - 1) / block_size + 2 * seqs;
+    if (blocks < kc.n_blocks) {
+      kc.window = window;
+      kc.n_window_blocks = int(blocks);
+      kc.window_layers.resize(layout.size());
+      for (size_t l = 0; l < layout.size(); ++l)
+        kc.window_layers[l] = layout[l].kind == LayerMemoryKind::kSlidingWindow && layout[l].window == window;
+    }
+  }
   return KvCache::create(*device_, kc);
 }
 

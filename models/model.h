@@ -109,8 +109,12 @@ class Model final : public ModelRunner {
   const ExpertStats& expert_stats() const { return expert_stats_; }
   void reset_expert_stats();
 
-  // A KV cache for |n_tokens| tokens in total (rounded up to whole blocks).
-  Result<std::unique_ptr<KvCache>> create_kv_cache(int64_t n_tokens, DType dtype = DType::kF16, int block_size = 16);
+  // A KV cache for |n_tokens| tokens in total (rounded up to whole blocks). Hybrid memory: the
+  // sliding-window layers (memory_layout) get a pool of their own that holds each running
+  // sequence's window rather than the context, unless |window_memory| is false (every layer
+  // then keeps every token, as llama.cpp's --swa-full).
+  Result<std::unique_ptr<KvCache>> create_kv_cache(int64_t n_tokens, DType dtype = DType::kF16, int block_size = 16,
+                                                   bool window_memory = true);
 
  private:
   Model() = default;
@@ -186,6 +190,7 @@ class Model final : public ModelRunner {
   DType act_ = DType::kF32;
   bool pad_decode_ = false;
   int32_t max_padded_seqs_ = 0;  // sequences (and tokens) the step buffer holds
+  int32_t max_seqs_ = 64, max_batch_tokens_ = 512;  // LoadOptions': size the window layers' pool
   StepPlan padded_plan_;  // pad_decode's output
   bool collect_expert_stats_ = false;
   ExpertStats expert_stats_;

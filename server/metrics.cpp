@@ -89,6 +89,13 @@ std::string prometheus(ServerContext& ctx) {
   metric("tessera_kv_blocks_total", "gauge", "KV blocks in the pool.", s.kv_usage.blocks_total);
   metric("tessera_kv_slots_waste", "gauge", "Allocated KV slots holding no token.", double(s.kv_usage.slots_waste));
   metric("tessera_kv_slots_allocated", "gauge", "Allocated KV slots.", double(s.kv_usage.slots_allocated));
+  // Hybrid memory: what each kind of layer holds (window layers keep only their window's blocks).
+  metric("tessera_kv_window_blocks_used", "gauge", "Sliding-window layers' KV blocks owned by sequences.",
+         s.window_kv_usage.blocks_used);
+  metric("tessera_kv_window_blocks_total", "gauge", "Blocks in the sliding-window layers' pool (0: none).",
+         s.window_kv_usage.blocks_total);
+  metric("tessera_kv_full_bytes", "gauge", "K/V bytes held by sequences in full-attention layers.", double(s.kv_bytes_full));
+  metric("tessera_kv_window_bytes", "gauge", "K/V bytes held by sequences in sliding-window layers.", double(s.kv_bytes_window));
   metric("tessera_preemptions_total", "counter", "Sequences preempted for KV space.", double(s.sched.preemptions));
   metric("tessera_swap_out_total", "counter", "Preemptions that swapped KV blocks to host memory.", double(s.kv.swap_outs));
   metric("tessera_swap_in_total", "counter", "Swapped sequences brought back.", double(s.kv.swap_ins));

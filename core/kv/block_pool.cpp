@@ -70,6 +70,13 @@ void BlockPool::release(BlockId b) {
   }
 }
 
+bool BlockPool::has(BlockHash hash, BlockHash parent, std::span<const int32_t> tokens) const {
+  auto it = by_hash_.find(hash);
+  if (it == by_hash_.end()) return false;
+  const Meta& m = meta_[size_t(it->second)];
+  return m.parent == parent && std::equal(tokens.begin(), tokens.end(), m.tokens.begin(), m.tokens.end());
+}
+
 std::optional<BlockId> BlockPool::lookup(BlockHash hash, BlockHash parent, std::span<const int32_t> tokens) {
   ++stats_.lookups;
   auto it = by_hash_.find(hash);

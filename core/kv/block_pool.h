@@ -61,6 +61,8 @@ class BlockPool {
 
   // The cached block holding |tokens| after |parent|, retained for the caller, or nullopt.
   std::optional<BlockId> lookup(BlockHash hash, BlockHash parent, std::span<const int32_t> tokens);
+  // Whether lookup would find that content (no counters change, nothing is retained).
+  bool has(BlockHash hash, BlockHash parent, std::span<const int32_t> tokens) const;
   // Records that |b| (owned, full) holds |tokens| after |parent|. When another block already
   // holds that content, |b| stays unhashed (duplicates are not cached twice).
   void register_full(BlockId b, BlockHash hash, BlockHash parent, std::span<const int32_t> tokens);

@@ -20,11 +20,17 @@ Result<std::unique_ptr<KvCache>> KvCache::create(Device& device, const KvCacheCo
                            dtype_name(cfg.dtype));
   if (const std::string bad = dtype_row_check(cfg.dtype, cfg.head_dim); !bad.empty())
     return InvalidArgument("kv cache: head dim " + std::to_string(cfg.head_dim) + ": " + bad);
+  if (cfg.window > 0 && (cfg.n_window_blocks <= 0 || cfg.window_layers.size() != size_t(cfg.n_layers)))
+    return InvalidArgument("kv cache: a window group needs window blocks (" + std::to_string(cfg.n_window_blocks) +
+                           ") and one window flag per layer (" + std::to_string(cfg.window_layers.size()) + " for " +
+                           std::to_string(cfg.n_layers) + " layers)");
   std::unique_ptr<KvCache> kv(new KvCache(device, cfg));
-  const Tensor desc = Tensor::make(cfg.dtype, {cfg.n_blocks, cfg.block_size, cfg.n_kv_heads, cfg.head_dim});
+  if (cfg.window > 0)
+    for (uint8_t w : cfg.window_layers) kv->n_window_layers_ += w != 0;
   for (int l = 0; l < cfg.n_layers; ++l) {
+    const int64_t blocks = kv->in_window(l) ? cfg.n_window_blocks : cfg.n_blocks;
     for (auto* vec : {&kv->k_, &kv->v_}) {
-      Tensor t = desc;
+      Tensor t = Tensor::make(cfg.dtype, {blocks, cfg.block_size, cfg.n_kv_heads, cfg.head_dim});
       t.name = std::string(vec == &kv->k_ ? "k_cache." : "v_cache.") + std::to_string(l);
       auto buf = device.alloc(size_t(t.nbytes()));
       if (!buf.ok())
@@ -51,10 +57,10 @@ int64_t KvCache::block_bytes() const {
   return Tensor::make(cfg_.dtype, {1, cfg_.block_size, cfg_.n_kv_heads, cfg_.head_dim}).nbytes();
 }
 
-Status KvCache::check_block(const char* what, BlockId b) const {
-  if (b >= 0 && b < cfg_.n_blocks) return OkStatus();
+Status KvCache::check_block(const char* what, BlockId b, int n_blocks) const {
+  if (b >= 0 && b < n_blocks) return OkStatus();
   return InvalidArgument(std::string("kv cache: ") + what + ": block " + std::to_string(b) + " outside [0, " +
-                         std::to_string(cfg_.n_blocks) + ")");
+                         std::to_string(n_blocks) + ")");
 }
 
 Status KvCache::check_slot(const char* what, int32_t slot) const {
@@ -63,18 +69,29 @@ Status KvCache::check_slot(const char* what, int32_t slot) const {
                          std::to_string(swap_slots_) + ")");
 }
 
-Status KvCache::copy_blocks(std::span<const std::pair<BlockId, BlockId>> pairs) {
+Status KvCache::copy_blocks(std::span<const std::pair<BlockId, BlockId>> pairs) { return copy_group(pairs, false); }
+
+Status KvCache::copy_window_blocks(std::span<const std::pair<BlockId, BlockId>> pairs) {
+  if (!pairs.empty() && !has_window()) return InvalidArgument("kv cache: window block copies but the cache has no window group");
+  return copy_group(pairs, true);
+}
+
+Status KvCache::copy_group(std::span<const std::pair<BlockId, BlockId>> pairs, bool window) {
   if (pairs.empty()) return OkStatus();
   const size_t bytes = size_t(block_bytes());
+  const int n_blocks = window ? cfg_.n_window_blocks : cfg_.n_blocks;
   std::vector<CopyRegion> regions;
   regions.reserve(pairs.size() * 2 * k_.size());
   for (const auto& [src, dst] : pairs) {
-    TS_RETURN_IF_ERROR(check_block("copy source", src));
-    TS_RETURN_IF_ERROR(check_block("copy destination", dst));
-    for (const auto* vec : {&k_, &v_})
-      for (const Tensor& t : *vec)
-        regions.push_back({t.buffer.get(), t.offset + size_t(src) * bytes, t.buffer.get(), t.offset + size_t(dst) * bytes, bytes});
+    TS_RETURN_IF_ERROR(check_block("copy source", src, n_blocks));
+    TS_RETURN_IF_ERROR(check_block("copy destination", dst, n_blocks));
+    for (int l = 0; l < cfg_.n_layers; ++l) {
+      if (in_window(l) != window) continue;
+      for (const Tensor* t : {&k_[size_t(l)], &v_[size_t(l)]})
+        regions.push_back({t->buffer.get(), t->offset + size_t(src) * bytes, t->buffer.get(), t->offset + size_t(dst) * bytes, bytes});
+    }
   }
+  if (regions.empty()) return OkStatus();
   return device_.copy(regions).status();
 }
 
@@ -96,6 +113,7 @@ void KvCache::add_swap_regions(BlockId b, int32_t slot, bool to_host, std::vecto
   const size_t bytes = size_t(block_bytes());
   size_t host = size_t(slot) * 2 * size_t(cfg_.n_layers) * bytes;
   for (int l = 0; l < cfg_.n_layers; ++l) {
+    if (in_window(l)) continue;  // window groups recompute rather than swap (HybridKv)
     for (const Tensor* t : {&k_[size_t(l)], &v_[size_t(l)]}) {
       const size_t dev = t->offset + size_t(b) * bytes;
       if (to_host) out->push_back({t->buffer.get(), dev, swap_.get(), host, bytes});
@@ -109,7 +127,7 @@ Status KvCache::swap_out(std::span<const std::pair<BlockId, int32_t>> pairs) {
   if (pairs.empty()) return OkStatus();
   std::vector<CopyRegion> regions;
   for (const auto& [block, slot] : pairs) {
-    TS_RETURN_IF_ERROR(check_block("swap_out", block));
+    TS_RETURN_IF_ERROR(check_block("swap_out", block, cfg_.n_blocks));
     TS_RETURN_IF_ERROR(check_slot("swap_out", slot));
     add_swap_regions(block, slot, true, &regions);
   }
@@ -121,7 +139,7 @@ Status KvCache::swap_in(std::span<const std::pair<int32_t, BlockId>> pairs) {
   std::vector<CopyRegion> regions;
   for (const auto& [slot, block] : pairs) {
     TS_RETURN_IF_ERROR(check_slot("swap_in", slot));
-    TS_RETURN_IF_ERROR(check_block("swap_in", block));
+    TS_RETURN_IF_ERROR(check_block("swap_in", block, cfg_.n_blocks));
     add_swap_regions(block, slot, false, &regions);
   }
   return device_.copy(regions).status();

@@ -1,5 +1,9 @@
 // KvCache: the device memory of the paged KV cache (per layer K and V tensors of shape
 // [n_blocks, block_size, n_kv_heads, head_dim]) and the BlockPool that hands out its blocks.
+// Hybrid memory: when the config names sliding-window layers, those layers' tensors have
+// n_window_blocks blocks of their own, handed out by a second pool (window_pool) whose sequences
+// keep only the blocks their window still covers (core/kv/hybrid_kv.h), so a window layer holds
+// about window + one step's tokens per sequence instead of the whole context.
 // Block copies (copy-on-write of forks, swap-out to host slots, swap-in) are each one batched
 // Device::copy over every layer, queued on the device before the step that needs them: no host
 // round trip, no per-layer calls.
@@ -20,6 +24,11 @@ struct KvCacheConfig {
   int block_size = 16;
   int n_blocks = 0;
   DType dtype = DType::kF16;
+  // Sliding-window layers in a pool of their own: window > 0, window_layers[l] = 1 for each such
+  // layer (their attention sees |window| keys), n_window_blocks blocks in their tensors.
+  int window = 0;
+  int n_window_blocks = 0;
+  std::vector<uint8_t> window_layers;  // [n_layers]; empty: none
 };
 
 class KvCache {
@@ -31,10 +40,20 @@ class KvCache {
   const Tensor& v(int layer) const { return v_[size_t(layer)]; }
   BlockPool& pool() { return pool_; }
   const BlockPool& pool() const { return pool_; }
+  // The window layers' pool, or nullptr when the cache has no window group.
+  BlockPool* window_pool() { return has_window() ? &window_pool_ : nullptr; }
+  const BlockPool* window_pool() const { return has_window() ? &window_pool_ : nullptr; }
+  bool has_window() const { return cfg_.window > 0 && n_window_layers_ > 0; }
+  bool in_window(int layer) const { return has_window() && cfg_.window_layers[size_t(layer)] != 0; }
+  int n_window_layers() const { return n_window_layers_; }
   int64_t bytes() const;
+  // Bytes of one block of one layer (K and V together).
+  int64_t layer_block_bytes() const { return 2 * block_bytes(); }
   // Copies the K/V of each (src, dst) block pair in every layer (copy-on-write of shared partial
   // blocks). Destinations must be distinct and no source may be another pair's destination.
   Status copy_blocks(std::span<const std::pair<BlockId, BlockId>> pairs);
+  // The same for the window layers' blocks (their own pool's ids).
+  Status copy_window_blocks(std::span<const std::pair<BlockId, BlockId>> pairs);
 
   // Host memory for swapped-out blocks (swap preemption): |n_slots| slots, each holding one
   // block of every layer's K and V, in host-pinned memory of the device. Replaces any earlier
@@ -42,23 +61,27 @@ class KvCache {
   Status reserve_swap(int32_t n_slots);
   int32_t swap_slots() const { return swap_slots_; }
   int64_t swap_bytes() const { return swap_ ? int64_t(swap_->size()) : 0; }
-  // Copies each (block, host slot) pair's block of every layer into the slot, and back with
-  // (host slot, block) pairs.
+  // Copies each (block, host slot) pair's block of every full-attention layer into the slot, and
+  // back with (host slot, block) pairs (window groups recompute instead of swapping).
   Status swap_out(std::span<const std::pair<BlockId, int32_t>> pairs);
   Status swap_in(std::span<const std::pair<int32_t, BlockId>> pairs);
 
  private:
-  Status check_block(const char* what, BlockId b) const;
+  Status check_block(const char* what, BlockId b, int n_blocks) const;
+  Status copy_group(std::span<const std::pair<BlockId, BlockId>> pairs, bool window);
   Status check_slot(const char* what, int32_t slot) const;
   int64_t block_bytes() const;
   // Appends the regions copying block |b| of every layer's K and V to (or from, when
   // |to_host| is false) host slot |slot|.
   void add_swap_regions(BlockId b, int32_t slot, bool to_host, std::vector<CopyRegion>* out) const;
-  KvCache(Device& device, const KvCacheConfig& cfg) : device_(device), cfg_(cfg), pool_(cfg.n_blocks) {}
+  KvCache(Device& device, const KvCacheConfig& cfg)
+      : device_(device), cfg_(cfg), pool_(cfg.n_blocks), window_pool_(cfg.window > 0 ? cfg.n_window_blocks : 0) {}
   Device& device_;
   KvCacheConfig cfg_;
   std::vector<Tensor> k_, v_;
   BlockPool pool_;
+  BlockPool window_pool_;
+  int n_window_layers_ = 0;
   int32_t swap_slots_ = 0;
   BufferPtr swap_;  // [swap_slots][layer][k, v][block bytes], MemoryKind::kHostPinned
 };

@@ -21,26 +21,86 @@ bool KvManager::swapped(SeqId id) const {
   return it != tables_.end() && !it->second.host_slots.empty();
 }
 
-int32_t KvManager::match_prefix(SeqId id, std::span<const int32_t> tokens) {
+int32_t KvManager::match_prefix(SeqId id, std::span<const int32_t> tokens, int32_t max_tokens) {
   Table& t = tables_[id];
   assert(t.blocks.empty() && t.host_slots.empty());
   t.n_computed = 0;
-  if (!cfg_.prefix_caching) return 0;
+  t.n_released = 0;
+  if (!cfg_.prefix_caching || tokens.empty()) return 0;
   // The last token is always computed, so the step has logits to sample from.
   const int32_t bs = cfg_.block_size;
-  const int32_t max_blocks = (int32_t(tokens.size()) - 1) / bs;
+  const int32_t max_blocks = std::min((int32_t(tokens.size()) - 1) / bs, std::max(max_tokens, 0) / bs);
+  std::vector<BlockHash> hashes;
   BlockHash parent = 0;
-  for (int32_t i = 0; i < max_blocks; ++i) {
-    const auto toks = tokens.subspan(size_t(i) * size_t(bs), size_t(bs));
-    const BlockHash h = hash_block(parent, toks);
-    auto b = pool_.lookup(h, parent, toks);
-    if (!b) break;
-    t.blocks.push_back(*b);
-    t.hashes.push_back(h);
-    parent = h;
+  if (cfg_.window <= 0) {
+    for (int32_t i = 0; i < max_blocks; ++i) {
+      const auto toks = tokens.subspan(size_t(i) * size_t(bs), size_t(bs));
+      const BlockHash h = hash_block(parent, toks);
+      auto b = pool_.lookup(h, parent, toks);
+      if (!b) break;
+      t.blocks.push_back(*b);
+      t.hashes.push_back(h);
+      parent = h;
+    }
+    t.n_computed = int32_t(t.blocks.size()) * bs;
+    return t.n_computed;
   }
-  t.n_computed = int32_t(t.blocks.size()) * bs;
-  return t.n_computed;
+  // A window group: the chain's hashes, then the longest match m whose window blocks are cached.
+  for (int32_t i = 0; i < max_blocks; ++i) {
+    hashes.push_back(hash_block(parent, tokens.subspan(size_t(i) * size_t(bs), size_t(bs))));
+    parent = hashes.back();
+  }
+  auto block_tokens = [&](int32_t i) { return tokens.subspan(size_t(i) * size_t(bs), size_t(bs)); };
+  for (int32_t m = max_blocks; m > 0; --m) {
+    const int32_t first = std::max(0, m * bs - cfg_.window + 1) / bs;  // the next query's first key's block
+    bool all = true;
+    for (int32_t i = first; i < m && all; ++i) all = pool_.has(hashes[size_t(i)], i ? hashes[size_t(i - 1)] : 0, block_tokens(i));
+    if (!all) continue;
+    for (int32_t i = 0; i < m; ++i) {
+      if (i < first) {
+        t.blocks.push_back(kReleased);
+      } else {
+        auto b = pool_.lookup(hashes[size_t(i)], i ? hashes[size_t(i - 1)] : 0, block_tokens(i));
+        assert(b);
+        t.blocks.push_back(*b);
+      }
+    }
+    t.n_released = first;
+    t.hashes.assign(hashes.begin(), hashes.begin() + m);
+    t.n_computed = m * bs;
+    return t.n_computed;
+  }
+  return 0;
+}
+
+void KvManager::shorten_match(SeqId id, int32_t n_tokens) {
+  auto it = tables_.find(id);
+  if (it == tables_.end()) return;
+  Table& t = it->second;
+  const size_t keep = size_t(std::max(n_tokens, 0) / cfg_.block_size);
+  while (t.blocks.size() > keep) {
+    if (t.blocks.back() != kReleased) pool_.release(t.blocks.back());
+    t.blocks.pop_back();
+  }
+  if (t.hashes.size() > keep) t.hashes.resize(keep);
+  t.n_released = std::min(t.n_released, int32_t(keep));
+  t.n_computed = std::min(t.n_computed, int32_t(keep) * cfg_.block_size);
+}
+
+int32_t KvManager::released(SeqId id) const {
+  auto it = tables_.find(id);
+  return it == tables_.end() ? 0 : it->second.n_released;
+}
+
+void KvManager::release_outside_window(Table& t, int32_t n_computed) {
+  if (cfg_.window <= 0) return;
+  const int32_t first_key = std::max(0, n_computed - cfg_.window + 1);
+  const int32_t n = std::min(first_key / cfg_.block_size, int32_t(t.blocks.size()));
+  for (; t.n_released < n; ++t.n_released) {
+    BlockId& b = t.blocks[size_t(t.n_released)];
+    if (b != kReleased) pool_.release(b);
+    b = kReleased;
+  }
 }
 
 bool KvManager::copy_on_write(Table& t) {
@@ -71,6 +131,7 @@ bool KvManager::grow(Table& t, int32_t n_tokens) {
 bool KvManager::allocate(SeqId id, int32_t n_computed, int32_t n_tokens) {
   Table& t = tables_[id];
   t.n_computed = n_computed;
+  release_outside_window(t, n_computed);
   return grow(t, n_tokens);
 }
 
@@ -83,7 +144,7 @@ void KvManager::commit(SeqId id, std::span<const int32_t> tokens, int32_t n_comp
     const BlockHash parent = k == 0 ? 0 : t.hashes[k - 1];
     const auto toks = tokens.subspan(k * size_t(bs), size_t(bs));
     const BlockHash h = hash_block(parent, toks);
-    pool_.register_full(t.blocks[k], h, parent, toks);
+    if (t.blocks[k] != kReleased) pool_.register_full(t.blocks[k], h, parent, toks);
     t.hashes.push_back(h);
   }
 }
@@ -95,9 +156,10 @@ void KvManager::truncate(SeqId id, int32_t n_tokens) {
   const size_t keep = size_t((std::max(n_tokens, 0) + cfg_.block_size - 1) / cfg_.block_size);
   assert(keep >= t.hashes.size());
   while (t.blocks.size() > keep) {
-    pool_.release(t.blocks.back());
+    if (t.blocks.back() != kReleased) pool_.release(t.blocks.back());
     t.blocks.pop_back();
   }
+  t.n_released = std::min(t.n_released, int32_t(t.blocks.size()));
 }
 
 void KvManager::fork(SeqId parent, SeqId child) {
@@ -107,14 +169,18 @@ void KvManager::fork(SeqId parent, SeqId child) {
   c.blocks = p.blocks;
   c.hashes = p.hashes;
   c.n_computed = p.n_computed;
-  for (BlockId b : c.blocks) pool_.retain(b);
+  c.n_released = p.n_released;
+  for (BlockId b : c.blocks)
+    if (b != kReleased) pool_.retain(b);
   tables_[child] = std::move(c);
 }
 
 void KvManager::release_blocks(Table& t) {
-  for (BlockId b : t.blocks) pool_.release(b);
+  for (BlockId b : t.blocks)
+    if (b != kReleased) pool_.release(b);
   t.blocks.clear();
   t.hashes.clear();
+  t.n_released = 0;
 }
 
 void KvManager::free(SeqId id) {
@@ -129,6 +195,8 @@ bool KvManager::swap_out(SeqId id, int32_t n_computed) {
   auto it = tables_.find(id);
   if (it == tables_.end()) return false;
   Table& t = it->second;
+  // A window group recomputes instead: its table has given leading blocks back.
+  if (cfg_.window > 0) return false;
   // Only blocks holding computed tokens have content worth keeping.
   const size_t n = size_t((n_computed + cfg_.block_size - 1) / cfg_.block_size);
   if (n == 0 || host_free_.size() < n || t.blocks.size() < n) return false;
@@ -198,6 +266,7 @@ KvUsage KvManager::usage() const {
   std::vector<int32_t> filled(size_t(pool_.n_blocks()), 0);
   for (const auto& [id, t] : tables_)
     for (size_t i = 0; i < t.blocks.size(); ++i) {
+      if (t.blocks[i] == kReleased) continue;
       const int32_t in_block = std::clamp(t.n_computed - int32_t(i) * cfg_.block_size, 0, cfg_.block_size);
       filled[size_t(t.blocks[i])] = std::max(filled[size_t(t.blocks[i])], in_block);
     }

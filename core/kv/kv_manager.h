@@ -9,6 +9,7 @@
 // bytes). Not thread-safe: the engine thread owns it, as it owns the pool.
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <unordered_map>
 #include <utility>
@@ -22,6 +23,10 @@ using SeqId = int64_t;  // the scheduler's RequestId
 
 struct KvManagerConfig {
   int32_t block_size = 16;
+  // > 0: the blocks of sliding-window layers that see |window| keys (their own included). A
+  // sequence's blocks wholly before the window of its next query go back to the pool (the table
+  // keeps kReleased in their place), so it holds about window + one step's tokens.
+  int32_t window = 0;
   bool prefix_caching = true;
   int32_t host_slots = 0;  // host slots for swapped-out blocks (KvCache::reserve_swap); 0: no swap
 };
@@ -57,6 +62,10 @@ struct KvTransfers {
 
 class KvManager {
  public:
+  // A block table entry given back to the pool (window groups): no kernel reads it, because every
+  // query of a later step sees only keys within its window.
+  static constexpr BlockId kReleased = -1;
+
   // |pool| must outlive the manager; the manager is its only user while it lives.
   KvManager(const KvManagerConfig& cfg, BlockPool& pool);
   KvManager(const KvManager&) = delete;
@@ -73,7 +82,13 @@ class KvManager {
   // blocks of the longest run of leading full blocks of |tokens| found in the pool (never the
   // block of the last token, so a step computes it and has its logits). Returns the tokens they
   // hold: |id|'s computed tokens now (0 with prefix caching off).
-  int32_t match_prefix(SeqId id, std::span<const int32_t> tokens);
+  // At most |max_tokens| are matched. In a window group the match needs only the cached blocks
+  // the next query's window covers (the ones before it are kReleased): the longest match whose
+  // window blocks are all still cached.
+  int32_t match_prefix(SeqId id, std::span<const int32_t> tokens, int32_t max_tokens = std::numeric_limits<int32_t>::max());
+  // |id| keeps only the first |n_tokens| tokens of a prefix match (a multiple of block_size; the
+  // other group of a hybrid cache matched fewer): the blocks beyond go back to the pool.
+  void shorten_match(SeqId id, int32_t n_tokens);
   // Makes |id|'s table cover |n_tokens| tokens, of which the first |n_computed| are computed.
   // The block that takes token |n_computed| is first copied when another sequence shares it
   // (copy-on-write, recorded for the engine); then fresh blocks are appended. Returns false when
@@ -93,6 +108,8 @@ class KvManager {
   // registered hashes and its computed tokens. The first write into a shared partial block
   // copies it (allocate).
   void fork(SeqId parent, SeqId child);
+  // Leading table entries of |id| given back to the pool (window groups; 0 otherwise).
+  int32_t released(SeqId id) const;
   // Releases |id|'s blocks and host slots and forgets it. No-op for an unknown |id|.
   void free(SeqId id);
 
@@ -121,7 +138,11 @@ class KvManager {
     std::vector<BlockHash> hashes;    // of the leading full blocks registered in the pool
     std::vector<int32_t> host_slots;  // swapped out: the host slots of its first blocks, in order
     int32_t n_computed = 0;           // as the scheduler last told it (usage)
+    int32_t n_released = 0;           // leading entries that are kReleased (window groups)
   };
+  // Window groups: gives back the blocks wholly before the first key a query at |n_computed| or
+  // later sees.
+  void release_outside_window(Table& t, int32_t n_computed);
   bool copy_on_write(Table& t);
   bool grow(Table& t, int32_t n_tokens);
   void release_blocks(Table& t);

@@ -36,7 +36,7 @@ Engine::Engine(ModelRunner& model, KvCache& kv, TextCodec codec, EngineConfig cf
         s.block_size = kv.config().block_size;
         if (s.cost_prior.c0_ms <= 0) s.cost_prior = model.cost_prior();
         return s;
-      }(), kv.pool()) {
+      }(), kv.pool(), kv.window_pool(), kv.has_window() ? kv.config().window : 0) {
   // Swap preemption needs host slots: reserve them in the cache (host-pinned memory, not device).
   // Without them every request is refused, naming why (validate()).
   if (cfg.scheduler.swap && kv_.swap_slots() < cfg.scheduler.swap_blocks)
@@ -122,6 +122,14 @@ Status Engine::submit_as(RequestId id, GenerationRequest req) {
 Status Engine::step() {
   propose_drafts();
   const auto scheduled = scheduler_.plan(&plan_);
+  if (!scheduled.empty()) {
+    kv_blocks_last_ = kv_.pool().n_used();
+    kv_blocks_peak_ = std::max(kv_blocks_peak_, kv_blocks_last_);
+    if (const BlockPool* wp = kv_.window_pool()) {
+      kv_window_blocks_last_ = wp->n_used();
+      kv_window_blocks_peak_ = std::max(kv_window_blocks_peak_, kv_window_blocks_last_);
+    }
+  }
   // A preempted sequence's draft-side state goes too: its memory is what the pool was short of
   // (the draft's KV mirrors the target's), and a recomputed sequence catches the draft up again.
   for (RequestId id : scheduler_.take_preempted())
@@ -148,6 +156,7 @@ Status Engine::step() {
   const double cpu0 = cfg_.cost_cpu_threads > 0 ? process_cpu_ms() : 0.0;
   Status s = swapped;
   if (s.ok()) s = kv_.copy_blocks(plan_.block_copies);
+  if (s.ok()) s = kv_.copy_window_blocks(plan_.window_block_copies);
   // The step is queued whole (inputs, compute, the logits' copy to host memory) before the host
   // waits for it: host work that does not need this step's logits belongs between the two. The
   // grammar masks of the rows it samples depend only on the tokens accepted so far.
@@ -391,9 +400,20 @@ EngineStats Engine::stats() const {
   st.sched = scheduler_.stats();
   st.kv = scheduler_.kv().stats();
   st.kv_usage = scheduler_.kv().usage();
+  const int n_window_layers = kv_.has_window() ? kv_.n_window_layers() : 0;
+  st.kv_bytes_full = int64_t(st.kv_usage.blocks_used) * (kv_.config().n_layers - n_window_layers) * kv_.layer_block_bytes();
+  if (const KvManager* w = scheduler_.window_kv()) {
+    st.window_kv_usage = w->usage();
+    st.kv_bytes_window = int64_t(st.window_kv_usage.blocks_used) * n_window_layers * kv_.layer_block_bytes();
+    st.kv_window = kv_.config().window;
+  }
   st.exec = model_.executor_stats();
   st.spec = spec_;
   if (cfg_.spec.proposer) st.spec.proposer = cfg_.spec.proposer->stats();
+  st.kv_blocks_peak = kv_blocks_peak_;
+  st.kv_window_blocks_peak = kv_window_blocks_peak_;
+  st.kv_blocks_last_step = kv_blocks_last_;
+  st.kv_window_blocks_last_step = kv_window_blocks_last_;
   st.generated_tokens = generated_tokens_;
   st.requests_finished = requests_finished_;
   st.grammar = grammar_stats_;

@@ -106,7 +106,19 @@ struct SpecStats {
 struct EngineStats {
   SchedulerStats sched;  // steps, preemptions, admitted and cached prompt tokens, step cost policy
   KvManagerStats kv;     // prefix lookups and hits, copy-on-write, swaps
-  KvUsage kv_usage;
+  KvUsage kv_usage;      // the full-attention layers' pool
+  // Hybrid memory: the sliding-window layers' pool (blocks_total 0: none), and the bytes of K/V
+  // that sequences hold in each kind of layer (blocks in use x layers x a layer's block bytes).
+  KvUsage window_kv_usage;
+  int64_t kv_bytes_full = 0;
+  int64_t kv_bytes_window = 0;
+  int32_t kv_window = 0;  // keys a window layer's query sees (0: no window group)
+  // The most blocks sequences held at once in each pool (after a step's allocation).
+  int32_t kv_blocks_peak = 0;
+  int32_t kv_window_blocks_peak = 0;
+  // The blocks held during the latest step that ran (the end of a generation: its last decode).
+  int32_t kv_blocks_last_step = 0;
+  int32_t kv_window_blocks_last_step = 0;
   ExecutorStats exec;    // the model's executor: executables built (recorded) and reused
   GrammarStats grammar;  // structured output: mask time per token
   SpecStats spec;        // speculative decoding
@@ -235,6 +247,8 @@ class Engine {
   std::atomic<RequestId> next_id_{1};
   int64_t generated_tokens_ = 0;
   int64_t requests_finished_ = 0;
+  int32_t kv_blocks_peak_ = 0, kv_window_blocks_peak_ = 0;  // EngineStats' peaks
+  int32_t kv_blocks_last_ = 0, kv_window_blocks_last_ = 0;  // and the latest step's
   uint64_t arrivals_ = 0;
   StepPlan plan_;
   std::vector<float> logits_;

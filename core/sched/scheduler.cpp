@@ -30,8 +30,8 @@ bool before(const Sequence& a, const Sequence& b) {
 }
 }  // namespace
 
-Scheduler::Scheduler(const SchedulerConfig& cfg, BlockPool& pool)
-    : cfg_(cfg), kv_(kv_config(cfg), pool), cost_(cost_config(cfg)) {}
+Scheduler::Scheduler(const SchedulerConfig& cfg, BlockPool& pool, BlockPool* window_pool, int32_t window)
+    : cfg_(cfg), kv_(kv_config(cfg), pool, window_pool, window), cost_(cost_config(cfg)) {}
 
 void Scheduler::add(std::unique_ptr<Sequence> seq) {
   auto it = std::find_if(waiting_.begin(), waiting_.end(), [&](const auto& w) { return before(*seq, *w); });
@@ -225,6 +225,7 @@ std::vector<ScheduledSeq> Scheduler::plan(StepPlan* plan) {
   plan->swap_out = std::move(transfers.swap_out);
   plan->swap_in = std::move(transfers.swap_in);
   plan->block_copies = std::move(transfers.copies);
+  plan->window_block_copies = kv_.take_window_transfers().copies;
   if (!out.empty()) end_step(out);  // an idle plan keeps the latest step's figures
   return out;
 }
@@ -248,20 +249,32 @@ void Scheduler::fill(StepPlan* plan, const std::vector<ScheduledSeq>& scheduled)
   int32_t max_blocks = 1;
   for (const auto& sc : scheduled) max_blocks = std::max(max_blocks, int32_t(kv_.blocks(sc.seq->id).size()));
   plan->max_blocks = max_blocks;
+  int32_t window_max_blocks = 0;
+  if (kv_.has_window()) {
+    window_max_blocks = 1;
+    for (const auto& sc : scheduled) window_max_blocks = std::max(window_max_blocks, int32_t(kv_.window_blocks(sc.seq->id).size()));
+  }
+  plan->window_max_blocks = window_max_blocks;
   for (const auto& sc : scheduled) {
     const Sequence& s = *sc.seq;
     const std::span<const BlockId> blocks = kv_.blocks(s.id);
+    const std::span<const BlockId> window_blocks = kv_.window_blocks(s.id);
     const int32_t n_tokens = int32_t(s.tokens.size());
     for (int32_t i = 0; i < sc.n_new; ++i) {
       const int32_t pos = s.n_computed + i;
       plan->tokens.push_back(pos < n_tokens ? s.tokens[size_t(pos)] : s.draft[size_t(pos - n_tokens)]);
       plan->positions.push_back(pos);
       plan->slot_mapping.push_back(blocks[size_t(pos / bs)] * bs + pos % bs);
+      if (window_max_blocks > 0) plan->window_slot_mapping.push_back(window_blocks[size_t(pos / bs)] * bs + pos % bs);
     }
     plan->query_start.push_back(plan->query_start.back() + sc.n_new);
     plan->seq_lens.push_back(s.n_computed + sc.n_new);
     for (int32_t b = 0; b < max_blocks; ++b)
       plan->block_tables.push_back(b < int32_t(blocks.size()) ? blocks[size_t(b)] : 0);
+    // Entries the window gave back (KvManager::kReleased) go out as block 0, a valid index that
+    // no query of this step reads: each sees only keys within its window.
+    for (int32_t b = 0; b < window_max_blocks; ++b)
+      plan->window_block_tables.push_back(b < int32_t(window_blocks.size()) ? std::max(window_blocks[size_t(b)], 0) : 0);
     // A speculating sequence is scored at its pending token and at each draft token.
     if (sc.samples)
       for (int32_t r = plan->query_start.back() - 1 - sc.n_draft; r < plan->query_start.back(); ++r)

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "core/kv/block_pool.h"
-#include "core/kv/kv_manager.h"
+#include "core/kv/hybrid_kv.h"
 #include "core/sched/step_cost.h"
 #include "core/sched/step_cost_policy.h"
 #include "core/sched/step_plan.h"
@@ -93,8 +93,9 @@ struct SchedulerStats {
 
 class Scheduler {
  public:
-  // |pool| must outlive the scheduler, whose KvManager is its only user.
-  Scheduler(const SchedulerConfig& cfg, BlockPool& pool);
+  // |pool| must outlive the scheduler, whose KvManager is its only user. |window_pool| and
+  // |window| > 0: the KV cache's sliding-window layers have a pool of their own (HybridKv).
+  Scheduler(const SchedulerConfig& cfg, BlockPool& pool, BlockPool* window_pool = nullptr, int32_t window = 0);
 
   // Takes ownership; the sequence waits until planned.
   void add(std::unique_ptr<Sequence> seq);
@@ -129,9 +130,11 @@ class Scheduler {
   size_t n_waiting() const { return waiting_.size(); }
   size_t n_running() const { return running_.size(); }
   SchedulerStats stats() const;
-  const KvManager& kv() const { return kv_; }
+  const KvManager& kv() const { return kv_.full(); }
+  // The sliding-window layers' bookkeeping, or nullptr when the cache has no window group.
+  const KvManager* window_kv() const { return kv_.window(); }
   const StepCostPolicy& cost_policy() const { return cost_; }
-  const BlockPool& pool() const { return kv_.pool(); }
+  const BlockPool& pool() const { return kv_.full().pool(); }
 
  private:
   void schedule_running(std::vector<ScheduledSeq>* out, int32_t* budget);
@@ -146,7 +149,7 @@ class Scheduler {
   void end_step(const std::vector<ScheduledSeq>& scheduled);
 
   SchedulerConfig cfg_;
-  KvManager kv_;
+  HybridKv kv_;
   StepCostPolicy cost_;
   std::deque<std::unique_ptr<Sequence>> waiting_;   // by (priority, arrival)
   std::vector<std::unique_ptr<Sequence>> running_;  // have blocks

@@ -20,6 +20,12 @@ struct StepPlan {
   std::vector<int32_t> seq_lens;      // [S] context length of s including its new tokens
   std::vector<int32_t> block_tables;  // [S, max_blocks] row-major, unused entries 0
   int32_t max_blocks = 0;
+  // The KV cache's sliding-window group (hybrid memory; all empty without one): each token's
+  // slot and each sequence's table in the window pool, whose leading entries may be blocks given
+  // back once they fell out of every query's window (written as 0; never read).
+  std::vector<int32_t> window_slot_mapping;  // [T]
+  std::vector<int32_t> window_block_tables;  // [S, window_max_blocks]
+  int32_t window_max_blocks = 0;
   std::vector<int32_t> logit_rows;    // rows of [T] whose logits are needed (in this order)
   // Sequences (indices into seq_lens) whose pooled embedding the step returns instead of logits:
   // embedding requests, each with its whole prompt in this step.
@@ -27,6 +33,7 @@ struct StepPlan {
   // (src, dst) KV blocks to copy before the step runs: copy-on-write of a shared partial block.
   // The engine applies them (KvCache::copy_block), so a ModelRunner never sees them.
   std::vector<std::pair<int32_t, int32_t>> block_copies;
+  std::vector<std::pair<int32_t, int32_t>> window_block_copies;  // the same in the window group
   // Swap preemption, applied by the engine in this order before the step: (device block, host
   // slot) copies out, then (host slot, device block) copies in. A block swapped out may be
   // handed to another sequence in the same step, hence out before anything writes.

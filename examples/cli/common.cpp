@@ -45,6 +45,8 @@ void add_model_options(CLI::App* cmd, ModelOptions* o) {
   cmd->add_option("--act-dtype", o->act_dtype, "activation dtype: auto (the device's preference: f32 on cpu and vulkan), f32, f16 or bf16")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "f32", "f16", "bf16"}));
+  cmd->add_flag("--swa-full", o->swa_full,
+                "sliding-window layers keep the K/V of the whole context (default: only their window's, in a pool of their own)");
   cmd->add_flag("-q,--quiet", o->quiet, "no progress bar");
 }
 

@@ -17,9 +17,10 @@ struct ModelOptions {
   std::string kv_dtype = "f16";
   std::string act_dtype = "auto";  // activations: auto (the device's preference), f32, f16, bf16
   bool quiet = false;         // no progress bar
+  bool swa_full = false;      // sliding-window layers keep every token (no window pool)
 };
 
-// Adds -m/--model, -d/--device, -c/--ctx, --kv-dtype, --act-dtype, -q/--quiet to |cmd|.
+// Adds -m/--model, -d/--device, -c/--ctx, --kv-dtype, --act-dtype, --swa-full, -q/--quiet to |cmd|.
 void add_model_options(CLI::App* cmd, ModelOptions* o);
 // Adds --temp, --top-k, --top-p, --min-p, --repeat-penalty, --seed.
 void add_sampling_options(CLI::App* cmd, SamplingParams* p);

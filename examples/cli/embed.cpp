@@ -30,7 +30,7 @@ Status embed_texts(Model& model, const EmbedOptions& o, std::vector<std::vector<
                    std::vector<int32_t>* n_tokens) {
   const auto kvt = dtype_from_name(o.model.kv_dtype);
   if (!kvt) return InvalidArgument("unknown --kv-dtype '" + o.model.kv_dtype + "'");
-  TS_ASSIGN_OR_RETURN(auto kv, model.create_kv_cache(o.model.ctx, *kvt));
+  TS_ASSIGN_OR_RETURN(auto kv, model.create_kv_cache(o.model.ctx, *kvt, 16, !o.model.swa_full));
   Engine engine(model, *kv, model.codec());
   out->assign(o.texts.size(), {});
   n_tokens->assign(o.texts.size(), 0);

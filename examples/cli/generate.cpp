@@ -59,6 +59,23 @@ Result<std::shared_ptr<const Grammar>> request_grammar(const Model& model, const
 }
 
 // The target facts --spec draft needs (load_model's defaults for the draft too).
+// Hybrid memory: what each kind of layer held at its peak (full-attention layers keep every
+// token; sliding-window layers only their window's blocks).
+void print_kv_memory(const EngineStats& st, const KvCache& kv) {
+  const KvCacheConfig& c = kv.config();
+  const int n_window = kv.has_window() ? kv.n_window_layers() : 0;
+  const double mib = 1.0 / (1 << 20), per_block = double(kv.layer_block_bytes());
+  const int n_full = c.n_layers - n_window;
+  std::fprintf(stderr, "stats: KV held at the last step (peak): %d full-attention layers %d (%d) blocks, %.2f (%.2f) MiB",
+               n_full, st.kv_blocks_last_step, st.kv_blocks_peak, st.kv_blocks_last_step * per_block * n_full * mib,
+               st.kv_blocks_peak * per_block * n_full * mib);
+  if (n_window > 0)
+    std::fprintf(stderr, "; %d window layers %d (%d) blocks, %.2f (%.2f) MiB (window %d tokens = %.1f blocks of %d)", n_window,
+                 st.kv_window_blocks_last_step, st.kv_window_blocks_peak, st.kv_window_blocks_last_step * per_block * n_window * mib,
+                 st.kv_window_blocks_peak * per_block * n_window * mib, c.window, double(c.window) / c.block_size, c.block_size);
+  std::fprintf(stderr, "\n");
+}
+
 SpecTarget spec_target(const Model& model, const ModelOptions& mo, DType kv_dtype) {
   SpecTarget t;
   t.model = &model;
@@ -135,17 +152,26 @@ Result<std::string> generate(Model& model, KvCache& kv, const SpecConfig& spec, 
                    ds.failures ? dp->last_error().to_string().c_str() : "");
     }
     if (model.config().is_moe()) std::fputs(expert_stats_table(model.expert_stats()).c_str(), stderr);
+    print_kv_memory(engine.stats(), kv);
   }
   return out;
 }
 
 
+// run and chat generate one sequence at a time: the step buffer and the sliding-window layers'
+// KV pool (hybrid memory) are sized for one.
+LoadOptions one_sequence() {
+  LoadOptions lo;
+  lo.max_seqs = 1;
+  return lo;
+}
+
 void run_command(const GenerateOptions& o) {
-  auto model = load_model(o.model);
+  auto model = load_model(o.model, one_sequence());
   if (!model) return;
   const auto kvt = dtype_from_name(o.model.kv_dtype);
   if (!kvt) return fail(InvalidArgument("unknown --kv-dtype '" + o.model.kv_dtype + "'"));
-  auto kv = model->create_kv_cache(o.model.ctx, *kvt);
+  auto kv = model->create_kv_cache(o.model.ctx, *kvt, 16, !o.model.swa_full);
   if (!kv.ok()) return fail(kv.status());
   auto spec = spec_config(o.spec, spec_target(*model, o.model, *kvt));
   if (!spec.ok()) return fail(spec.status());
@@ -163,11 +189,11 @@ void run_command(const GenerateOptions& o) {
 }
 
 void chat_command(const GenerateOptions& o) {
-  auto model = load_model(o.model);
+  auto model = load_model(o.model, one_sequence());
   if (!model) return;
   const auto kvt = dtype_from_name(o.model.kv_dtype);
   if (!kvt) return fail(InvalidArgument("unknown --kv-dtype '" + o.model.kv_dtype + "'"));
-  auto kv = model->create_kv_cache(o.model.ctx, *kvt);
+  auto kv = model->create_kv_cache(o.model.ctx, *kvt, 16, !o.model.swa_full);
   if (!kv.ok()) return fail(kv.status());
   // Once for the whole chat: a draft model loads here, not per turn.
   auto spec = spec_config(o.spec, spec_target(*model, o.model, *kvt));

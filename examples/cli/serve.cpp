@@ -25,6 +25,7 @@ struct ServeCommandOptions {
   std::string kv_dtype = "f16";
   std::string act_dtype = "auto";
   bool no_prefix_caching = false;
+  bool swa_full = false;  // sliding-window layers keep every token (no window pool)
   std::string preemption = "swap";  // swap keeps progress; recompute re-prefills (and thrashes a short pool)
   int swap_space = 0;  // host tokens for swapped-out KV (with --preemption swap); 0: as many as -c
   bool wall_clock_cost = false;  // fit the step cost on wall time even on a CPU device
@@ -70,7 +71,7 @@ void serve_command(const ServeCommandOptions& o) {
     const Pooling p = o.pooling == "last" ? Pooling::kLast : o.pooling == "cls" ? Pooling::kCls : Pooling::kMean;
     if (Status s = (*model)->set_pooling(p); !s.ok()) return serve_fail(s.to_string());
   }
-  auto kv = (*model)->create_kv_cache(o.ctx, *kvt);
+  auto kv = (*model)->create_kv_cache(o.ctx, *kvt, 16, !o.swa_full);
   if (!kv.ok()) return serve_fail(kv.status().to_string());
   std::unique_ptr<server::KvEventPublisher> kv_events;
   if (!o.kv_events.endpoint.empty()) {
@@ -134,6 +135,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("-c,--ctx", o->ctx, "KV cache capacity in tokens, shared by all requests")->capture_default_str()
       ->check(CLI::Range(16, 1 << 24));
   cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache dtype: f16, bf16, f32, fp8_e4m3 or int8_pc (8-bit: an f32 scale per token and kv head)")->capture_default_str();
+  cmd->add_flag("--swa-full", o->swa_full,
+                "sliding-window layers keep the K/V of the whole context (default: only their window's, in a pool of their own)");
   cmd->add_option("--act-dtype", o->act_dtype, "activation dtype: auto (the device's preference: f32 on cpu and vulkan), f32, f16 or bf16")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "f32", "f16", "bf16"}));

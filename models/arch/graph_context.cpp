@@ -1,5 +1,7 @@
 #include "models/arch/graph_context.h"
 
+#include <string>
+
 namespace tessera {
 
 GraphContext::GraphContext(Graph& graph, const ModelConfig& cfg, const StepTensors& step, const KvCache& cache,
@@ -12,6 +14,10 @@ GraphContext::GraphContext(Graph& graph, const ModelConfig& cfg, const StepTenso
   seq_lens = g.input(in.seq_lens);
   block_tables = g.input(in.block_tables);
   n_tokens = in.tokens.shape[0];
+  if (in.window_block_tables.buffer) {
+    window_slot_mapping = g.input(in.window_slot_mapping);
+    window_block_tables = g.input(in.window_block_tables);
+  }
 }
 
 ValueId GraphContext::linear(ValueId x, const WeightTensor& W, ValueId bias) {
@@ -42,8 +48,21 @@ ValueId GraphContext::attention(const AttentionWeights& a, ValueId h, int layer,
     q = g.rope(q, positions, rope, freq_factors);
     k = g.rope(k, positions, rope, freq_factors);
   }
-  ValueId o = g.attention({q, k, v, g.input(kv.k(layer)), g.input(kv.v(layer)), slot_mapping, query_start, seq_lens, block_tables},
-                          ap);
+  ValueId o = kNoValue;
+  if (kv.in_window(layer)) {
+    if (window_block_tables == kNoValue || ap.sliding_window <= 0 || ap.sliding_window > kv.config().window) {
+      g.fail(Internal("layer " + std::to_string(layer) + " is in the KV cache's window group (window " +
+                      std::to_string(kv.config().window) + ") but attends with window " + std::to_string(ap.sliding_window) +
+                      (window_block_tables == kNoValue ? " and the step has no window tables" : "")));
+      return kNoValue;
+    }
+    o = g.attention({q, k, v, g.input(kv.k(layer)), g.input(kv.v(layer)), window_slot_mapping, query_start, seq_lens,
+                     window_block_tables},
+                    ap);
+  } else {
+    o = g.attention({q, k, v, g.input(kv.k(layer)), g.input(kv.v(layer)), slot_mapping, query_start, seq_lens, block_tables},
+                    ap);
+  }
   o = g.reshape(o, {T, int64_t(c.n_heads) * Dh});
   return linear(o, a.wo, out_bias);
 }

@@ -31,6 +31,8 @@ class GraphContext {
   const StepOptions opts;
   // The step inputs as graph values.
   ValueId tokens, positions, slot_mapping, query_start, seq_lens, block_tables;
+  // The window layers' slots and tables when the cache keeps them in a pool of their own.
+  ValueId window_slot_mapping = kNoValue, window_block_tables = kNoValue;
   int64_t n_tokens = 0;
 
   // Outputs the runner reads after compute: the final normed hidden states (opts.pooled; an
@@ -51,8 +53,9 @@ class GraphContext {
   // Self-attention of layer |layer| from its normed input |h| [T, D] to the output projection
   // [T, D]: q/k/v projections (optional biases), optional QK-norm (c.qk_norm), RoPE by |rope|
   // (with |freq_factors| when not kNoValue; none when rope.n_dims is 0), paged attention with
-  // |ap| (which writes the new K/V into layer |layer| of the cache), output projection (with
-  // |out_bias| when given).
+  // |ap| (which writes the new K/V into layer |layer| of the cache, through the window pool's
+  // slots and tables when the cache holds the layer there), output projection (with |out_bias|
+  // when given).
   ValueId attention(const AttentionWeights& a, ValueId h, int layer, const RopeParams& rope, ValueId freq_factors,
                     const AttentionParams& ap, ValueId out_bias = kNoValue);
   // down(act(gate(h)) * up(h)): SwiGLU or GeGLU (tanh GELU).

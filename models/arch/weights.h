@@ -112,6 +112,9 @@ struct MoeWeights {
 // the output head, so logits are always f32).
 struct StepTensors {
   Tensor tokens, positions, slot_mapping, query_start, seq_lens, block_tables, logit_rows;
+  // The KV cache's sliding-window layers (hybrid memory): their slots and tables in the window
+  // pool; no buffer when the cache has no window group.
+  Tensor window_slot_mapping, window_block_tables;
   DType act = DType::kF32;
 };
 
