@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/registry.h"
+#include "models/arch/registry.h"
 #include "models/gguf/gguf.h"
 #include "models/safetensors/hf_model.h"
 #include "examples/cli/commands.h"
@@ -34,6 +35,8 @@ void print_devices() {
   }
   for (const std::string& b : backends_not_built())
     std::printf("  %-10s not built: this binary was configured without the %s backend\n", b.c_str(), b.c_str());
+  std::printf("Architectures (GGUF): %s\n", ArchRegistry::gguf_name_list().c_str());
+  std::printf("Architectures (config.json model_type): %s\n", ArchRegistry::hf_model_type_list().c_str());
 }
 }  // namespace
 
