@@ -39,6 +39,9 @@ Result<std::unique_ptr<DraftModelProposer>> DraftModelProposer::create(std::shar
                            " tokens, but the target's has " + std::to_string(target_vocab) +
                            " (a draft must share the target's vocabulary)");
   if (!draft->generates()) return InvalidArgument("draft model: an encoder produces no next-token logits");
+  if (kv->has_window())
+    return InvalidArgument("draft model: its KV cache keeps sliding-window layers in a pool of their own, which the draft's "
+                           "own block bookkeeping does not manage (create it with every layer in one pool)");
   if (cfg.max_batch_tokens < 1 || cfg.max_seqs < 1)
     return InvalidArgument("draft model proposer: max_batch_tokens " + std::to_string(cfg.max_batch_tokens) + " and max_seqs " +
                            std::to_string(cfg.max_seqs) + " must be >= 1");

@@ -26,7 +26,8 @@ Result<std::shared_ptr<Proposer>> load_draft(const std::string& path, const Spec
   lo.progress = nullptr;
   auto draft = Model::load(path, target.model->device_ptr(), lo);
   if (!draft.ok()) return draft.status().with_context("--draft-model " + path + ": ");
-  auto kv = (*draft)->create_kv_cache(target.kv_tokens, target.kv_dtype);
+  // One pool for every layer: the draft's own bookkeeping is a plain KvManager (no window group).
+  auto kv = (*draft)->create_kv_cache(target.kv_tokens, target.kv_dtype, 16, /*window_memory=*/false);
   if (!kv.ok()) return kv.status().with_context("--draft-model " + path + ": ");
   DraftModelConfig dc;
   dc.max_batch_tokens = lo.max_batch_tokens;
