@@ -390,10 +390,6 @@ ValueId Graph::reshape(ValueId x, std::initializer_list<int64_t> shape) {
   }
 }
 
-void Graph::fail(Status s) {
-  if (status_.ok()) status_ = std::move(s);
-}
-
 void Graph::mark_output(ValueId v) {
   if (!status_.ok()) return;
   if (!valid(v)) {

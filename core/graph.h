@@ -81,8 +81,6 @@ class Graph {
   void mark_output(ValueId v);
 
   const Status& status() const { return status_; }
-  // Records |s| as the graph's error (a model builder's own check failed) unless one is recorded.
-  void fail(Status s);
   const std::vector<Node>& nodes() const { return nodes_; }
   const std::vector<Value>& values() const { return values_; }
   std::vector<Value>& mutable_values() { return values_; }

@@ -225,6 +225,7 @@ Result<Model::StepGraph*> Model::step_graph(const StepTensors& in, KvCache& kv, 
   g.key = key.value();
   GraphContext ctx(g.graph, cfg_, in, kv, opts);
   g.out = arch_->build_graph(ctx, *weights_);
+  TS_RETURN_IF_ERROR(ctx.status());
   g.hidden = opts.pooled ? ctx.hidden : kNoValue;
   g.route_ids = std::move(ctx.route_ids);
   TS_RETURN_IF_ERROR(g.graph.status());

@@ -51,7 +51,7 @@ ValueId GraphContext::attention(const AttentionWeights& a, ValueId h, int layer,
   ValueId o = kNoValue;
   if (kv.in_window(layer)) {
     if (window_block_tables == kNoValue || ap.sliding_window <= 0 || ap.sliding_window > kv.config().window) {
-      g.fail(Internal("layer " + std::to_string(layer) + " is in the KV cache's window group (window " +
+      fail(Internal("layer " + std::to_string(layer) + " is in the KV cache's window group (window " +
                       std::to_string(kv.config().window) + ") but attends with window " + std::to_string(ap.sliding_window) +
                       (window_block_tables == kNoValue ? " and the step has no window tables" : "")));
       return kNoValue;

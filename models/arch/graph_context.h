@@ -35,6 +35,12 @@ class GraphContext {
   ValueId window_slot_mapping = kNoValue, window_block_tables = kNoValue;
   int64_t n_tokens = 0;
 
+  // A builder's own check that failed (the graph's ops check theirs in Graph::status()).
+  const Status& status() const { return status_; }
+  void fail(Status s) {
+    if (status_.ok()) status_ = std::move(s);
+  }
+
   // Outputs the runner reads after compute: the final normed hidden states (opts.pooled; an
   // encoder's graph value itself) and each MoE layer's expert ids (opts.expert_stats).
   ValueId hidden = kNoValue;
@@ -69,6 +75,9 @@ class GraphContext {
   // [R, vocab] f32 of the sampled rows (in.logit_rows), gathered back to f32, normed and
   // projected by the output head.
   ValueId decoder_output(const ArchWeights& w, ValueId x);
+
+ private:
+  Status status_;
 };
 
 }  // namespace tessera
