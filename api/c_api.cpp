@@ -78,7 +78,7 @@ tessera_status tessera_context_create(tessera_model* model, const tessera_contex
   *out = nullptr;
   if (!model->model) return invalid("tessera_context_create: the model was loaded vocab-only (tessera_model_load_vocab)");
   const int32_t n = params && params->kv_tokens > 0 ? params->kv_tokens : 4096;
-  auto kv = model->model->create_kv_cache(n);
+  auto kv = model->model->create_kv_cache(n, tessera::DType::kF16, 16, /*window_memory=*/true);  // an engine's cache
   if (!kv.ok()) return report(kv.status());
   *out = new tessera_context{model, std::move(kv).value()};
   return report(tessera::OkStatus());

@@ -43,7 +43,7 @@ double parameters(const Model& m) {
 }
 
 Result<RunResult> run_requests(Model& m, int n_seqs, int prompt, int decode) {
-  TS_ASSIGN_OR_RETURN(auto kv, m.create_kv_cache(int64_t(n_seqs) * (prompt + decode + 16)));
+  TS_ASSIGN_OR_RETURN(auto kv, m.create_kv_cache(int64_t(n_seqs) * (prompt + decode + 16), DType::kF16, 16, /*window_memory=*/true));
   EngineConfig ec;
   ec.scheduler.max_batch_tokens = 512;
   // Host overhead: for each decode-only step that follows another step, its period (previous

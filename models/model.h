@@ -109,12 +109,13 @@ class Model final : public ModelRunner {
   const ExpertStats& expert_stats() const { return expert_stats_; }
   void reset_expert_stats();
 
-  // A KV cache for |n_tokens| tokens in total (rounded up to whole blocks). Hybrid memory: the
-  // sliding-window layers (memory_layout) get a pool of their own that holds each running
-  // sequence's window rather than the context, unless |window_memory| is false (every layer
-  // then keeps every token, as llama.cpp's --swa-full).
+  // A KV cache for |n_tokens| tokens in total (rounded up to whole blocks). Hybrid memory, with
+  // |window_memory|: the sliding-window layers (memory_layout) get a pool of their own that
+  // holds each running sequence's window rather than the context; the engine's scheduler fills
+  // its tables (a hand-made StepPlan does not: such callers keep it off, and every layer then
+  // keeps every token, as llama.cpp's --swa-full).
   Result<std::unique_ptr<KvCache>> create_kv_cache(int64_t n_tokens, DType dtype = DType::kF16, int block_size = 16,
-                                                   bool window_memory = true);
+                                                   bool window_memory = false);
 
  private:
   Model() = default;

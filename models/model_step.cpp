@@ -129,6 +129,9 @@ Status Model::submit(const StepPlan& plan, KvCache& kv) {
   for (int32_t t : plan.tokens)
     if (t < 0 || t >= cfg_.n_vocab) return InvalidArgument("token id " + std::to_string(t) + " outside the vocabulary");
   if (!plan.pool_seqs.empty() && embedding_dim() == 0) return InvalidArgument(why_no_embeddings());
+  if (kv.has_window() && plan.window_max_blocks == 0)
+    return InvalidArgument("the KV cache keeps sliding-window layers in a pool of their own, but the step plan has no "
+                           "window tables (a plan made without the engine's scheduler needs a cache with window_memory off)");
   if (cfg_.is_encoder() && !plan.logit_rows.empty())
     return InvalidArgument(cfg_.arch + " is an encoder: it produces embeddings, not next-token logits");
   // A step where nothing samples (a prefill chunk) still runs every layer to fill the KV cache;

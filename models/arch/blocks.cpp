@@ -17,7 +17,8 @@ std::string per_expert_name(const std::string& merged, int e) {
   return merged.substr(0, merged.size() - suffix.size()) + "." + std::to_string(e) + ".weight";
 }
 
-void add_attention_specs(std::vector<TensorSpec>* s, const std::string& p, const ModelConfig& c, AttentionWeights* a) {
+void add_attention_specs(std::vector<TensorSpec>* s, const std::string& p, const ModelConfig& c, AttentionWeights* a,
+                         bool biases) {
   const int64_t D = c.n_embd, Q = int64_t(c.n_heads) * c.head_dim, KV = int64_t(c.n_kv_heads) * c.head_dim;
   const bool per_head = c.qk_norm == QkNorm::kPerHead, full = c.qk_norm == QkNorm::kFull;
   s->insert(s->end(), {
@@ -25,9 +26,14 @@ void add_attention_specs(std::vector<TensorSpec>* s, const std::string& p, const
       {p + "attn_k.weight", {KV, D}, true, &a->wk},
       {p + "attn_v.weight", {KV, D}, true, &a->wv},
       {p + "attn_output.weight", {D, Q}, true, &a->wo},
-      {p + "attn_q.bias", {Q}, c.qkv_bias, &a->bq},
-      {p + "attn_k.bias", {KV}, c.qkv_bias, &a->bk},
-      {p + "attn_v.bias", {KV}, c.qkv_bias, &a->bv},
+  });
+  if (biases)
+    s->insert(s->end(), {
+        {p + "attn_q.bias", {Q}, c.qkv_bias, &a->bq},
+        {p + "attn_k.bias", {KV}, c.qkv_bias, &a->bk},
+        {p + "attn_v.bias", {KV}, c.qkv_bias, &a->bv},
+    });
+  s->insert(s->end(), {
       {p + "attn_q_norm.weight", {full ? Q : c.head_dim}, per_head || full, &a->q_norm},
       {p + "attn_k_norm.weight", {full ? KV : c.head_dim}, per_head || full, &a->k_norm},
   });

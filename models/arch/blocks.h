@@ -10,9 +10,10 @@
 
 namespace tessera {
 
-// attn_q/k/v/output weights, their biases (required when c.qkv_bias) and the QK-norm weights
-// (per head or over the whole projection, c.qk_norm).
-void add_attention_specs(std::vector<TensorSpec>* s, const std::string& p, const ModelConfig& c, AttentionWeights* a);
+// attn_q/k/v/output weights, their biases (required when c.qkv_bias, optional otherwise; none
+// when |biases| is false) and the QK-norm weights (per head or over the whole projection, c.qk_norm).
+void add_attention_specs(std::vector<TensorSpec>* s, const std::string& p, const ModelConfig& c, AttentionWeights* a,
+                         bool biases = true);
 // ffn_gate, ffn_up [F, D] and ffn_down [D, F].
 void add_glu_specs(std::vector<TensorSpec>* s, const std::string& p, int64_t D, int64_t F, GluFfnWeights* f);
 // The router and routed experts (merged [E, ...] tensors or per-expert ones), and the shared

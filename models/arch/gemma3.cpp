@@ -101,7 +101,7 @@ class Gemma3 final : public Architecture {
       Gemma3Layer& L = w->layers[size_t(l)];
       const std::string p = "blk." + std::to_string(l) + ".";
       s.push_back({p + "attn_norm.weight", {D}, true, &L.attn_norm});
-      add_attention_specs(&s, p, c, &L.attn);  // QK-norm per head (gemma3_config)
+      add_attention_specs(&s, p, c, &L.attn, /*biases=*/false);  // QK-norm per head (gemma3_config)
       s.push_back({p + "post_attention_norm.weight", {D}, true, &L.post_attn_norm});
       s.push_back({p + "ffn_norm.weight", {D}, true, &L.ffn_norm});
       add_glu_specs(&s, p, D, c.n_ff, &L.ffn);
