@@ -83,14 +83,18 @@ uint64_t thread_nivcsw() {
 constexpr uint64_t kActiveMask = 0xffff;
 constexpr uint64_t pack_range(int64_t lo, int64_t hi) { return uint64_t(lo) | uint64_t(hi) << 32; }
 
-// Adaptation. A caller's wait over kStallSeconds for a chunk a worker holds is a stall;
-// kStallsToEvaluate stalls within kWindowOps parallel ops start an evaluation of one thread
-// fewer. An evaluation runs kEvalOps ops, and the other width must be kEvalMargin faster to be
-// taken. Holds before the next evaluation start at kMinHold and double up to kMaxHold while
-// evaluations keep the width.
+// Adaptation. A caller's wait over kStallSeconds (and over its own share) for a chunk a worker
+// holds is a stall; kStallsToEvaluate stalls within kWindowOps parallel ops start an evaluation
+// of one thread fewer. An evaluation alternates kEvalPhases phases of kPhaseSeconds, each at one
+// width: long against a scheduler's time slice (a few ms), so preemptions land in both, and
+// whole phases, so a worker that is not needed parks instead of competing for a core with the
+// narrower width's ops. The other width must be kEvalMargin faster to be taken. Holds before
+// the next evaluation start at kMinHold and double up to kMaxHold while evaluations keep the
+// width.
 constexpr double kStallSeconds = 100e-6;
 constexpr int kWindowOps = 256, kStallsToEvaluate = 2;
-constexpr int kEvalOps = 384;
+constexpr int kEvalPhases = 8;
+constexpr double kPhaseSeconds = 8e-3;
 constexpr double kEvalMargin = 0.03;
 constexpr double kMinHold = 0.05, kMaxHold = 1.0;
 
@@ -239,10 +243,18 @@ int ThreadPool::op_width(Mode mode, int64_t n, int64_t grain, int* arm) {
   }
   int w = L.width;
   if (L.evaluating) {
+    const Clock::time_point now = Clock::now();
+    if (now >= L.phase_end) {
+      if (++L.phase >= kEvalPhases) {
+        end_evaluation(L);
+        return op_width(mode, n, grain, arm);
+      }
+      L.phase_end = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kPhaseSeconds));
+    }
     const uint64_t key = op_key(int(mode), n, grain);
     OpStat& st = L.stats[key % kOpStats];
     if (st.key != key) st = OpStat{key, {0, 0}, {0, 0}};
-    *arm = st.count[1] < st.count[0] ? 1 : 0;
+    *arm = L.phase % 2 == 0 ? 1 : 0;  // the other width first
     if (*arm == 1) w = L.other;
   }
   if (L.min_width == 0 || w < L.min_width) L.min_width = w;
@@ -254,7 +266,8 @@ int ThreadPool::op_width(Mode mode, int64_t n, int64_t grain, int* arm) {
 void ThreadPool::start_evaluation(LaneState& L, int other) {
   L.evaluating = true;
   L.other = other;
-  L.eval_ops = 0;
+  L.phase = 0;
+  L.phase_end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kPhaseSeconds));
   if (!L.stats) L.stats = std::make_unique<OpStat[]>(kOpStats);
   for (int i = 0; i < kOpStats; ++i) L.stats[i] = OpStat{};
 }
@@ -263,9 +276,9 @@ void ThreadPool::finish_op(Mode mode, int64_t n, int64_t grain, int arm, double 
   LaneState& L = lanes_[lane_];
   if (arm < 0 || !L.evaluating) return;
   OpStat& st = L.stats[op_key(int(mode), n, grain) % kOpStats];
+  if (st.key != op_key(int(mode), n, grain)) return;  // evicted by another shape meanwhile
   st.seconds[arm] += seconds;
   st.count[arm] += 1;
-  if (++L.eval_ops >= kEvalOps) end_evaluation(L);
 }
 
 // Compares the two widths over the op shapes sampled at both, each weighted by how often it ran:
@@ -380,6 +393,7 @@ void ThreadPool::run(Slot& s, int64_t chunks) {
     }
   }
   uint64_t steals = 0;
+  const Clock::time_point t0 = Clock::now();
   const int64_t ran = run_claims(s, 0, &steals);
   if (ran) s.done.fetch_add(ran, std::memory_order_seq_cst);
   const auto done = [&] { return s.done.load(std::memory_order_seq_cst) >= chunks; };
@@ -393,7 +407,11 @@ void ThreadPool::run(Slot& s, int64_t chunks) {
       cv_done_.wait(lock, done);
       caller_parked_.store(false, std::memory_order_relaxed);
     }
-    note_wait(seconds_between(t1, Clock::now()) > kStallSeconds);
+    // A stall: a wait longer than kStallSeconds and than the caller's own share of the op. A
+    // quiet machine's tail is at most about one chunk, shorter than the several the caller ran
+    // (big prefill chunks wait > 100 us for the last one without anything wrong).
+    const double wait = seconds_between(t1, Clock::now());
+    note_wait(wait > kStallSeconds && wait > seconds_between(t0, t1));
   }
   if (steals) caller_steals_.store(caller_steals_.load(std::memory_order_relaxed) + steals, std::memory_order_relaxed);
 }

@@ -16,7 +16,8 @@
 // batch: prefill) each have a cap (--threads, --threads-batch). With adaptation on (the default;
 // TESSERA_CPU_ADAPT=0 turns it off), stalls (the caller waiting on a chunk a descheduled worker
 // holds: another program wants the cores) start an evaluation: the lane's next ops alternate,
-// per op shape, between its width and one thread fewer, and the faster is kept. A narrowed lane
+// in phases of a few time slices, between its width and one thread fewer, and the faster (per op
+// shape, weighted by how often each ran) is kept. A narrowed lane
 // evaluates one thread more after a hold (doubling while the narrower width keeps winning), so
 // it returns to its cap once the machine is quiet. On a quiet machine nothing is evaluated.
 #pragma once
@@ -134,7 +135,8 @@ class ThreadPool {
     std::atomic<uint64_t> late{0}, steals{0}, nivcsw{0};
   };
   // The adaptive width of one lane (caller's thread only). An evaluation runs the lane's ops at
-  // two widths, alternating per op shape (OpStat: mode, n, grain), and keeps the faster.
+  // two widths in alternating phases, sums their times per op shape (OpStat: mode, n, grain),
+  // and keeps the faster.
   struct OpStat {
     uint64_t key = 0;
     double seconds[2] = {0, 0};  // summed op times at the current width [0] and the other [1]
@@ -147,7 +149,8 @@ class ThreadPool {
     int window_ops = 0, window_stalls = 0;
     bool evaluating = false;
     int other = 0;       // the width evaluated against |width|
-    int eval_ops = 0;
+    int phase = 0;       // of the evaluation: even phases run |other|, odd ones |width|
+    std::chrono::steady_clock::time_point phase_end{};
     std::unique_ptr<OpStat[]> stats;
     double probe_hold = 0, narrow_hold = 0;  // seconds before the next evaluation up / down
     std::chrono::steady_clock::time_point next_probe{}, next_narrow{};
