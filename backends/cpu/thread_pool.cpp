@@ -88,7 +88,7 @@ constexpr uint64_t pack_range(int64_t lo, int64_t hi) { return uint64_t(lo) | ui
 // of one thread fewer. An evaluation alternates kEvalPhases phases of kPhaseSeconds, each at one
 // width: long against a scheduler's time slice (a few ms), so preemptions land in both, and
 // whole phases, so a worker that is not needed parks instead of competing for a core with the
-// narrower width's ops. The other width must be kEvalMargin faster to be taken. Holds before
+// narrower width's ops. The wider of the two must be kEvalMargin faster to be kept. Holds before
 // the next evaluation start at kMinHold and double up to kMaxHold while evaluations keep the
 // width.
 constexpr double kStallSeconds = 100e-6;
@@ -295,8 +295,12 @@ void ThreadPool::end_evaluation(LaneState& L) {
   L.evaluating = false;
   L.window_ops = L.window_stalls = 0;
   const bool wider = L.other > L.width;
-  // The other width must win by a margin: a tie keeps the width (and the machine's noise).
-  const bool switch_width = at_other > 0 && at_width > 0 && at_other < at_width * (1.0 - kEvalMargin);
+  // Ties go to the narrower width: the wider one must be kEvalMargin faster. Under load the
+  // comparison is noisy, and the narrower width is the one that stays fast when the load grows
+  // (and leaves a core to the other program); on a quiet machine the wider width wins by its
+  // speed-up, far past the margin.
+  const double factor = wider ? 1.0 - kEvalMargin : 1.0 + kEvalMargin;
+  const bool switch_width = at_other > 0 && at_width > 0 && at_other < at_width * factor;
   const Clock::time_point now = Clock::now();
   const auto later = [&](double s) { return now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)); };
   if (wider) {
