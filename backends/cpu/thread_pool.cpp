@@ -97,6 +97,8 @@ constexpr int kEvalPhases = 8;
 constexpr double kPhaseSeconds = 8e-3;
 constexpr double kEvalMargin = 0.03;
 constexpr double kMinHold = 0.05, kMaxHold = 1.0;
+// A narrowed lane's caller preempted more often than this (per second) postpones its probe.
+constexpr double kPreemptionsPerSecond = 50;
 
 // Claims one chunk of |r| (its first, or its last when |back|); -1 once the share is empty.
 int64_t claim(std::atomic<uint64_t>& r, bool back) {
@@ -238,7 +240,21 @@ int ThreadPool::op_width(Mode mode, int64_t n, int64_t grain, int* arm) {
   *arm = -1;
   if (adaptive_ && !L.evaluating && (L.width < L.cap || L.window_stalls >= kStallsToEvaluate)) {
     const Clock::time_point now = Clock::now();
-    if (L.width < L.cap && now >= L.next_probe) start_evaluation(L, L.width + 1);
+    if (L.width < L.cap && now >= L.next_probe) {
+      // While this thread itself keeps being preempted at the narrower width, more threads
+      // than cores want to run: a wider width would only add one. Postpone the probe.
+      const uint64_t nivcsw = thread_nivcsw();
+      const double rate = double(nivcsw - std::min(nivcsw, L.nivcsw_mark)) /
+                          std::max(1e-3, seconds_between(L.mark_time, now));
+      L.nivcsw_mark = nivcsw;
+      L.mark_time = now;
+      if (rate > kPreemptionsPerSecond) {
+        L.probe_hold = std::min(kMaxHold, std::max(kMinHold, 2 * L.probe_hold));
+        L.next_probe = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(L.probe_hold));
+      } else {
+        start_evaluation(L, L.width + 1);
+      }
+    }
     else if (L.width > 1 && L.window_stalls >= kStallsToEvaluate && now >= L.next_narrow) start_evaluation(L, L.width - 1);
   }
   int w = L.width;
@@ -315,6 +331,8 @@ void ThreadPool::end_evaluation(LaneState& L) {
   if (switch_width) L.width = L.other;
   L.next_probe = later(L.probe_hold);
   L.next_narrow = later(L.narrow_hold);
+  L.nivcsw_mark = thread_nivcsw();
+  L.mark_time = now;
   // The caller's own involuntary switches, once per evaluation (a system call).
   thread_local uint64_t last = thread_nivcsw();
   const uint64_t n = thread_nivcsw();

@@ -154,6 +154,9 @@ class ThreadPool {
     std::unique_ptr<OpStat[]> stats;
     double probe_hold = 0, narrow_hold = 0;  // seconds before the next evaluation up / down
     std::chrono::steady_clock::time_point next_probe{}, next_narrow{};
+    // The caller's involuntary switches at |mark_time| (what postpones a probe under load).
+    uint64_t nivcsw_mark = 0;
+    std::chrono::steady_clock::time_point mark_time{};
   };
   static constexpr int kSlots = 4;
 
