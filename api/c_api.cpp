@@ -1,6 +1,8 @@
 // The C API (include/tessera/tessera.h): a thin layer over Model and Engine.
 #include "tessera/tessera.h"
 
+#include <algorithm>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -45,6 +47,45 @@ tessera_status tessera_model_load(const char* path, const char* device, tessera_
   if (!m.ok()) return report(m.status());
   *out = new tessera_model{std::move(m).value()};
   return report(tessera::OkStatus());
+}
+
+tessera_model_params tessera_model_default_params(void) {
+  tessera_model_params p{};
+  p.struct_size = sizeof(tessera_model_params);
+  p.device = nullptr;
+  p.n_threads = 0;
+  p.n_threads_batch = 0;
+  return p;
+}
+
+tessera_status tessera_model_load_ex(const char* path, const tessera_model_params* params, tessera_model** out) {
+  if (!path || !out) return invalid("tessera_model_load_ex: path and out must not be NULL");
+  *out = nullptr;
+  tessera_model_params p = tessera_model_default_params();
+  if (params) {
+    if (params->struct_size < sizeof(uint32_t))
+      return invalid("tessera_model_load_ex: params->struct_size must be sizeof(tessera_model_params) (use tessera_model_default_params)");
+    // Only the fields the caller's struct has; the rest keep their defaults.
+    std::memcpy(&p, params, std::min<size_t>(params->struct_size, sizeof(p)));
+    p.struct_size = sizeof(p);
+  }
+  auto dev = tessera::Registry::global().find(p.device ? p.device : "auto");
+  if (!dev.ok()) return report(dev.status());
+  if ((p.n_threads != 0 || p.n_threads_batch != 0) && (*dev)->info().kind == tessera::DeviceKind::kCpu) {
+    auto t = tessera::resolve_cpu_threads({p.n_threads, p.n_threads_batch});
+    if (!t.ok()) return report(tessera::InvalidArgument("tessera_model_load_ex: " + t.status().message()));
+    *dev = tessera::make_cpu_device(*t);
+  }
+  auto m = tessera::Model::load(path, *dev);
+  if (!m.ok()) return report(m.status());
+  *out = new tessera_model{std::move(m).value()};
+  return report(tessera::OkStatus());
+}
+
+int32_t tessera_model_n_threads(const tessera_model* m) {
+  if (!m || !m->model) return 0;
+  const tessera::DeviceInfo& i = m->model->device().info();
+  return i.kind == tessera::DeviceKind::kCpu ? i.threads : 0;
 }
 
 tessera_status tessera_model_load_vocab(const char* path, tessera_model** out) {

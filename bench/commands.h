@@ -48,6 +48,22 @@ struct ModelBenchArgs {
 };
 int run_model_bench(const ModelBenchArgs& a);
 
+// `tessera-bench contention`: batch-1 prefill and decode tokens/s beside 0, 1, 2 busy processes
+// the bench starts and stops itself, for the default settings and each fixed thread count, and
+// llama.cpp (llama-bench) when the peer is built. See bench/contention_bench.cpp.
+struct ContentionBenchArgs {
+  std::string model;
+  std::vector<int> threads = {1, 2};  // fixed counts (TESSERA_CPU_ADAPT=0)
+  std::vector<int> busy = {0, 1, 2};  // busy background processes
+  int prompt = 128;
+  int decode = 64;
+  int repeats = 3;
+  int max_seconds = 900;  // a busy process ends by itself after this long
+  std::string peer;       // llama-bench binary (default: found under ~/.cache/tessera-peer)
+  bool no_peer = false;
+};
+int run_contention_bench(const ContentionBenchArgs& a);
+
 // `tessera-bench serve`: drives a `tessera serve` (its own child from --model, or --url) over
 // loopback with streamed completions. See docs/serving.md.
 struct ServeBenchArgs {

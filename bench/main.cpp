@@ -55,6 +55,19 @@ int main(int argc, char** argv) {
                 "run the CPU kernels on this SIMD target (avx2, avx3, avx3_dl, scalar) instead of the best one, "
                 "to measure another machine's path");
 
+  ContentionBenchArgs cb;
+  auto* cn = app.add_subcommand("contention", "batch-1 prefill/decode tok/s beside 0, 1, 2 busy processes (started and "
+                                "stopped by the bench): default vs fixed thread counts vs llama.cpp");
+  cn->add_option("MODEL", cb.model, "a GGUF file")->required();
+  cn->add_option("--threads", cb.threads, "fixed thread counts to compare (repeatable)")->capture_default_str();
+  cn->add_option("--busy", cb.busy, "busy background processes (repeatable)")->capture_default_str();
+  cn->add_option("--prompt", cb.prompt, "prompt tokens")->capture_default_str();
+  cn->add_option("--decode", cb.decode, "generated tokens")->capture_default_str();
+  cn->add_option("--repeats", cb.repeats, "runs per figure (median), configurations alternating")->capture_default_str();
+  cn->add_option("--max-seconds", cb.max_seconds, "a busy process ends by itself after this long")->capture_default_str();
+  cn->add_option("--peer", cb.peer, "llama-bench binary (default: the one under ~/.cache/tessera-peer, if built)");
+  cn->add_flag("--no-peer", cb.no_peer, "skip llama.cpp");
+
 #ifdef TESSERA_BENCH_HAVE_SERVE
   ServeBenchArgs sb;
   auto* s = app.add_subcommand("serve", "streamed requests against tessera serve at several concurrencies; scenarios");
@@ -107,6 +120,7 @@ int main(int argc, char** argv) {
   if (s->parsed()) return run_serve_bench(sb);
 #endif
   if (m->parsed()) return run_model_bench(mb);
+  if (cn->parsed()) return run_contention_bench(cb);
   if (e->parsed()) return run_moe_bench(moe);
   if (t->parsed()) return run_attention_bench(at);
   if (r->parsed()) return run_roofline(roof);

@@ -51,4 +51,23 @@ std::vector<std::string> backends_not_built();
 // without including the CPU backend's headers (defined in backends/cpu/probe.cpp).
 DevicePtr make_cpu_device(int threads);
 
+// The thread counts of a CPU device (CLI --threads/--threads-batch, the C API's n_threads).
+// 0: the default (TESSERA_THREADS if set, else the physical cores this process may run on).
+struct CpuThreadOptions {
+  int threads = 0;        // single-row graphs (decode)
+  int threads_batch = 0;  // graphs of more rows (prefill, batches); 0: as |threads|
+};
+// Checks |o| and fills in the defaults. A negative count is InvalidArgument naming it; a count
+// above the logical CPUs this process may run on (more threads than CPUs never helps) is clamped
+// to them, and |note| (when given) says so.
+Result<CpuThreadOptions> resolve_cpu_threads(CpuThreadOptions o, std::string* note = nullptr);
+// A new CPU device with resolved |o|.
+DevicePtr make_cpu_device(const CpuThreadOptions& o);
+// For a CPU device: its thread counts and what its pool did under load ("2 threads, adaptive:
+// never shrank ..."); "" for other devices.
+std::string cpu_thread_summary(const Device& d);
+// Where the CPU default comes from: "2 physical cores of 2 CPUs this process may run on; default
+// 2 threads" (and TESSERA_THREADS when set).
+std::string cpu_topology_summary();
+
 }  // namespace tessera

@@ -1,5 +1,7 @@
 #include "backends/cpu/cpu_device.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -35,18 +37,28 @@ size_t meminfo_bytes(const std::string& field) {
   return 0;
 }
 
-// The CPU's executable: the graph as the executor bound it.
+// The CPU's executable: the graph as the executor bound it, and the pool lane it runs on.
 struct CpuExecutable final : Executable {
-  explicit CpuExecutable(const Graph& g) : graph(g) {}
+  explicit CpuExecutable(const Graph& g) : graph(g) {
+    for (const Node& n : graph.nodes())
+      if (n.op == OpKind::kMatmul && graph.input_tensor(n, in::kMatmulX).rows() > 1) lane = ThreadPool::kBatch;
+  }
   Graph graph;
+  // Single-row graphs (decode) run on the decode lane, the rest (prefill, batches) on the batch lane.
+  ThreadPool::Lane lane = ThreadPool::kDecode;
 };
 }  // namespace
 
-CpuDevice::CpuDevice(int n_threads) : pool_(n_threads) {
+CpuDevice::CpuDevice(int n_threads, int n_threads_batch)
+    : pool_(std::max({1, n_threads, n_threads_batch})),
+      threads_decode_(std::clamp(n_threads, 1, pool_.size())),
+      threads_batch_(n_threads_batch > 0 ? std::min(n_threads_batch, pool_.size()) : threads_decode_) {
+  pool_.set_caps(threads_decode_, threads_batch_);
   info_.id = "cpu";
   info_.kind = DeviceKind::kCpu;
   info_.threads = pool_.size();
-  info_.name = cpu_model_name() + " (" + std::to_string(pool_.size()) + " threads)";
+  info_.name = cpu_model_name() + " (" + std::to_string(threads_decode_) + " threads" +
+               (threads_batch_ != threads_decode_ ? ", " + std::to_string(threads_batch_) + " for prefill" : "") + ")";
   info_.features = cpu_feature_string();
   info_.memory_bytes = meminfo_bytes("MemTotal:");
 }
@@ -116,8 +128,27 @@ bool CpuDevice::supports(OpKind op, DType act, DType weight) const { return kern
 
 Result<ExecutablePtr> CpuDevice::prepare(Graph& graph) { return ExecutablePtr(new CpuExecutable(graph)); }
 
+std::string CpuDevice::thread_summary() const {
+  const ThreadPoolStats s = pool_.stats();
+  char buf[512];
+  std::string out = std::to_string(threads_decode_) + " threads";
+  if (threads_batch_ != threads_decode_) out += " (" + std::to_string(threads_batch_) + " for prefill)";
+  if (!s.adaptive) return out + ", fixed (TESSERA_CPU_ADAPT=0)";
+  if (s.ops == 0) return out + ", adaptive";
+  std::snprintf(buf, sizeof(buf),
+                ", adaptive: %s (%.0f%% of %llu pool calls below the cap; narrowest %d decode, %d prefill); "
+                "%llu stalls, %llu late arrivals, %llu steals, %llu involuntary switches",
+                s.shrinks > 0 ? "shrank under load" : "never shrank",
+                100.0 * double(s.narrow_ops) / double(s.ops), (unsigned long long)s.ops, s.min_width[0], s.min_width[1],
+                (unsigned long long)s.stalls, (unsigned long long)s.late, (unsigned long long)s.steals,
+                (unsigned long long)s.nivcsw);
+  return out + buf;
+}
+
 Result<Event> CpuDevice::submit(Executable& exe) {
-  const Graph& graph = static_cast<CpuExecutable&>(exe).graph;
+  const auto& cpu_exe = static_cast<CpuExecutable&>(exe);
+  const Graph& graph = cpu_exe.graph;
+  pool_.set_lane(cpu_exe.lane);
   begin_graph_run();
   for (const Node& n : graph.nodes()) TS_RETURN_IF_ERROR(run_node(pool_, graph, n));
   return Event{};

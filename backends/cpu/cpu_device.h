@@ -2,6 +2,7 @@
 // dispatch, int8-dot-product quantised GEMV, oneDNN for large f32/bf16 GEMMs.
 #pragma once
 #include <memory>
+#include <string>
 
 #include "backends/cpu/thread_pool.h"
 #include "core/device.h"
@@ -10,7 +11,10 @@ namespace tessera::cpu {
 
 class CpuDevice final : public Device {
  public:
-  explicit CpuDevice(int n_threads);
+  // |n_threads| threads for every graph; with |n_threads_batch| (> 0) the pool has
+  // max(n_threads, n_threads_batch) threads and graphs whose matmuls have more than one row
+  // (prefill, batches) use up to n_threads_batch, single-row graphs (decode) up to n_threads.
+  explicit CpuDevice(int n_threads, int n_threads_batch = 0);
   ~CpuDevice() override;
   const DeviceInfo& info() const override { return info_; }
   // Every MemoryKind is ordinary host memory here.
@@ -35,10 +39,13 @@ class CpuDevice final : public Device {
   Result<Tensor> prepare_weight(const Tensor& w, OpKind use) override;
 
   ThreadPool& pool() { return pool_; }
+  // Thread counts per lane (decode, batch) and what the pool did under load, in one line.
+  std::string thread_summary() const;
 
  private:
   DeviceInfo info_;
   ThreadPool pool_;
+  int threads_decode_, threads_batch_;
 };
 
 // Executes one node on host memory with |pool| (the op-family dispatch, backends/cpu/ops.cpp).

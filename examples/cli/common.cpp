@@ -50,6 +50,32 @@ void add_model_options(CLI::App* cmd, ModelOptions* o) {
   cmd->add_flag("-q,--quiet", o->quiet, "no progress bar");
 }
 
+void add_thread_options(CLI::App* cmd, int* threads, int* threads_batch) {
+  // NOTE: 0 and negatives are refused here (CLI11 names the option and the range); a count
+  // above the CPUs is clamped with a note by find_device.
+  cmd->add_option("-t,--threads", *threads,
+                  "CPU threads for decode (default: TESSERA_THREADS, else the physical cores; under load from other "
+                  "programs the pool uses fewer, TESSERA_CPU_ADAPT=0 keeps them all)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--threads-batch", *threads_batch, "CPU threads for prefill (default: as --threads)")
+      ->check(CLI::Range(1, 1 << 20));
+}
+
+Result<DevicePtr> find_device(const std::string& spec, int threads, int threads_batch, bool quiet) {
+  TS_ASSIGN_OR_RETURN(DevicePtr dev, Registry::global().find(spec));
+  if (threads == 0 && threads_batch == 0) return dev;
+  if (dev->info().kind != DeviceKind::kCpu) {
+    if (!quiet) std::fprintf(stderr, "note: --threads/--threads-batch apply to the CPU device only; %s ignores them\n", dev->info().id.c_str());
+    return dev;
+  }
+  std::string note;
+  TS_ASSIGN_OR_RETURN(CpuThreadOptions t, resolve_cpu_threads({threads, threads_batch}, &note));
+  if (!note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
+  return make_cpu_device(t);
+}
+
+std::string thread_report(const Device& d) { return cpu_thread_summary(d); }
+
 void add_sampling_options(CLI::App* cmd, SamplingParams* p) {
   cmd->add_option("--temp", p->temperature, "temperature (0: greedy)")->capture_default_str();
   cmd->add_option("--top-k", p->top_k, "top-k (0: off)")->capture_default_str();
@@ -89,7 +115,7 @@ LoadOptions load_options(const ModelOptions& o, const LoadOptions& extra) {
 }
 
 std::unique_ptr<Model> load_model(const ModelOptions& o, const LoadOptions& extra) {
-  auto dev = Registry::global().find(o.device);
+  auto dev = find_device(o.device, o.threads, o.threads_batch, o.quiet);
   if (!dev.ok()) { fail(dev.status()); return nullptr; }
   ProgressBar bar{!o.quiet && isatty(2)};
   LoadOptions lo = load_options(o, extra);

@@ -18,10 +18,23 @@ struct ModelOptions {
   std::string act_dtype = "auto";  // activations: auto (the device's preference), f32, f16, bf16
   bool quiet = false;         // no progress bar
   bool swa_full = false;      // sliding-window layers keep every token (no window pool)
+  // CPU threads (add_thread_options): 0 = the default (TESSERA_THREADS, else the physical cores).
+  int threads = 0;            // decode
+  int threads_batch = 0;      // prefill (0: as threads)
 };
 
 // Adds -m/--model, -d/--device, -c/--ctx, --kv-dtype, --act-dtype, --swa-full, -q/--quiet to |cmd|.
 void add_model_options(CLI::App* cmd, ModelOptions* o);
+// Adds -t/--threads and --threads-batch (run, chat, serve, perplexity, embed) binding to
+// |threads| and |threads_batch| (counts >= 1; 0 stays "the default").
+void add_thread_options(CLI::App* cmd, int* threads, int* threads_batch);
+// The device |spec| names; for a CPU device with thread counts given, a new CPU device with them
+// (clamps printed to stderr unless |quiet|). Errors: an unknown device, a bad count.
+Result<DevicePtr> find_device(const std::string& spec, int threads, int threads_batch, bool quiet);
+// One line for --stats and info: the CPU's thread counts and whether its pool shrank under load
+// ("" for other devices).
+std::string thread_report(const Device& d);
+
 // Adds --temp, --top-k, --top-p, --min-p, --repeat-penalty, --seed.
 void add_sampling_options(CLI::App* cmd, SamplingParams* p);
 

@@ -81,6 +81,7 @@ void add_embed_command(CLI::App& app) {
   o->model.kv_dtype = "f32";  // the K/V an encoder reads back within the same step: keep them exact
   auto* cmd = app.add_subcommand("embed", "Print the pooled, normalised embedding of each text (JSON)");
   add_model_options(cmd, &o->model);
+  add_thread_options(cmd, &o->model.threads, &o->model.threads_batch);
   cmd->add_option("texts", o->texts, "texts to embed, one embedding each");
   cmd->add_option("--pooling", o->pooling,
                   "mean, cls or last (default: the model's own; decoders need one)")

@@ -127,6 +127,7 @@ Result<std::string> generate(Model& model, KvCache& kv, const SpecConfig& spec, 
     const double decode_tps = metrics.tpot_ms > 0 ? 1000.0 / metrics.tpot_ms : 0;
     std::fprintf(stderr, "stats: prompt %d tokens, TTFT %.1f ms (%.1f tok/s prefill); %d tokens generated, %.1f ms/token (%.1f tok/s decode)\n",
                  metrics.prompt_tokens, metrics.ttft_ms, prefill_tps, metrics.generated_tokens, metrics.tpot_ms, decode_tps);
+    if (const std::string t = thread_report(model.device()); !t.empty()) std::fprintf(stderr, "stats: cpu %s\n", t.c_str());
     const ExecutorStats es = engine.stats().exec;
     std::fprintf(stderr, "stats: executables built %lld, reused %lld; step graphs built %lld (one per step shape bucket; a steady decode reuses)\n",
                  static_cast<long long>(es.built), static_cast<long long>(es.reused), static_cast<long long>(model.step_graphs_built()));
@@ -216,6 +217,7 @@ void chat_command(const GenerateOptions& o) {
 
 void add_generate_options(CLI::App* cmd, GenerateOptions* o) {
   add_model_options(cmd, &o->model);
+  add_thread_options(cmd, &o->model.threads, &o->model.threads_batch);
   add_sampling_options(cmd, &o->sampling);
   cmd->add_option("-n,--max-tokens", o->max_tokens, "tokens to generate at most")->capture_default_str();
   cmd->add_option("-s,--system", o->system, "system prompt");
@@ -225,7 +227,7 @@ void add_generate_options(CLI::App* cmd, GenerateOptions* o) {
   cmd->add_option("--grammar", o->grammar_file, "structured output: the reply follows the GBNF/EBNF grammar in FILE (rule 'root')")
       ->check(CLI::ExistingFile);
   cmd->add_option("--regex", o->regex, "structured output: the reply matches this regular expression");
-  cmd->add_flag("--stats", o->stats, "print prefill and decode speed (and, for MoE models, the expert load per layer; with "
+  cmd->add_flag("--stats", o->stats, "print prefill and decode speed, the CPU threads used (and, for MoE models, the expert load per layer; with "
                 "--spec, the drafts' acceptance; with a grammar, its mask time) to stderr");
   add_spec_options(cmd, &o->spec);
 }

@@ -27,6 +27,9 @@ void print_devices() {
                   : i.kind == DeviceKind::kReference ? "  (slow; only by name: --device reference)"
                                                          : "");
       if (!i.features.empty()) std::printf("  %-10s features: %s\n", "", i.features.c_str());
+      if (const std::string t = cpu_thread_summary(*e.device); !t.empty())
+        std::printf("  %-10s threads: %s (%s; -t/--threads on run, chat, serve, perplexity, embed)\n", "", t.c_str(),
+                    cpu_topology_summary().c_str());
       if (i.memory_bytes) std::printf("  %-10s memory: %.1f GiB%s\n", "", double(i.memory_bytes) / (1 << 30),
                                       i.emulated ? " (emulated on the CPU; never chosen by default)" : "");
     } else {

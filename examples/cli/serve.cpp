@@ -10,6 +10,7 @@
 #include "core/registry.h"
 #include "core/sched/scheduler.h"
 #include "examples/cli/commands.h"
+#include "examples/cli/common.h"
 #include "examples/cli/spec_options.h"
 #include "server/kv_events.h"
 #include "server/server.h"
@@ -37,6 +38,7 @@ struct ServeCommandOptions {
   server::KvEventsOptions kv_events;  // endpoint "" : off
   SpecOptions spec;
   int load_delay_ms = 0;  // a test hook: stay in the loading state this long after binding
+  int threads = 0, threads_batch = 0;  // CPU threads (0: the default)
 };
 
 void serve_fail(const std::string& message, int code = 1) {
@@ -46,7 +48,7 @@ void serve_fail(const std::string& message, int code = 1) {
 
 void serve_command(const ServeCommandOptions& o) {
   server::SignalWatcher signals;  // before any thread starts, so they all inherit the mask
-  auto dev = Registry::global().find(o.device);
+  auto dev = find_device(o.device, o.threads, o.threads_batch, false);
   if (!dev.ok()) return serve_fail(dev.status().to_string());
   const auto kvt = dtype_from_name(o.kv_dtype);
   if (!kvt) return serve_fail("unknown --kv-dtype '" + o.kv_dtype + "' (f16, bf16, f32, fp8_e4m3 or int8_pc)", 2);
@@ -140,6 +142,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--act-dtype", o->act_dtype, "activation dtype: auto (the device's preference: f32 on cpu and vulkan), f32, f16 or bf16")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "f32", "f16", "bf16"}));
+  add_thread_options(cmd, &o->threads, &o->threads_batch);
   cmd->add_flag("--no-prefix-caching", o->no_prefix_caching,
                 "compute every prompt in full (a reference for the prefix cache's outputs and speed)");
   cmd->add_option("--preemption", o->preemption, "when KV blocks run out: swap (copy to host memory, up to --swap-space; beyond it recompute) or recompute (re-prefill later)")

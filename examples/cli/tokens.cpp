@@ -199,6 +199,7 @@ void add_token_commands(CLI::App& app) {
   auto p = std::make_shared<TokenOptions>();
   auto* pp = app.add_subcommand("perplexity", "Perplexity of a text file (non-overlapping windows, second halves scored)");
   add_model_options(pp, &p->model);
+  add_thread_options(pp, &p->model.threads, &p->model.threads_batch);
   pp->add_option("-f,--file", p->file, "text file")->required();
   pp->add_option("--window", p->ctx, "window size in tokens")->capture_default_str();
   pp->add_option("model", p->model.model, "GGUF model file (same as -m)");

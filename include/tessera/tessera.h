@@ -37,6 +37,28 @@ const char* tessera_version(void);
 /* Loads a GGUF model. |device|: NULL or "auto" for the best device found, else "cpu",
  * "vulkan", "vulkan:1", "cuda:0", ... */
 tessera_status tessera_model_load(const char* path, const char* device, tessera_model** out);
+/* Parameters of tessera_model_load_ex. |struct_size| is sizeof(tessera_model_params) as the
+ * caller was compiled (tessera_model_default_params sets it): fields are only ever added at the
+ * end, and the library reads no field past |struct_size| (those keep their defaults), so a
+ * program built against an older header keeps working. */
+typedef struct tessera_model_params {
+  uint32_t struct_size;
+  const char* device;        /* NULL or "auto": the best found; else "cpu", "vulkan:1", ... */
+  /* CPU threads for decode. 0: the default (TESSERA_THREADS if set, else the physical cores).
+   * Negative: TESSERA_INVALID_ARGUMENT. More than the CPUs this process may run on: clamped to
+   * them. Under load from other programs the CPU uses fewer while that is faster (set
+   * TESSERA_CPU_ADAPT=0 to keep them all). Ignored by GPU devices. The thread count belongs to
+   * the model, not the context: contexts share the model's device and its threads. */
+  int32_t n_threads;
+  int32_t n_threads_batch;   /* CPU threads for prefill; 0: as n_threads */
+} tessera_model_params;
+tessera_model_params tessera_model_default_params(void);
+/* tessera_model_load with parameters (|params| NULL: the defaults). */
+tessera_status tessera_model_load_ex(const char* path, const tessera_model_params* params, tessera_model** out);
+/* The CPU threads |model|'s device runs with (the most any op uses); 0 for a GPU device or a
+ * vocab-only model. */
+int32_t tessera_model_n_threads(const tessera_model* model);
+
 /* Loads only the tokenizer of a .gguf file (a vocab-only GGUF works) or a checkpoint
  * directory: tessera_tokenize and tessera_model_vocab_size work on it, tessera_context_create
  * refuses it, and tessera_model_context_length is 0. */

@@ -62,6 +62,13 @@ using GenerateParams = tessera_generate_params;  // see tessera.h for the fields
 inline ContextParams default_context_params() { return tessera_context_default_params(); }
 inline GenerateParams default_generate_params() { return tessera_generate_default_params(); }
 
+// What Model::load takes beyond the path (tessera_model_params).
+struct ModelParams {
+  std::string device = "auto";
+  int32_t n_threads = 0;        // CPU threads for decode (0: the default)
+  int32_t n_threads_batch = 0;  // CPU threads for prefill (0: as n_threads)
+};
+
 class Model {
  public:
   // Loads a GGUF model on |device| ("auto" for the best found, else "cpu", "vulkan:1", ...).
@@ -69,6 +76,18 @@ class Model {
   static Model load(const std::string& path, const std::string& device = "auto") {
     tessera_model* m = nullptr;
     detail::check(tessera_model_load(path.c_str(), device.c_str(), &m));
+    return Model(m);
+  }
+
+  // Loads with parameters: the device and CPU thread counts (0: the defaults; see
+  // tessera_model_params). Throws Error (TESSERA_INVALID_ARGUMENT for a negative count).
+  static Model load(const std::string& path, const ModelParams& params) {
+    tessera_model_params p = tessera_model_default_params();
+    p.device = params.device.c_str();
+    p.n_threads = params.n_threads;
+    p.n_threads_batch = params.n_threads_batch;
+    tessera_model* m = nullptr;
+    detail::check(tessera_model_load_ex(path.c_str(), &p, &m));
     return Model(m);
   }
 
@@ -96,6 +115,9 @@ class Model {
     ids.resize(n);
     return ids;
   }
+
+  // The CPU threads the model's device runs with (0 on a GPU).
+  int32_t n_threads() const { return tessera_model_n_threads(handle()); }
 
   // The C handle, still owned by this object (for C API calls the wrapper does not cover).
   tessera_model* handle() const { return detail::require(handle_, "tessera::api::Model"); }

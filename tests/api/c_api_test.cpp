@@ -3,6 +3,7 @@
 // the same prompt (raw or through the chat template), in order, with the same text.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,61 @@ TEST(CApiErrors, UnknownDeviceAndNullArgumentsAreErrors) {
   size_t n = 0;
   EXPECT_EQ(tessera_tokenize(nullptr, "x", 1, nullptr, 0, &n), TESSERA_INVALID_ARGUMENT);
   EXPECT_EQ(tessera_generate(nullptr, "x", nullptr, nullptr, nullptr), TESSERA_INVALID_ARGUMENT);
+}
+
+// n_threads: 0 is the default, a count is used (clamped to the CPUs), a negative one is an error
+// naming it, and a caller's older, shorter struct reads as the defaults for the fields it lacks.
+TEST(CApiThreads, ModelParamsSetTheCpuThreads) {
+  std::string error;
+  const std::string path = testing::tiny_model_path(&error);
+  ASSERT_TRUE(error.empty()) << error;
+  tessera_model_params p = tessera_model_default_params();
+  EXPECT_EQ(p.struct_size, sizeof(tessera_model_params));
+  EXPECT_EQ(p.n_threads, 0);
+  p.device = "cpu";
+  p.n_threads = 1;
+  tessera_model* m = nullptr;
+  ASSERT_EQ(tessera_model_load_ex(path.c_str(), &p, &m), TESSERA_OK) << tessera_last_error();
+  EXPECT_EQ(tessera_model_n_threads(m), 1);
+  // Generation on it works like any other.
+  tessera_context* ctx = nullptr;
+  tessera_context_params cp = tessera_context_default_params();
+  cp.kv_tokens = kKvTokens;
+  ASSERT_EQ(tessera_context_create(m, &cp, &ctx), TESSERA_OK) << tessera_last_error();
+  tessera_generate_params gp = tessera_generate_default_params();
+  gp.temperature = 0.0f;
+  gp.max_tokens = 8;
+  gp.use_chat_template = 0;
+  Collected got;
+  ASSERT_EQ(tessera_generate(ctx, "Once upon a time", &gp, collect, &got), TESSERA_OK) << tessera_last_error();
+  EXPECT_FALSE(got.tokens.empty());
+  tessera_context_free(ctx);
+  tessera_model_free(m);
+
+  p.n_threads = 10000;  // clamped to the CPUs this process may run on
+  p.n_threads_batch = 2;
+  ASSERT_EQ(tessera_model_load_ex(path.c_str(), &p, &m), TESSERA_OK) << tessera_last_error();
+  EXPECT_GE(tessera_model_n_threads(m), 1);
+  EXPECT_LT(tessera_model_n_threads(m), 10000);
+  tessera_model_free(m);
+
+  p.n_threads = -3;
+  m = reinterpret_cast<tessera_model*>(&m);  // must be reset to NULL
+  EXPECT_EQ(tessera_model_load_ex(path.c_str(), &p, &m), TESSERA_INVALID_ARGUMENT);
+  EXPECT_EQ(m, nullptr);
+  EXPECT_NE(std::string(tessera_last_error()).find("threads must be at least 1"), std::string::npos) << tessera_last_error();
+
+  // A caller compiled when the struct ended at |device|: the thread counts are not read.
+  tessera_model_params old = tessera_model_default_params();
+  old.struct_size = uint32_t(offsetof(tessera_model_params, n_threads));
+  old.device = "cpu";
+  old.n_threads = -1;  // past the caller's struct_size: ignored
+  ASSERT_EQ(tessera_model_load_ex(path.c_str(), &old, &m), TESSERA_OK) << tessera_last_error();
+  EXPECT_GE(tessera_model_n_threads(m), 1);
+  tessera_model_free(m);
+  old.struct_size = 0;
+  EXPECT_EQ(tessera_model_load_ex(path.c_str(), &old, &m), TESSERA_INVALID_ARGUMENT);
+  EXPECT_EQ(tessera_model_n_threads(nullptr), 0);
 }
 
 TEST_F(CApi, TokenizeSizesThenFills) {

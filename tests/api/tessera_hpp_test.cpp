@@ -149,5 +149,19 @@ TEST_F(TesseraHpp, CallbackExceptionComesBackOutOfGenerate) {
   EXPECT_EQ(ctx.generate("xyz", greedy(16)).tokens, want->tokens);
 }
 
+// ModelParams reach tessera_model_load_ex: a thread count is used, a negative one throws.
+TEST(TesseraHppThreads, ModelParamsSetTheCpuThreads) {
+  std::string error;
+  const std::string path = testing::tiny_model_path(&error);
+  ASSERT_TRUE(error.empty()) << error;
+  api::ModelParams p;
+  p.device = "cpu";
+  p.n_threads = 1;
+  const api::Model m = api::Model::load(path, p);
+  EXPECT_EQ(m.n_threads(), 1);
+  p.n_threads = -1;
+  EXPECT_THROW(api::Model::load(path, p), api::Error);
+}
+
 }  // namespace
 }  // namespace tessera

@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <functional>
+#include <latch>
+#include <numeric>
 #include <random>
 #include <thread>
 #include <utility>
@@ -136,6 +140,177 @@ TEST(ThreadPool, RunsOnEveryThreadRepeatedly) {
     ASSERT_EQ(mask.load(), 15) << "rep " << rep;
     if (rep % 4 == 0) std::this_thread::sleep_for(gap);
   }
+}
+
+// A worker held back before it takes part (a latch in the test hook, standing for one the OS
+// descheduled) does not hold up any op: each completes on the other threads with the serial
+// result. Released, it finds those ops done and takes nothing.
+TEST(ThreadPool, OpsCompleteWithoutAWorkerThatIsHeldBack) {
+  ThreadPool pool(3);
+  std::latch release(1);
+  std::atomic<int> held{0};
+  pool.set_worker_hook_for_testing([&](int index) {
+    if (index == 1 && held.exchange(1) == 0) release.wait();
+  });
+  const int64_t n = 1000;
+  std::vector<int64_t> serial(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) serial[size_t(i)] = i * i % 97;
+  for (int rep = 0; rep < 50; ++rep) {
+    std::vector<int64_t> out(static_cast<size_t>(n), -1);
+    std::atomic<int> by_held{0};
+    const auto body = [&](int64_t b, int64_t e, int t) {
+      if (t == 1) by_held++;
+      for (int64_t i = b; i < e; ++i) out[size_t(i)] = i * i % 97;
+    };
+    switch (rep % 3) {
+      case 0: pool.parallel_for(n, 8, body); break;
+      case 1: pool.parallel_for_dynamic(n, 8, body); break;
+      default: pool.parallel_for_stealing(n, 8, body); break;
+    }
+    ASSERT_EQ(out, serial) << "rep " << rep;
+    EXPECT_EQ(by_held.load(), 0) << "rep " << rep;  // worker 1 is still held
+  }
+  std::vector<std::atomic<int>> parts(3);
+  pool.run_on_all([&](int p) { parts[size_t(p)]++; });
+  for (auto& p : parts) EXPECT_EQ(p.load(), 1);
+  release.count_down();
+  // Released, worker 1 finds its op done; later ops may use it again and still cover the range.
+  for (int rep = 0; rep < 50; ++rep) {
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+    pool.parallel_for_stealing(n, 4, [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i) hits[size_t(i)]++;
+    });
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)].load(), 1) << "rep " << rep << " i " << i;
+  }
+  // Its first try after the release was for an op long done: counted late (it may take a while
+  // to be scheduled on a loaded machine; no timing is asserted).
+  for (int i = 0; i < 10000 && pool.stats().late == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_GE(pool.stats().late, 1u);
+}
+
+// A worker held inside a chunk it claimed holds only that chunk: the other threads run every
+// other chunk (its whole share too, for stealing) while it waits, and the op ends when it lets go.
+TEST(ThreadPool, AWorkerHeldInsideAChunkHoldsOnlyThatChunk) {
+  for (int mode = 0; mode < 2; ++mode) {
+    ThreadPool pool(3);
+    const int64_t n = 300;
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+    std::atomic<int64_t> finished{0};
+    std::atomic<int> holder{-1};
+    const auto body = [&](int64_t b, int64_t e, int t) {
+      int expected = -1;
+      if (t != 0 && holder.compare_exchange_strong(expected, t)) {
+        // The first worker to claim a chunk waits here until every other chunk has run.
+        while (finished.load() < n - (e - b)) std::this_thread::yield();
+      }
+      for (int64_t i = b; i < e; ++i) hits[size_t(i)]++;
+      finished += e - b;
+    };
+    if (mode == 0) pool.parallel_for_dynamic(n, 1, body);
+    else pool.parallel_for_stealing(n, 1, body);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)].load(), 1) << "mode " << mode << " i " << i;
+  }
+}
+
+// Random sizes, chunks, pool sizes and lane caps against a serial reference (fixed seeds).
+TEST(ThreadPool, RandomisedAgainstSerial) {
+  std::mt19937 rng(1234);
+  for (int threads : {1, 2, 3, 5, 8}) {
+    ThreadPool pool(threads);
+    for (int rep = 0; rep < 150; ++rep) {
+      const int caps[2] = {1 + int(rng() % uint32_t(threads)), 1 + int(rng() % uint32_t(threads))};
+      pool.set_caps(caps[0], caps[1]);
+      const int lane = int(rng() % 2);
+      pool.set_lane(lane ? ThreadPool::kBatch : ThreadPool::kDecode);
+      const int cap = caps[lane];
+      const int64_t n = int64_t(rng() % 5000);
+      const int64_t chunk = 1 + int64_t(rng() % 300);
+      const uint64_t salt = rng();
+      std::vector<uint64_t> out(static_cast<size_t>(n), 0), ref(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) ref[size_t(i)] = (uint64_t(i) * 2654435761u) ^ salt;
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      const auto body = [&](int64_t b, int64_t e, int t) {
+        ASSERT_GE(t, 0);
+        ASSERT_LT(t, threads);
+        ASSERT_LE(b, e);
+        for (int64_t i = b; i < e; ++i) {
+          out[size_t(i)] = (uint64_t(i) * 2654435761u) ^ salt;
+          hits[size_t(i)]++;
+        }
+      };
+      const int mode = int(rng() % 3);
+      if (mode == 0) pool.parallel_for(n, chunk, body);
+      else if (mode == 1) pool.parallel_for_dynamic(n, chunk, body);
+      else pool.parallel_for_stealing(n, chunk, body);
+      ASSERT_EQ(out, ref) << "threads " << threads << " rep " << rep << " mode " << mode << " n " << n << " chunk " << chunk;
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)].load(), 1);
+      EXPECT_LE(pool.width(), cap);
+    }
+  }
+}
+
+// A lane capped at one thread runs every op on the caller.
+TEST(ThreadPool, CapOfOneRunsOnTheCaller) {
+  ThreadPool pool(4);
+  pool.set_caps(1, 4);
+  pool.set_lane(ThreadPool::kDecode);
+  const auto caller = std::this_thread::get_id();
+  pool.parallel_for_dynamic(1000, 1, [&](int64_t, int64_t, int t) {
+    EXPECT_EQ(t, 0);
+    EXPECT_EQ(std::this_thread::get_id(), caller);
+  });
+  pool.set_lane(ThreadPool::kBatch);
+  std::atomic<int> mask{0};
+  for (int rep = 0; rep < 20; ++rep) pool.run_on_all([&](int p) { mask |= 1 << p; });
+  EXPECT_EQ(mask.load(), 15);
+  const ThreadPoolStats s = pool.stats();
+  EXPECT_EQ(s.cap[0], 1);
+  EXPECT_EQ(s.cap[1], 4);
+}
+
+// Workers that stall ops (they sleep inside some chunks, as a descheduled thread would) make the
+// pool evaluate narrower widths and switch between them; every op still covers its range once.
+// No timing is asserted: which width wins is the machine's business.
+TEST(ThreadPool, AdaptationKeepsEveryOpExact) {
+  ThreadPool pool(3);
+  pool.set_adaptive(true);
+  std::mt19937 rng(99);
+  for (int rep = 0; rep < 1500; ++rep) {
+    const int64_t n = 64 + int64_t(rng() % 200);
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+    const bool slow = rep % 3 == 0;
+    const auto body = [&](int64_t b, int64_t e, int t) {
+      if (slow && t != 0 && b == 0) std::this_thread::sleep_for(std::chrono::microseconds(300));
+      for (int64_t i = b; i < e; ++i) hits[size_t(i)]++;
+    };
+    switch (rep % 4) {
+      case 0: pool.parallel_for(n, 4, body); break;
+      case 1: pool.parallel_for_dynamic(n, 4, body); break;
+      case 2: pool.parallel_for_stealing(n, 4, body); break;
+      default: {
+        std::atomic<int64_t> next{0};
+        pool.run_on_all([&](int) {
+          for (int64_t i; (i = next.fetch_add(1)) < n;) body(i, i + 1, 0);
+        });
+      }
+    }
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)].load(), 1) << "rep " << rep << " i " << i;
+    ASSERT_GE(pool.width(), 1);
+    ASSERT_LE(pool.width(), 3);
+  }
+  EXPECT_GT(pool.stats().ops, 0u);
+}
+
+// Default thread counts: physical cores never exceed logical CPUs; TESSERA_THREADS overrides.
+TEST(ThreadPool, DefaultThreadCount) {
+  EXPECT_GE(physical_core_count(), 1);
+  EXPECT_LE(physical_core_count(), available_cpu_count());
+  ::setenv("TESSERA_THREADS", "3", 1);
+  EXPECT_EQ(default_thread_count(), std::min(3, 4 * available_cpu_count()));
+  ::setenv("TESSERA_THREADS", "0", 1);  // not a count: the default
+  EXPECT_EQ(default_thread_count(), physical_core_count());
+  ::unsetenv("TESSERA_THREADS");
+  EXPECT_EQ(default_thread_count(), physical_core_count());
 }
 
 }  // namespace
