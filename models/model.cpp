@@ -126,8 +126,12 @@ Status Model::finish_load(const std::string& path, const TensorGetter& get, cons
   // seq_lens [S]; block tables [S, max blocks of a full context, rounded up to its bucket].
   const int64_t T = opts.max_batch_tokens, S = opts.max_seqs;
   const int64_t max_blocks = bucket_up(int32_t(std::min<int64_t>((int64_t(cfg_.n_ctx_train) + 15) / 16 + 1, 1 << 30)));
-  // The window layers' slots and tables (hybrid memory) take at most as much again as the others.
-  step_capacity_ = size_t(4 * (5 * T + (S + 1) + S + 2 * S * max_blocks) + 9 * 256);
+  // A model with sliding-window layers may keep them in a pool of their own (create_kv_cache):
+  // their slots and tables then take as much again as the others.
+  bool windows = false;
+  for (const LayerMemory& m : memory_layout()) windows = windows || m.kind == LayerMemoryKind::kSlidingWindow;
+  const int64_t groups = windows ? 2 : 1;
+  step_capacity_ = size_t(4 * ((3 + groups) * T + (S + 1) + S + groups * S * max_blocks) + (7 + 2 * groups) * 256);
   TS_ASSIGN_OR_RETURN(step_buffer_, device_->alloc(step_capacity_));
   return OkStatus();
 }
