@@ -30,13 +30,17 @@ BIN = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("TESSERA_BIN", "build
 HOST = "127.0.0.1"
 TMP = tempfile.mkdtemp(prefix="tessera_server_test_")
 MODEL = os.path.join(TMP, "tiny.gguf")
+# The same tiny model with room for 8192 tokens: the disconnect tests need choices that outlast the
+# 100 ms between the server's checks of a silent connection (256 tokens of the tiny model decode in
+# ~15 ms on a fast CPU, so most of 16 choices could finish before the disconnect is seen).
+LONG_MODEL = os.path.join(TMP, "tiny_long.gguf")
 
 
 class Server:
     """A `tessera serve` process on a free loopback port."""
 
-    def __init__(self, *extra):
-        self.proc = subprocess.Popen([os.path.join(BIN, "tessera"), "serve", "-m", MODEL, "-d", "cpu", "--host", HOST,
+    def __init__(self, *extra, model=MODEL):
+        self.proc = subprocess.Popen([os.path.join(BIN, "tessera"), "serve", "-m", model, "-d", "cpu", "--host", HOST,
                                       "--port", "0", "--model-name", "tiny", *extra],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
@@ -81,6 +85,8 @@ class Server:
 def setUpModule():
     subprocess.run([os.path.join(BIN, "make_tiny_model"), "--arch", "llama", "--dtype", "q8_0", "--out", MODEL],
                    check=True, capture_output=True)
+    subprocess.run([os.path.join(BIN, "make_tiny_model"), "--arch", "llama", "--dtype", "q8_0", "--ctx", "8192",
+                    "--out", LONG_MODEL], check=True, capture_output=True)
 
 
 class Api(unittest.TestCase):
@@ -221,7 +227,7 @@ for chunk in c.completions.create(model="tiny", prompt="a long story", max_token
 
 class Lifecycle(unittest.TestCase):
     def test_a_client_killed_mid_stream_frees_its_blocks(self):
-        server = Server("-c", "4096")
+        server = Server("-c", "4096", model=LONG_MODEL)
         try:
             self.assertEqual(server.metric("tessera_kv_blocks_used"), 0)
             client = subprocess.Popen([sys.executable, "-c", KILLED_CLIENT, f"http://{HOST}:{server.port}/v1"],
@@ -252,12 +258,12 @@ class Lifecycle(unittest.TestCase):
             server.stop()
 
     def test_a_non_streaming_client_that_disconnects_cancels_and_frees_its_blocks(self):
-        # One sequence per step, so 16 choices x 2000 tokens take seconds: still running when the
+        # One sequence per step, so 16 choices x 4000 tokens take seconds: still running when the
         # client goes away.
-        server = Server("-c", "4096", "--max-seqs", "1")
+        server = Server("-c", "8192", "--max-seqs", "1", model=LONG_MODEL)
         try:
             self.assertEqual(server.metric("tessera_kv_blocks_used"), 0)
-            body = json.dumps({"model": "tiny", "prompt": "a long story", "max_tokens": 2000, "n": 16,
+            body = json.dumps({"model": "tiny", "prompt": "a long story", "max_tokens": 4000, "n": 16,
                                "ignore_eos": True}).encode()
             sock = socket.create_connection((HOST, server.port))
             sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
