@@ -49,23 +49,19 @@ Status Model::upload_step(const StepPlan& p, const std::vector<int32_t>& rows, S
   // The block-table width is padded to its bucket (core/exec/bucket.h), so a decode's graph, and
   // the executable recorded for it, change only at bucket edges rather than every block_size
   // tokens. Attention reads a row only up to its sequence's length; the padding is never read.
-  const int32_t width = bucket_up(p.max_blocks);
-  if (width == p.max_blocks) {
-    TS_RETURN_IF_ERROR(put(&t->block_tables, {S, width}, p.block_tables));
-  } else {
+  auto put_tables = [&](Tensor* dst, const std::vector<int32_t>& tables, int32_t max_blocks) -> Status {
+    const int32_t width = bucket_up(max_blocks);
+    if (width == max_blocks) return put(dst, {S, width}, tables);
     padded_tables_.assign(size_t(S) * size_t(width), 0);
     for (int64_t s = 0; s < S; ++s)
-      std::copy_n(p.block_tables.begin() + s * p.max_blocks, p.max_blocks, padded_tables_.begin() + s * width);
-    TS_RETURN_IF_ERROR(put(&t->block_tables, {S, width}, padded_tables_));
-  }
+      std::copy_n(tables.begin() + s * max_blocks, max_blocks, padded_tables_.begin() + s * width);
+    return put(dst, {S, width}, padded_tables_);
+  };
+  TS_RETURN_IF_ERROR(put_tables(&t->block_tables, p.block_tables, p.max_blocks));
   if (p.window_max_blocks > 0) {
     // The sliding-window layers' slots and tables (hybrid memory), padded as the others.
     TS_RETURN_IF_ERROR(put(&t->window_slot_mapping, {T}, p.window_slot_mapping));
-    const int32_t ww = bucket_up(p.window_max_blocks);
-    padded_tables_.assign(size_t(S) * size_t(ww), 0);
-    for (int64_t s = 0; s < S; ++s)
-      std::copy_n(p.window_block_tables.begin() + s * p.window_max_blocks, p.window_max_blocks, padded_tables_.begin() + s * ww);
-    TS_RETURN_IF_ERROR(put(&t->window_block_tables, {S, ww}, padded_tables_));
+    TS_RETURN_IF_ERROR(put_tables(&t->window_block_tables, p.window_block_tables, p.window_max_blocks));
   } else {
     t->window_slot_mapping = Tensor{};
     t->window_block_tables = Tensor{};

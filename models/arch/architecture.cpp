@@ -22,11 +22,7 @@ Status Architecture::config_from_hf(const HfConfigInput& in, ModelConfig* c) con
 
 // Our per-layer name (after "blk.N.") -> the HF module path after "model.layers.N.".
 namespace {
-struct NameRow {
-  const char* ours;
-  const char* hf;
-};
-constexpr NameRow kLayerNames[] = {
+constexpr safetensors::HfNameRow kLayerNames[] = {
     {"attn_norm", "input_layernorm"},        {"attn_q", "self_attn.q_proj"},
     {"attn_k", "self_attn.k_proj"},          {"attn_v", "self_attn.v_proj"},
     {"attn_output", "self_attn.o_proj"},     {"attn_q_norm", "self_attn.q_norm"},

@@ -34,15 +34,11 @@ struct BertWeights : ArchWeights {
 };
 
 // Our names (GGUF's, as llama.cpp's converter writes them) -> HF BertModel module paths.
-struct NameRow {
-  const char* ours;
-  const char* hf;
-};
-constexpr NameRow kBertNames[] = {
+constexpr safetensors::HfNameRow kBertNames[] = {
     {"token_embd", "embeddings.word_embeddings"},       {"position_embd", "embeddings.position_embeddings"},
     {"token_types", "embeddings.token_type_embeddings"}, {"token_embd_norm", "embeddings.LayerNorm"},
 };
-constexpr NameRow kBertLayerNames[] = {
+constexpr safetensors::HfNameRow kBertLayerNames[] = {
     {"attn_q", "attention.self.query"},         {"attn_k", "attention.self.key"},
     {"attn_v", "attention.self.value"},         {"attn_output", "attention.output.dense"},
     {"attn_output_norm", "attention.output.LayerNorm"}, {"ffn_up", "intermediate.dense"},

@@ -48,21 +48,16 @@ ValueId GraphContext::attention(const AttentionWeights& a, ValueId h, int layer,
     q = g.rope(q, positions, rope, freq_factors);
     k = g.rope(k, positions, rope, freq_factors);
   }
-  ValueId o = kNoValue;
-  if (kv.in_window(layer)) {
-    if (window_block_tables == kNoValue || ap.sliding_window <= 0 || ap.sliding_window > kv.config().window) {
-      fail(Internal("layer " + std::to_string(layer) + " is in the KV cache's window group (window " +
-                      std::to_string(kv.config().window) + ") but attends with window " + std::to_string(ap.sliding_window) +
-                      (window_block_tables == kNoValue ? " and the step has no window tables" : "")));
-      return kNoValue;
-    }
-    o = g.attention({q, k, v, g.input(kv.k(layer)), g.input(kv.v(layer)), window_slot_mapping, query_start, seq_lens,
-                     window_block_tables},
-                    ap);
-  } else {
-    o = g.attention({q, k, v, g.input(kv.k(layer)), g.input(kv.v(layer)), slot_mapping, query_start, seq_lens, block_tables},
-                    ap);
+  const bool windowed = kv.in_window(layer);
+  if (windowed && (window_block_tables == kNoValue || ap.sliding_window <= 0 || ap.sliding_window > kv.config().window)) {
+    fail(Internal("layer " + std::to_string(layer) + " is in the KV cache's window group (window " +
+                  std::to_string(kv.config().window) + ") but attends with window " + std::to_string(ap.sliding_window) +
+                  (window_block_tables == kNoValue ? " and the step has no window tables" : "")));
+    return kNoValue;
   }
+  ValueId o = g.attention({q, k, v, g.input(kv.k(layer)), g.input(kv.v(layer)), windowed ? window_slot_mapping : slot_mapping,
+                           query_start, seq_lens, windowed ? window_block_tables : block_tables},
+                          ap);
   o = g.reshape(o, {T, int64_t(c.n_heads) * Dh});
   return linear(o, a.wo, out_bias);
 }
