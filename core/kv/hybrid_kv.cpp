@@ -16,8 +16,8 @@ HybridKv::HybridKv(const KvManagerConfig& cfg, BlockPool& pool, BlockPool* windo
   if (window_pool && window > 0) window_.emplace(window_config(cfg, window), *window_pool);
 }
 
-int32_t HybridKv::match_prefix(SeqId id, std::span<const int32_t> tokens) {
-  const int32_t n = full_.match_prefix(id, tokens);
+int32_t HybridKv::match_prefix(SeqId id, std::span<const int32_t> tokens, int32_t max_tokens) {
+  const int32_t n = full_.match_prefix(id, tokens, max_tokens);
   if (!window_) return n;
   const int32_t w = window_->match_prefix(id, tokens, n);
   if (w < n) full_.shorten_match(id, w);

@@ -6,6 +6,7 @@
 // one KvManager; each call goes to every group, and a prefix match is the longest both groups can
 // serve. Host-only, engine thread only (as KvManager).
 #pragma once
+#include <limits>
 #include <optional>
 #include <span>
 
@@ -27,7 +28,8 @@ class HybridKv {
   bool swapped(SeqId id) const { return full_.swapped(id); }
 
   // KvManager's, in every group; the result is the shorter match, to which the longer is cut.
-  int32_t match_prefix(SeqId id, std::span<const int32_t> tokens);
+  int32_t match_prefix(SeqId id, std::span<const int32_t> tokens,
+                       int32_t max_tokens = std::numeric_limits<int32_t>::max());
   // Every group's; false when any pool ran out (blocks taken so far stay, as KvManager's).
   [[nodiscard]] bool allocate(SeqId id, int32_t n_computed, int32_t n_tokens);
   void commit(SeqId id, std::span<const int32_t> tokens, int32_t n_computed);

@@ -27,7 +27,27 @@ Result<std::unique_ptr<KvCache>> KvCache::create(Device& device, const KvCacheCo
   std::unique_ptr<KvCache> kv(new KvCache(device, cfg));
   if (cfg.window > 0)
     for (uint8_t w : cfg.window_layers) kv->n_window_layers_ += w != 0;
+  std::vector<bool> recurrent(size_t(cfg.n_layers), false);
+  for (const RecurrentLayerSpec& r : cfg.recurrent.layers) {
+    if (r.layer < 0 || r.layer >= cfg.n_layers)
+      return InvalidArgument("kv cache: recurrent layer " + std::to_string(r.layer) + " outside [0, " +
+                             std::to_string(cfg.n_layers) + ")");
+    if (cfg.window > 0 && cfg.window_layers[size_t(r.layer)] != 0)
+      return InvalidArgument("kv cache: layer " + std::to_string(r.layer) + " is both recurrent and a window layer");
+    recurrent[size_t(r.layer)] = true;
+  }
+  if (!cfg.recurrent.layers.empty()) {
+    auto pool = RecurrentStatePool::create(device, cfg.recurrent);
+    if (!pool.ok()) return Status(pool.status().code(), "kv cache: " + pool.status().message());
+    kv->states_ = std::move(pool).value();
+  }
   for (int l = 0; l < cfg.n_layers; ++l) {
+    if (recurrent[size_t(l)]) {  // no K/V: an empty tensor keeps the layer's index
+      kv->k_.emplace_back();
+      kv->v_.emplace_back();
+      continue;
+    }
+    ++kv->n_kv_layers_;
     const int64_t blocks = kv->in_window(l) ? cfg.n_window_blocks : cfg.n_blocks;
     for (auto* vec : {&kv->k_, &kv->v_}) {
       Tensor t = Tensor::make(cfg.dtype, {blocks, cfg.block_size, cfg.n_kv_heads, cfg.head_dim});
@@ -86,7 +106,7 @@ Status KvCache::copy_group(std::span<const std::pair<BlockId, BlockId>> pairs, b
     TS_RETURN_IF_ERROR(check_block("copy source", src, n_blocks));
     TS_RETURN_IF_ERROR(check_block("copy destination", dst, n_blocks));
     for (int l = 0; l < cfg_.n_layers; ++l) {
-      if (in_window(l) != window) continue;
+      if (in_window(l) != window || !has_kv(l)) continue;
       for (const Tensor* t : {&k_[size_t(l)], &v_[size_t(l)]})
         regions.push_back({t->buffer.get(), t->offset + size_t(src) * bytes, t->buffer.get(), t->offset + size_t(dst) * bytes, bytes});
     }
@@ -99,7 +119,7 @@ Status KvCache::reserve_swap(int32_t n_slots) {
   swap_.reset();
   swap_slots_ = 0;
   if (n_slots <= 0) return OkStatus();
-  const size_t bytes = size_t(n_slots) * 2 * size_t(cfg_.n_layers) * size_t(block_bytes());
+  const size_t bytes = size_t(n_slots) * 2 * size_t(n_kv_layers_) * size_t(block_bytes());
   auto buf = device_.alloc(bytes, MemoryKind::kHostPinned);
   if (!buf.ok())
     return Status(buf.status().code(), "kv cache: swap space of " + std::to_string(n_slots) + " blocks (" +
@@ -111,9 +131,9 @@ Status KvCache::reserve_swap(int32_t n_slots) {
 
 void KvCache::add_swap_regions(BlockId b, int32_t slot, bool to_host, std::vector<CopyRegion>* out) const {
   const size_t bytes = size_t(block_bytes());
-  size_t host = size_t(slot) * 2 * size_t(cfg_.n_layers) * bytes;
+  size_t host = size_t(slot) * 2 * size_t(n_kv_layers_) * bytes;
   for (int l = 0; l < cfg_.n_layers; ++l) {
-    if (in_window(l)) continue;  // window groups recompute rather than swap (HybridKv)
+    if (in_window(l) || !has_kv(l)) continue;  // window groups recompute rather than swap (HybridKv)
     for (const Tensor* t : {&k_[size_t(l)], &v_[size_t(l)]}) {
       const size_t dev = t->offset + size_t(b) * bytes;
       if (to_host) out->push_back({t->buffer.get(), dev, swap_.get(), host, bytes});

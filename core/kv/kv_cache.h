@@ -4,16 +4,21 @@
 // n_window_blocks blocks of their own, handed out by a second pool (window_pool) whose sequences
 // keep only the blocks their window still covers (core/kv/hybrid_kv.h), so a window layer holds
 // about window + one step's tokens per sequence instead of the whole context.
+// Recurrent layers (hybrid models: Gated DeltaNet, Mamba, short convolutions) keep no K/V here:
+// the config's |recurrent| lists them, and the cache owns a RecurrentStatePool
+// (core/kv/state_pool.h) of fixed-size per-sequence states for them instead.
 // Block copies (copy-on-write of forks, swap-out to host slots, swap-in) are each one batched
 // Device::copy over every layer, queued on the device before the step that needs them: no host
 // round trip, no per-layer calls.
 #pragma once
+#include <memory>
 #include <span>
 #include <utility>
 #include <vector>
 
 #include "core/device.h"
 #include "core/kv/block_pool.h"
+#include "core/kv/state_pool.h"
 
 namespace tessera {
 
@@ -29,6 +34,9 @@ struct KvCacheConfig {
   int window = 0;
   int n_window_blocks = 0;
   std::vector<uint8_t> window_layers;  // [n_layers]; empty: none
+  // Recurrent layers: their per-sequence states (layers empty: none). These layers get no K/V
+  // tensors (k() and v() of them are empty tensors).
+  RecurrentStateConfig recurrent;
 };
 
 class KvCache {
@@ -46,6 +54,12 @@ class KvCache {
   bool has_window() const { return cfg_.window > 0 && n_window_layers_ > 0; }
   bool in_window(int layer) const { return has_window() && cfg_.window_layers[size_t(layer)] != 0; }
   int n_window_layers() const { return n_window_layers_; }
+  // Whether layer |layer| keeps K/V here (false for a recurrent layer).
+  bool has_kv(int layer) const { return k_[size_t(layer)].buffer != nullptr; }
+  int n_kv_layers() const { return n_kv_layers_; }
+  // The recurrent layers' state pool, or nullptr when the model has none.
+  RecurrentStatePool* states() { return states_.get(); }
+  const RecurrentStatePool* states() const { return states_.get(); }
   int64_t bytes() const;
   // Bytes of one block of one layer (K and V together).
   int64_t layer_block_bytes() const { return 2 * block_bytes(); }
@@ -82,6 +96,8 @@ class KvCache {
   BlockPool pool_;
   BlockPool window_pool_;
   int n_window_layers_ = 0;
+  int n_kv_layers_ = 0;
+  std::unique_ptr<RecurrentStatePool> states_;
   int32_t swap_slots_ = 0;
   BufferPtr swap_;  // [swap_slots][layer][k, v][block bytes], MemoryKind::kHostPinned
 };

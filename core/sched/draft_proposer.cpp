@@ -42,6 +42,9 @@ Result<std::unique_ptr<DraftModelProposer>> DraftModelProposer::create(std::shar
   if (kv->has_window())
     return InvalidArgument("draft model: its KV cache keeps sliding-window layers in a pool of their own, which the draft's "
                            "own block bookkeeping does not manage (create it with every layer in one pool)");
+  if (kv->states())
+    return InvalidArgument("draft model: it has recurrent layers, whose state the draft's own bookkeeping does not roll back "
+                           "(use a draft model with attention layers only, or n-gram drafts)");
   if (cfg.max_batch_tokens < 1 || cfg.max_seqs < 1)
     return InvalidArgument("draft model proposer: max_batch_tokens " + std::to_string(cfg.max_batch_tokens) + " and max_seqs " +
                            std::to_string(cfg.max_seqs) + " must be >= 1");

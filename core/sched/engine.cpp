@@ -44,11 +44,16 @@ Engine::Engine(ModelRunner& model, KvCache& kv, TextCodec codec, EngineConfig cf
         }
         if (s.cost_prior.c0_ms <= 0) s.cost_prior = model.cost_prior();
         return s;
-      }(), kv.pool(), kv.window_pool(), kv.has_window() ? kv.config().window : 0) {
+      }(), kv.pool(), kv.window_pool(), kv.has_window() ? kv.config().window : 0, kv.states()) {
   // Swap preemption needs host slots: reserve them in the cache (host-pinned memory, not device).
   // Without them every request is refused, naming why (validate()).
   if (cfg.scheduler.swap && !kv_.has_window() && kv_.swap_slots() < cfg.scheduler.swap_blocks)
     swap_status_ = kv_.reserve_swap(cfg.scheduler.swap_blocks);
+  // A swapped-out sequence's recurrent state waits in a host slot of its own: one per live slot
+  // (more swapped sequences than that recompute instead).
+  if (cfg.scheduler.swap && !kv_.has_window() && kv_.states() && swap_status_.ok() &&
+      kv_.states()->swap_slots() < kv_.states()->config().n_slots)
+    swap_status_ = kv_.states()->reserve_swap(kv_.states()->config().n_slots);
 }
 
 Engine::~Engine() = default;
@@ -163,6 +168,7 @@ Status Engine::step() {
   const auto t0 = Clock::now();
   const double cpu0 = cfg_.cost_cpu_threads > 0 ? process_cpu_ms() : 0.0;
   Status s = swapped;
+  if (s.ok() && scheduler_.states()) s = scheduler_.states()->status();  // the plan's state copies
   if (s.ok()) s = kv_.copy_blocks(plan_.block_copies);
   if (s.ok()) s = kv_.copy_window_blocks(plan_.window_block_copies);
   // The step is queued whole (inputs, compute, the logits' copy to host memory) before the host
@@ -409,7 +415,12 @@ EngineStats Engine::stats() const {
   st.kv = scheduler_.kv().stats();
   st.kv_usage = scheduler_.kv().usage();
   const int n_window_layers = kv_.has_window() ? kv_.n_window_layers() : 0;
-  st.kv_bytes_full = int64_t(st.kv_usage.blocks_used) * (kv_.config().n_layers - n_window_layers) * kv_.layer_block_bytes();
+  st.kv_bytes_full = int64_t(st.kv_usage.blocks_used) * (kv_.n_kv_layers() - n_window_layers) * kv_.layer_block_bytes();
+  if (const StateManager* sm = scheduler_.states()) {
+    st.has_state = true;
+    st.state = sm->stats();
+    st.state_bytes = int64_t(st.state.pool.slots_used) * st.state.pool.bytes_per_slot;
+  }
   if (const KvManager* w = scheduler_.window_kv()) {
     st.window_kv_usage = w->usage();
     st.kv_bytes_window = int64_t(st.window_kv_usage.blocks_used) * n_window_layers * kv_.layer_block_bytes();

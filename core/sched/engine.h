@@ -113,6 +113,11 @@ struct EngineStats {
   int64_t kv_bytes_full = 0;
   int64_t kv_bytes_window = 0;
   int32_t kv_window = 0;  // keys a window layer's query sees (0: no window group)
+  // Recurrent layers (has_state): their state pool's and manager's counters, and the bytes of
+  // state that running sequences hold (live slots x one slot of every recurrent layer).
+  bool has_state = false;
+  StateManagerStats state;
+  int64_t state_bytes = 0;
   // The most blocks sequences held at once in each pool (after a step's allocation).
   int32_t kv_blocks_peak = 0;
   int32_t kv_window_blocks_peak = 0;

@@ -1,6 +1,7 @@
 #include "core/sched/scheduler.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace tessera {
 
@@ -30,8 +31,17 @@ bool before(const Sequence& a, const Sequence& b) {
 }
 }  // namespace
 
-Scheduler::Scheduler(const SchedulerConfig& cfg, BlockPool& pool, BlockPool* window_pool, int32_t window)
-    : cfg_(cfg), kv_(kv_config(cfg), pool, window_pool, window), cost_(cost_config(cfg)) {}
+Scheduler::Scheduler(const SchedulerConfig& cfg, BlockPool& pool, BlockPool* window_pool, int32_t window,
+                     RecurrentStatePool* states)
+    : cfg_(cfg), kv_(kv_config(cfg), pool, window_pool, window), cost_(cost_config(cfg)) {
+  if (states) {
+    StateManagerConfig sc;
+    sc.block_size = cfg.block_size;
+    sc.checkpoint_every = cfg.state_checkpoint_every;
+    sc.prefix_caching = cfg.prefix_caching;
+    states_.emplace(sc, *states);
+  }
+}
 
 void Scheduler::add(std::unique_ptr<Sequence> seq) {
   auto it = std::find_if(waiting_.begin(), waiting_.end(), [&](const auto& w) { return before(*seq, *w); });
@@ -55,6 +65,15 @@ bool Scheduler::fork(RequestId parent, std::unique_ptr<Sequence> child) {
   child->n_computed = p.n_computed;
   child->n_cached = p.n_cached;
   child->admitted = true;
+  if (states_ && !states_->fork(p.id, child->id)) {
+    // No state slot is free: the child waits for one and recomputes its prompt (usually from the
+    // checkpoint at the prompt's last block boundary, through the prefix cache).
+    child->n_computed = 0;
+    child->n_cached = 0;
+    child->admitted = false;
+    add(std::move(child));
+    return true;
+  }
   kv_.fork(p.id, child->id);
   running_.push_back(std::move(child));
   return true;
@@ -75,8 +94,12 @@ void Scheduler::preempt(Sequence& s) {
   // Swap keeps n_computed (its K/V wait in host memory). Recompute drops the cache and keeps the
   // tokens (prompt + generated) to re-prefill; its full blocks stay in the prefix cache, so the
   // re-prefill often finds them again.
-  if (!kv_.swap_out(s.id, s.n_computed)) {
+  // A recurrent state swaps with the blocks, or both are recomputed.
+  if ((!states_ || states_->can_swap_out()) && kv_.swap_out(s.id, s.n_computed)) {
+    if (states_) states_->swap_out(s.id);
+  } else {
     kv_.free(s.id);
+    if (states_) states_->free(s.id);
     s.n_computed = 0;
   }
   s.draft.clear();
@@ -105,9 +128,12 @@ void Scheduler::schedule_running(std::vector<ScheduledSeq>* out, int32_t* budget
     if (n <= 0) continue;
     // A decode's draft rides along when the budget and the pool allow; it never preempts anyone.
     int32_t d = n == 1 && s.n_pending() == 1 ? std::min(int32_t(s.draft.size()), *budget - 1) : 0;
+    // A recurrent state cannot drop rejected tokens: it is snapshotted first (no row: no drafts).
+    if (d > 0 && states_ && !states_->snapshot(s.id)) d = 0;
     bool ok = kv_.allocate(s.id, s.n_computed, s.n_computed + n + d);
     if (!ok && d > 0) {
       d = 0;
+      if (states_) states_->release_snapshot(s.id);
       ok = kv_.allocate(s.id, s.n_computed, s.n_computed + n);
     }
     trim_draft(s, d);
@@ -140,22 +166,25 @@ void Scheduler::admit_waiting(std::vector<ScheduledSeq>* out, int32_t* budget) {
   while (!waiting_.empty() && *budget > 0 && int32_t(out->size()) < cfg_.max_seqs) {
     Sequence& s = *waiting_.front();
     if (cost_.full()) break;  // the step is at its cost limit: no room for another prefill chunk
+    if (states_ && !states_->can_admit()) break;  // every sequence needs a state slot: wait for one
     if (kv_.swapped(s.id)) {  // its blocks come back from host memory
       const int32_t n = chunk_size(s, *budget);
       if (n <= 0 || !kv_.swap_in(s.id, s.n_computed, s.n_computed + n)) break;
+      if (states_) states_->swap_in(s.id);
       running_.push_back(std::move(waiting_.front()));
       waiting_.pop_front();
       take(out, budget, s, n);
       continue;
     }
     // An embedding computes every token itself: pooling reads each one's hidden state.
-    s.n_computed = s.embed ? 0 : kv_.match_prefix(s.id, s.tokens);
+    s.n_computed = s.embed ? 0 : match_prefix(s);
     const int32_t n = chunk_size(s, *budget);
     if (n <= 0 || !kv_.allocate(s.id, s.n_computed, s.n_computed + n)) {
       kv_.free(s.id);  // no partial admission: wait for blocks
       s.n_computed = 0;
       break;
     }
+    if (states_) states_->admit(s.id, s.tokens, s.n_computed);
     if (!s.admitted) {
       s.admitted = true;
       s.n_cached = s.n_computed;
@@ -165,6 +194,21 @@ void Scheduler::admit_waiting(std::vector<ScheduledSeq>* out, int32_t* budget) {
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
     take(out, budget, s, n);
+  }
+}
+
+int32_t Scheduler::match_prefix(Sequence& s) {
+  // With recurrent layers the match is the longest prefix whose KV blocks AND whose state are
+  // cached: cut back to the longest checkpoint within the KV match, and match the KV again up to
+  // it (a window group's blocks depend on where the match ends). Each round is shorter.
+  int32_t limit = std::numeric_limits<int32_t>::max();
+  for (;;) {
+    const int32_t m = kv_.match_prefix(s.id, s.tokens, limit);
+    if (!states_) return m;
+    const int32_t b = states_->match(s.tokens, m);
+    if (b == m) return m;
+    kv_.free(s.id);
+    limit = b;
   }
 }
 
@@ -194,6 +238,9 @@ StepShape Scheduler::decodes() const {
 int32_t Scheduler::chunk_size(const Sequence& s, int32_t budget) {
   // An embedding runs whole or waits (bidirectional attention and pooling see every token).
   if (s.embed) return s.n_pending() <= budget ? s.n_pending() : 0;
+  // A recurrent state is checkpointed only where a step ends: a prefill chunk ends at the next
+  // checkpoint boundary.
+  if (states_ && s.n_pending() > 1) budget = std::min(budget, states_->next_boundary(s.n_computed, s.n_prompt) - s.n_computed);
   return cost_.chunk(s.n_computed, std::min(s.n_pending(), budget));
 }
 
@@ -269,6 +316,7 @@ void Scheduler::fill(StepPlan* plan, const std::vector<ScheduledSeq>& scheduled)
     }
     plan->query_start.push_back(plan->query_start.back() + sc.n_new);
     plan->seq_lens.push_back(s.n_computed + sc.n_new);
+    if (states_) plan->state_slots.push_back(states_->slot(s.id));
     for (int32_t b = 0; b < max_blocks; ++b)
       plan->block_tables.push_back(b < int32_t(blocks.size()) ? blocks[size_t(b)] : 0);
     // Entries the window gave back (KvManager::kReleased) go out as block 0, a valid index that
@@ -285,8 +333,11 @@ void Scheduler::fill(StepPlan* plan, const std::vector<ScheduledSeq>& scheduled)
 
 void Scheduler::commit(const std::vector<ScheduledSeq>& scheduled) {
   for (const auto& sc : scheduled) {
-    sc.seq->n_computed += sc.n_new - sc.n_draft;
-    kv_.commit(sc.seq->id, sc.seq->tokens, sc.seq->n_computed);
+    Sequence& s = *sc.seq;
+    s.n_computed += sc.n_new - sc.n_draft;
+    kv_.commit(s.id, s.tokens, s.n_computed);
+    // A drafting sequence's state holds its drafts too: it is settled in accept_draft.
+    if (states_ && sc.n_draft == 0 && !s.embed) states_->computed(s.id, s.tokens, s.n_computed, s.n_prompt);
   }
 }
 
@@ -301,18 +352,40 @@ void Scheduler::accept_draft(RequestId id, int32_t n_accepted) {
   auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& r) { return r->id == id; });
   if (it == running_.end()) return;
   Sequence& s = **it;
+  const bool rejected = n_accepted < int32_t(s.draft.size());
+  if (states_ && states_->has_snapshot(s.id)) {
+    if (rejected) {
+      // The state went through every draft token and cannot drop the rejected ones: it goes back
+      // to its snapshot (before the step) and the sequence computes the step's pending token and
+      // its accepted drafts again, with the token sampled after them (their K/V, already in the
+      // cache, is written again with the same tokens at the same positions).
+      states_->rollback(s.id);
+      s.n_computed -= 1;  // commit() counted the pending token
+      kv_.truncate(s.id, int32_t(s.tokens.size()));
+      s.draft.clear();
+      s.draft_q.clear();
+      return;
+    }
+    states_->release_snapshot(s.id);
+  }
   s.n_computed += n_accepted;
   kv_.commit(s.id, s.tokens, s.n_computed);
   kv_.truncate(s.id, int32_t(s.tokens.size()));
   s.draft.clear();
   s.draft_q.clear();
+  if (states_) states_->computed(s.id, s.tokens, s.n_computed, s.n_prompt);
 }
 
 void Scheduler::finish(RequestId id) {
   for (auto it = running_.begin(); it != running_.end(); ++it)
-    if ((*it)->id == id) { kv_.free(id); running_.erase(it); return; }
+    if ((*it)->id == id) { release(id); running_.erase(it); return; }
   for (auto it = waiting_.begin(); it != waiting_.end(); ++it)
-    if ((*it)->id == id) { kv_.free(id); waiting_.erase(it); return; }
+    if ((*it)->id == id) { release(id); waiting_.erase(it); return; }
+}
+
+void Scheduler::release(RequestId id) {
+  kv_.free(id);
+  if (states_) states_->free(id);
 }
 
 }  // namespace tessera

@@ -11,16 +11,22 @@
 // caching, a sequence entering the running set takes its leading full blocks from the cache when
 // their content hash matches, and computes only the rest (at least its last token, so the step
 // has logits for it). Forks share blocks; the first write into a shared partial block copies it
-// (StepPlan::block_copies).
+// (StepPlan::block_copies). A model with recurrent layers adds a StateManager
+// (core/kv/state_manager.h): a sequence is admitted only with a free state slot, a prefix match
+// is cut back to the longest prefix whose state is checkpointed, prefill chunks end at checkpoint
+// boundaries, a rejected draft rolls the state back and recomputes the accepted tokens, forks copy
+// the state (or the child waits and recomputes), and swap preemption swaps the state too.
 #pragma once
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "core/kv/block_pool.h"
 #include "core/kv/hybrid_kv.h"
+#include "core/kv/state_manager.h"
 #include "core/sched/step_cost.h"
 #include "core/sched/step_cost_policy.h"
 #include "core/sched/step_plan.h"
@@ -59,6 +65,9 @@ struct SchedulerConfig {
   bool prefix_caching = true;
   bool swap = false;          // preempt by swapping to host memory (else recompute)
   int32_t swap_blocks = 0;    // host slots for swapped blocks (KvCache::reserve_swap)
+  // Recurrent layers: tokens between state checkpoints (StateManagerConfig::checkpoint_every);
+  // prefill chunks end at each, and at the prompt's last block boundary.
+  int32_t state_checkpoint_every = 512;
   // Step-cost policy (core/sched/step_cost_policy.h, StepCostPolicyConfig): while decodes run,
   // each step's prefill chunks are the largest whose predicted step time stays within itl_factor
   // x the predicted decode-only step (and within max_step_ms when > 0), at least
@@ -95,7 +104,9 @@ class Scheduler {
  public:
   // |pool| must outlive the scheduler, whose KvManager is its only user. |window_pool| and
   // |window| > 0: the KV cache's sliding-window layers have a pool of their own (HybridKv).
-  Scheduler(const SchedulerConfig& cfg, BlockPool& pool, BlockPool* window_pool = nullptr, int32_t window = 0);
+  // |states| (nullable): the recurrent layers' state pool, which the scheduler's StateManager uses.
+  Scheduler(const SchedulerConfig& cfg, BlockPool& pool, BlockPool* window_pool = nullptr, int32_t window = 0,
+            RecurrentStatePool* states = nullptr);
 
   // Takes ownership; the sequence waits until planned.
   void add(std::unique_ptr<Sequence> seq);
@@ -133,6 +144,8 @@ class Scheduler {
   const KvManager& kv() const { return kv_.full(); }
   // The sliding-window layers' bookkeeping, or nullptr when the cache has no window group.
   const KvManager* window_kv() const { return kv_.window(); }
+  // The recurrent state bookkeeping, or nullptr when the model has no recurrent layers.
+  const StateManager* states() const { return states_ ? &*states_ : nullptr; }
   const StepCostPolicy& cost_policy() const { return cost_; }
   const BlockPool& pool() const { return kv_.full().pool(); }
 
@@ -141,6 +154,8 @@ class Scheduler {
   void admit_waiting(std::vector<ScheduledSeq>* out, int32_t* budget);
   StepShape decodes() const;
   int32_t chunk_size(const Sequence& s, int32_t budget);
+  int32_t match_prefix(Sequence& s);
+  void release(RequestId id);  // frees every kind of memory |id| holds
   void take(std::vector<ScheduledSeq>* out, int32_t* budget, Sequence& s, int32_t n, int32_t n_draft = 0);
   void trim_draft(Sequence& s, int32_t d);
   void preempt(Sequence& s);
@@ -150,6 +165,7 @@ class Scheduler {
 
   SchedulerConfig cfg_;
   HybridKv kv_;
+  std::optional<StateManager> states_;
   StepCostPolicy cost_;
   std::deque<std::unique_ptr<Sequence>> waiting_;   // by (priority, arrival)
   std::vector<std::unique_ptr<Sequence>> running_;  // have blocks

@@ -26,6 +26,10 @@ struct StepPlan {
   std::vector<int32_t> window_slot_mapping;  // [T]
   std::vector<int32_t> window_block_tables;  // [S, window_max_blocks]
   int32_t window_max_blocks = 0;
+  // Recurrent layers (hybrid models; empty without them): each sequence's live slot in the KV
+  // cache's state pool (KvCache::states()), which the step reads and leaves holding the state
+  // after the sequence's last token in the step.
+  std::vector<int32_t> state_slots;  // [S]
   std::vector<int32_t> logit_rows;    // rows of [T] whose logits are needed (in this order)
   // Sequences (indices into seq_lens) whose pooled embedding the step returns instead of logits:
   // embedding requests, each with its whole prompt in this step.

@@ -1,0 +1,180 @@
+#include "core/kv/state_manager.h"
+
+#include <algorithm>
+
+namespace tessera {
+
+StateManager::StateManager(const StateManagerConfig& cfg, RecurrentStatePool& pool) : cfg_(cfg), pool_(pool) {
+  cfg_.block_size = std::max(1, cfg_.block_size);
+  if (cfg_.checkpoint_every > 0)  // round up to whole blocks: a checkpoint's key is a block hash
+    cfg_.checkpoint_every = (cfg_.checkpoint_every + cfg_.block_size - 1) / cfg_.block_size * cfg_.block_size;
+}
+
+void StateManager::check(Status s) {
+  if (!s.ok() && status_.ok()) status_ = std::move(s);
+}
+
+std::vector<BlockHash> StateManager::chain(std::span<const int32_t> tokens, int32_t max_tokens) const {
+  const int32_t bs = cfg_.block_size;
+  const int32_t n = std::min(int32_t(tokens.size()), max_tokens) / bs;
+  std::vector<BlockHash> h;
+  h.reserve(size_t(std::max(0, n)));
+  BlockHash parent = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    parent = hash_block(parent, tokens.subspan(size_t(i) * size_t(bs), size_t(bs)));
+    h.push_back(parent);
+  }
+  return h;
+}
+
+bool StateManager::is_boundary(int32_t n, int32_t n_prompt) const {
+  const int32_t bs = cfg_.block_size;
+  if (n <= 0 || n % bs != 0) return false;
+  if (cfg_.checkpoint_every > 0 && n % cfg_.checkpoint_every == 0) return true;
+  return n == (n_prompt - 1) / bs * bs;
+}
+
+int32_t StateManager::next_boundary(int32_t n_computed, int32_t n_prompt) const {
+  if (!cfg_.prefix_caching) return std::numeric_limits<int32_t>::max();
+  int32_t next = std::numeric_limits<int32_t>::max();
+  if (cfg_.checkpoint_every > 0) next = (n_computed / cfg_.checkpoint_every + 1) * cfg_.checkpoint_every;
+  const int32_t prompt_end = (n_prompt - 1) / cfg_.block_size * cfg_.block_size;
+  if (prompt_end > n_computed) next = std::min(next, prompt_end);
+  return next;
+}
+
+int32_t StateManager::match(std::span<const int32_t> tokens, int32_t max_tokens) const {
+  if (!cfg_.prefix_caching) return 0;
+  const std::vector<BlockHash> h = chain(tokens, max_tokens);
+  for (size_t i = h.size(); i > 0; --i)
+    if (pool_.contains(h[i - 1])) return int32_t(i) * cfg_.block_size;
+  return 0;
+}
+
+void StateManager::admit(SeqId id, std::span<const int32_t> tokens, int32_t n_restored) {
+  const std::optional<StateSlot> slot = pool_.allocate();
+  if (!slot) return check(Internal("recurrent state: admit without a free slot"));
+  slots_[id] = *slot;
+  std::optional<CheckpointId> cp;
+  if (n_restored > 0) cp = pool_.lookup(chain(tokens, n_restored).back());
+  if (cp) {
+    const std::pair<CheckpointId, StateSlot> pair{*cp, *slot};
+    check(pool_.restore({&pair, 1}));
+    stats_.restored_tokens += n_restored;
+  } else {
+    if (n_restored > 0) check(Internal("recurrent state: the checkpoint matched at admission is gone"));
+    check(pool_.zero({&*slot, 1}));
+  }
+}
+
+void StateManager::computed(SeqId id, std::span<const int32_t> tokens, int32_t n_computed, int32_t n_prompt) {
+  if (!cfg_.prefix_caching || !is_boundary(n_computed, n_prompt)) return;
+  auto it = slots_.find(id);
+  if (it == slots_.end()) return;
+  check(pool_.checkpoint(it->second, chain(tokens, n_computed).back()));
+}
+
+bool StateManager::snapshot(SeqId id) {
+  auto it = slots_.find(id);
+  if (it == slots_.end() || snapshots_.count(id)) return false;
+  auto snap = pool_.snapshot({&it->second, 1});
+  if (!snap.ok()) {
+    check(snap.status());
+    return false;
+  }
+  if (!snap->has_value()) return false;
+  snapshots_[id] = (**snap)[0];
+  return true;
+}
+
+bool StateManager::has_snapshot(SeqId id) const { return snapshots_.count(id) != 0; }
+
+void StateManager::release_snapshot(SeqId id) {
+  auto it = snapshots_.find(id);
+  if (it == snapshots_.end()) return;
+  check(pool_.unpin(it->second));  // a snapshot's only pin: its row is released
+  snapshots_.erase(it);
+}
+
+void StateManager::rollback(SeqId id) {
+  auto it = snapshots_.find(id);
+  auto slot = slots_.find(id);
+  if (it == snapshots_.end() || slot == slots_.end()) return;
+  check(pool_.rollback(it->second, slot->second));
+  snapshots_.erase(it);
+  ++stats_.rollbacks;
+}
+
+bool StateManager::fork(SeqId parent, SeqId child) {
+  auto it = slots_.find(parent);
+  if (it == slots_.end()) return false;
+  auto slots = pool_.fork(it->second, 1);
+  if (!slots.ok()) {
+    check(slots.status());
+    return false;
+  }
+  if (!slots->has_value()) {
+    ++stats_.fork_waits;
+    return false;
+  }
+  slots_[child] = (**slots)[0];
+  ++stats_.forks;
+  return true;
+}
+
+bool StateManager::can_swap_out() {
+  host_used_.resize(size_t(pool_.swap_slots()), false);
+  return std::find(host_used_.begin(), host_used_.end(), false) != host_used_.end();
+}
+
+void StateManager::swap_out(SeqId id) {
+  auto it = slots_.find(id);
+  if (it == slots_.end() || !can_swap_out()) return check(Internal("recurrent state: swap_out without a slot or a host slot"));
+  release_snapshot(id);
+  const int32_t host = int32_t(std::find(host_used_.begin(), host_used_.end(), false) - host_used_.begin());
+  const std::pair<StateSlot, int32_t> pair{it->second, host};
+  check(pool_.swap_out({&pair, 1}));
+  check(pool_.free(it->second));
+  slots_.erase(it);
+  host_used_[size_t(host)] = true;
+  host_[id] = host;
+  ++stats_.swapped_out;
+}
+
+void StateManager::swap_in(SeqId id) {
+  auto it = host_.find(id);
+  const std::optional<StateSlot> slot = it == host_.end() ? std::nullopt : pool_.allocate();
+  if (!slot) return check(Internal("recurrent state: swap_in without a swapped state or a free slot"));
+  const std::pair<int32_t, StateSlot> pair{it->second, *slot};
+  check(pool_.swap_in({&pair, 1}));
+  host_used_[size_t(it->second)] = false;
+  host_.erase(it);
+  slots_[id] = *slot;
+  ++stats_.swapped_in;
+}
+
+void StateManager::free(SeqId id) {
+  release_snapshot(id);
+  if (auto it = slots_.find(id); it != slots_.end()) {
+    check(pool_.free(it->second));
+    slots_.erase(it);
+  }
+  if (auto it = host_.find(id); it != host_.end()) {
+    host_used_[size_t(it->second)] = false;
+    host_.erase(it);
+  }
+}
+
+StateSlot StateManager::slot(SeqId id) const {
+  auto it = slots_.find(id);
+  return it == slots_.end() ? -1 : it->second;
+}
+
+StateManagerStats StateManager::stats() const {
+  StateManagerStats s = stats_;
+  s.pool = pool_.stats();
+  s.swapped = int32_t(host_.size());
+  return s;
+}
+
+}  // namespace tessera
