@@ -96,6 +96,23 @@ std::string prometheus(ServerContext& ctx) {
          s.window_kv_usage.blocks_total);
   metric("tessera_kv_full_bytes", "gauge", "K/V bytes held by sequences in full-attention layers.", double(s.kv_bytes_full));
   metric("tessera_kv_window_bytes", "gauge", "K/V bytes held by sequences in sliding-window layers.", double(s.kv_bytes_window));
+  // Recurrent layers (hybrid models; all 0 without them): fixed-size state slots and checkpoints.
+  const StateManagerStats& st = s.state;
+  metric("tessera_state_slots_used", "gauge", "Recurrent state slots held by running sequences.", st.pool.slots_used);
+  metric("tessera_state_slots_total", "gauge", "Recurrent state slots (the most sequences running at once; 0: none).",
+         st.pool.slots_total);
+  metric("tessera_state_bytes", "gauge", "Recurrent state bytes held by running sequences.", double(s.state_bytes));
+  metric("tessera_state_checkpoints_held", "gauge", "Checkpoint rows holding a state (prefix cache and draft snapshots).",
+         st.pool.checkpoints_held);
+  metric("tessera_state_checkpoints_total", "gauge", "Checkpoint rows.", st.pool.checkpoints_total);
+  metric("tessera_state_checkpoint_hits_total", "counter", "Admissions that restored a checkpointed state.", double(st.pool.hits));
+  metric("tessera_state_restored_tokens_total", "counter", "Prompt tokens whose state came from a checkpoint.",
+         double(st.restored_tokens));
+  metric("tessera_state_checkpoint_evictions_total", "counter", "Checkpoints dropped for room.", double(st.pool.evictions));
+  metric("tessera_state_rollbacks_total", "counter", "Speculative steps whose state went back to its snapshot.",
+         double(st.rollbacks));
+  metric("tessera_state_swapped_out_total", "counter", "Recurrent states copied to host memory (swap preemption).",
+         double(st.swapped_out));
   metric("tessera_preemptions_total", "counter", "Sequences preempted for KV space.", double(s.sched.preemptions));
   metric("tessera_swap_out_total", "counter", "Preemptions that swapped KV blocks to host memory.", double(s.kv.swap_outs));
   metric("tessera_swap_in_total", "counter", "Swapped sequences brought back.", double(s.kv.swap_ins));
