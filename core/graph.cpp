@@ -23,6 +23,8 @@ const char* op_name(OpKind op) {
     case OpKind::kView: return "view";
     case OpKind::kLayerNorm: return "layer_norm";
     case OpKind::kGelu: return "gelu";
+    case OpKind::kSsmConv: return "ssm_conv";
+    case OpKind::kGatedDeltaNet: return "gated_delta_net";
     case OpKind::kCount: break;
   }
   return "unknown";
@@ -400,6 +402,72 @@ void Graph::mark_output(ValueId v) {
   if (values_[size_t(v)].kind == Value::Kind::kView) values_[size_t(values_[size_t(v)].view_base)].is_output = true;
 }
 
+ValueId Graph::ssm_conv(const SsmConvInputs& in, const SsmConvParams& p) {
+  const OpKind op = OpKind::kSsmConv;
+  const ValueId ids[] = {in.x, in.w, in.state, in.query_start, in.state_slots};
+  if (!status_.ok()) return kNoValue;
+  for (ValueId v : ids)
+    if (!check(valid(v), op, "invalid value id")) return kNoValue;
+  const Tensor& x = tensor(in.x);
+  const Tensor& w = tensor(in.w);
+  const Tensor& st = tensor(in.state);
+  const Tensor& qs = tensor(in.query_start);
+  const Tensor& slots = tensor(in.state_slots);
+  if (!check(x.rank == 2 && is_act(x.dtype), op, "x must be [T, C] in a float dtype, got " + desc(x)) ||
+      !check(w.rank == 2 && w.dtype == DType::kF32 && w.shape[0] == x.shape[1] && w.shape[1] >= 2, op,
+             "w must be [C, K] f32 with K >= 2 and C = " + std::to_string(x.shape[1]) + ", got " + desc(w)) ||
+      !check(st.rank == 3 && st.dtype == DType::kF32 && st.shape[1] == w.shape[1] - 1 && st.shape[2] == x.shape[1], op,
+             "state must be [slots, K-1, C] f32 matching w " + desc(w) + ", got " + desc(st)) ||
+      !check(qs.dtype == DType::kI32 && slots.dtype == DType::kI32 && qs.rank == 1 && slots.rank == 1 &&
+                 qs.shape[0] == slots.shape[0] + 1,
+             op, "query_start must be [S+1] and state_slots [S], both i32, got " + desc(qs) + " and " + desc(slots)))
+    return kNoValue;
+  return add_node(op, {ids, ids + 5}, Tensor::make(x.dtype, x.rank, x.shape.data()), p);
+}
+
+ValueId Graph::gated_delta_net(const GatedDeltaNetInputs& in, const GatedDeltaNetParams& p) {
+  const OpKind op = OpKind::kGatedDeltaNet;
+  const ValueId ids[] = {in.q, in.k, in.v, in.alpha, in.beta, in.decay_rate, in.dt_bias, in.state, in.query_start,
+                         in.state_slots};
+  if (!status_.ok()) return kNoValue;
+  for (int i = 0; i < 10; ++i)
+    if (!check(valid(ids[i]) || ((i == in::kGdnDecayRate || i == in::kGdnDtBias) && ids[i] == kNoValue), op,
+               "invalid value id"))
+      return kNoValue;
+  const Tensor& q = tensor(in.q);
+  const Tensor& k = tensor(in.k);
+  const Tensor& v = tensor(in.v);
+  const Tensor& a = tensor(in.alpha);
+  const Tensor& b = tensor(in.beta);
+  const Tensor& st = tensor(in.state);
+  const Tensor& qs = tensor(in.query_start);
+  const Tensor& slots = tensor(in.state_slots);
+  const int64_t T = q.shape[0], Hk = q.shape[1], Dk = q.shape[2], Hv = v.shape[1], Dv = v.shape[2];
+  auto head_vector = [&](ValueId id) {
+    if (id == kNoValue) return true;
+    const Tensor& t = tensor(id);
+    return t.rank == 1 && t.shape[0] == Hv && t.dtype == DType::kF32;
+  };
+  if (!check(q.rank == 3 && k.rank == 3 && v.rank == 3 && is_act(q.dtype) && k.dtype == q.dtype && v.dtype == q.dtype, op,
+             "q, k [T, Hk, Dk] and v [T, Hv, Dv] must share a float dtype") ||
+      !check(k.same_shape(q) && v.shape[0] == T && Hk > 0 && Hv % Hk == 0, op,
+             "k " + desc(k) + " must match q " + desc(q) + " and v's heads " + desc(v) + " be a multiple of q's") ||
+      !check(a.rank == 2 && b.rank == 2 && a.shape[0] == T && a.shape[1] == Hv && b.same_shape(a) && a.dtype == q.dtype &&
+                 b.dtype == q.dtype,
+             op, "alpha and beta must be [T, Hv] = [" + std::to_string(T) + ", " + std::to_string(Hv) + "] in q's dtype, got " +
+                     desc(a) + " and " + desc(b)) ||
+      !check(head_vector(in.decay_rate) && head_vector(in.dt_bias) && (in.decay_rate == kNoValue) == (in.dt_bias == kNoValue),
+             op, "decay_rate and dt_bias must both be [Hv] f32, or both absent") ||
+      !check(st.rank == 4 && st.dtype == DType::kF32 && st.shape[1] == Hv && st.shape[2] == Dk && st.shape[3] == Dv, op,
+             "state must be [slots, Hv, Dk, Dv] f32, got " + desc(st)) ||
+      !check(qs.dtype == DType::kI32 && slots.dtype == DType::kI32 && qs.rank == 1 && slots.rank == 1 &&
+                 qs.shape[0] == slots.shape[0] + 1,
+             op, "query_start must be [S+1] and state_slots [S], both i32, got " + desc(qs) + " and " + desc(slots)) ||
+      !check(p.eps >= 0.0f && p.q_scale >= 0.0f, op, "eps and q_scale must be >= 0"))
+    return kNoValue;
+  return add_node(op, {ids, ids + 10}, Tensor::make(q.dtype, v.rank, v.shape.data()), p);
+}
+
 OpDTypes op_dtypes(const Graph& g, const Node& n) {
   const DType in0 = n.inputs.empty() || n.inputs[0] == kNoValue ? DType::kF32 : g.tensor(n.inputs[0]).dtype;
   switch (n.op) {
@@ -407,6 +475,8 @@ OpDTypes op_dtypes(const Graph& g, const Node& n) {
     case OpKind::kMatmul:
     case OpKind::kMatmulId: return {in0, g.tensor(n.inputs[1]).dtype};
     case OpKind::kAttention: return {in0, g.tensor(n.inputs[in::kAttnKCache]).dtype};
+    case OpKind::kSsmConv: return {in0, g.tensor(n.inputs[in::kConvState]).dtype};
+    case OpKind::kGatedDeltaNet: return {in0, g.tensor(n.inputs[in::kGdnState]).dtype};
     case OpKind::kCast: return {in0, g.output_tensor(n).dtype};
     default: return {in0, in0};
   }

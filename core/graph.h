@@ -61,6 +61,15 @@ class Graph {
   ValueId swiglu(ValueId gate, ValueId up) { return glu(gate, up, GluKind::kSilu); }
   ValueId geglu(ValueId gate, ValueId up) { return glu(gate, up, GluKind::kGelu); }
   ValueId glu(ValueId gate, ValueId up, GluKind kind);
+  // Recurrent layers (core/op.h in::SsmConv, in::GatedDeltaNet): the state is updated in place.
+  struct SsmConvInputs {
+    ValueId x, w, state, query_start, state_slots;
+  };
+  ValueId ssm_conv(const SsmConvInputs& in, const SsmConvParams& p);
+  struct GatedDeltaNetInputs {
+    ValueId q, k, v, alpha, beta, decay_rate = kNoValue, dt_bias = kNoValue, state, query_start, state_slots;
+  };
+  ValueId gated_delta_net(const GatedDeltaNetInputs& in, const GatedDeltaNetParams& p);
   ValueId add(ValueId a, ValueId b);
   ValueId mul(ValueId a, ValueId b);
   ValueId scale(ValueId x, float s);
@@ -110,6 +119,7 @@ class Graph {
 
 // The (activation, weight) dtype pair by which backends declare support for a node:
 // embed (out, weight); matmul/matmul_id (x, w); attention (q, k_cache); cast (in, out);
+// ssm_conv / gated_delta_net (x or q, state);
 // every other op (input 0, input 0).
 struct OpDTypes {
   DType act;

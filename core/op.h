@@ -27,12 +27,16 @@ enum class OpKind : uint8_t {
   kView,       // pseudo-op: an alias of another value (reshape, slice); computes nothing
   kLayerNorm,  // (x - mean(x)) / sqrt(var(x) + eps) (* w) (+ b) over the last dim (BERT)
   kGelu,       // 0.5 x (1 + erf(x / sqrt 2)): the exact GELU of BERT's FFN (no gate)
+  // Recurrent layers (hybrid models): each sequence's state lives in a RecurrentStatePool row
+  // (core/kv/state_pool.h) that the op reads and updates in place, as attention writes the KV cache.
+  kSsmConv,       // causal depthwise conv1d over each sequence's rows, its last K-1 inputs kept
+  kGatedDeltaNet, // gated delta rule: linear attention with a per-sequence [Hv, Dk, Dv] state
   kCount,
 };
 inline constexpr int kNumOps = static_cast<int>(OpKind::kCount);
 const char* op_name(OpKind op);
 
-enum class GluKind : uint8_t { kSilu, kGelu };
+enum class GluKind : uint8_t { kSilu, kGelu, kSigmoid };  // act(gate) * up
 enum class RopeMode : uint8_t {
   kNormal,  // rotate adjacent pairs (x[2i], x[2i+1])        -- llama in GGUF
   kNeox,    // rotate (x[i], x[i + n_dims/2])                  -- qwen2/3, NeoX, HF layout
@@ -75,10 +79,19 @@ struct TopkRouteParams {
   float weight_scale = 1.0f;  // multiplies the final weights (routed_scaling_factor)
 };
 struct ViewParams { int64_t byte_offset = 0; };
+struct SsmConvParams { bool silu = true; };  // silu(conv) (Mamba, Gated DeltaNet) or the conv alone
+struct GatedDeltaNetParams {
+  float q_scale = 0.0f;  // scales q after its L2 norm; 0: 1/sqrt(Dk)
+  bool l2_norm = true;   // q and k are L2-normalised per head first: x / sqrt(sum x^2 + eps)
+  float eps = 1e-6f;
+  // Which key head value head h reads: h / (Hv / Hk) (grouped, as Hugging Face checkpoints order
+  // the value heads) or h % Hk (tiled: llama.cpp's GGUF files reorder them so for ggml's broadcast).
+  bool tiled_heads = false;
+};
 
 using OpParams = std::variant<NoParams, RmsNormParams, ScaleParams, SoftmaxParams, GluParams,
                               CastParams, RopeParams, AttentionParams, TopkRouteParams, ViewParams,
-                              LayerNormParams>;
+                              LayerNormParams, SsmConvParams, GatedDeltaNetParams>;
 
 // Inputs of ops with several, by position (kNoValue where an optional one is absent).
 namespace in {
@@ -105,6 +118,20 @@ enum Attention {
 // logits [T, E]; bias [E] optional (added to the scores for selection only).
 // Outputs: ids [T, k] i32, weights [T, k] f32.
 enum TopkRoute { kRouteLogits = 0, kRouteBias = 1 };
+// x [T, C] act; w [C, K] f32 (tap K-1 meets the newest row: out[t] = sum_j w[:, j] * x[t-K+1+j]);
+// state [n_slots, K-1, C] f32: a sequence's last K-1 inputs before this step (zeros at its start),
+// replaced by its last K-1 inputs after it; query_start [S+1] i32; state_slots [S] i32 (the state
+// row of sequence s). Output [T, C] act.
+enum SsmConv { kConvX = 0, kConvW, kConvState, kConvQueryStart, kConvSlots };
+// q, k [T, Hk, Dk]; v [T, Hv, Dv] (value head h reads key head h / (Hv / Hk), or h % Hk with
+// GatedDeltaNetParams::tiled_heads); alpha [T, Hv]: the
+// decay's input; beta [T, Hv]: the write strength's logit; decay_rate A [Hv] f32 and dt_bias [Hv]
+// f32 optional (with them the log-decay is g = A * softplus(alpha + dt_bias), else g = alpha);
+// state [n_slots, Hv, Dk, Dv] f32, updated in place; query_start [S+1]; state_slots [S]. Per row,
+// head by head: S = exp(g) S; S += k (sigmoid(beta) (v - S^T k))^T; out = S^T q. Output [T, Hv, Dv].
+enum GatedDeltaNet {
+  kGdnQ = 0, kGdnK, kGdnV, kGdnAlpha, kGdnBeta, kGdnDecayRate, kGdnDtBias, kGdnState, kGdnQueryStart, kGdnSlots
+};
 }  // namespace in
 
 }  // namespace tessera

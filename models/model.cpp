@@ -131,7 +131,8 @@ Status Model::finish_load(const std::string& path, const TensorGetter& get, cons
   bool windows = false;
   for (const LayerMemory& m : memory_layout()) windows = windows || m.kind == LayerMemoryKind::kSlidingWindow;
   const int64_t groups = windows ? 2 : 1;
-  step_capacity_ = size_t(4 * ((3 + groups) * T + (S + 1) + S + groups * S * max_blocks) + (7 + 2 * groups) * 256);
+  // (+ S state slots of recurrent layers)
+  step_capacity_ = size_t(4 * ((3 + groups) * T + (S + 1) + 2 * S + groups * S * max_blocks) + (8 + 2 * groups) * 256);
   TS_ASSIGN_OR_RETURN(step_buffer_, device_->alloc(step_capacity_));
   return OkStatus();
 }
@@ -518,6 +519,13 @@ Result<std::unique_ptr<KvCache>> Model::create_kv_cache(int64_t n_tokens, DType 
       for (size_t l = 0; l < layout.size(); ++l)
         kc.window_layers[l] = layout[l].kind == LayerMemoryKind::kSlidingWindow && layout[l].window == window;
     }
+  }
+  // Recurrent layers keep a state per sequence (a slot for each of max_seqs) and no K/V; the
+  // checkpoint rows hold prefix-cache entries and one draft snapshot per sequence.
+  kc.recurrent.layers = arch_->recurrent_states(cfg_);
+  if (!kc.recurrent.layers.empty()) {
+    kc.recurrent.n_slots = std::max(max_seqs_, 1);
+    kc.recurrent.n_checkpoints = kc.recurrent.n_slots + 8;
   }
   return KvCache::create(*device_, kc);
 }

@@ -64,10 +64,20 @@ struct ModelConfig {
   int n_token_types = 0;         // rows of the token-type embedding (bert: 2); we use type 0
   Pooling pooling = Pooling::kNone;  // the model's own pooling (bert: from its files)
   bool normalize_embd = true;    // L2-normalise pooled embeddings
+  // Hybrid recurrent models (qwen35): Gated DeltaNet layers beside gated full-attention ones.
+  std::vector<uint8_t> layer_recurrent;  // [n_layers]: 1 for a recurrent layer; empty: none
+  int ssm_conv_kernel = 0;       // taps of the short causal convolution
+  int ssm_k_heads = 0;           // Hk: query/key heads of the delta rule
+  int ssm_v_heads = 0;           // Hv: value heads (a multiple of Hk)
+  int ssm_head_dim = 0;          // Dk = Dv
+  bool attn_output_gate = false;  // the q projection carries a per-head sigmoid gate of the output
 
   bool is_encoder() const { return !causal; }
 
   bool is_moe() const { return n_experts > 0; }
+  bool is_recurrent(int layer) const {
+    return size_t(layer) < layer_recurrent.size() && layer_recurrent[size_t(layer)] != 0;
+  }
   bool is_sliding(int layer) const {
     if (sliding_window <= 0) return false;
     if (layer_sliding.empty()) return true;  // every layer (phi3)

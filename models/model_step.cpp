@@ -66,6 +66,11 @@ Status Model::upload_step(const StepPlan& p, const std::vector<int32_t>& rows, S
     t->window_slot_mapping = Tensor{};
     t->window_block_tables = Tensor{};
   }
+  if (!p.state_slots.empty()) {
+    TS_RETURN_IF_ERROR(put(&t->state_slots, {S}, p.state_slots));
+  } else {
+    t->state_slots = Tensor{};
+  }
   TS_RETURN_IF_ERROR(put(&t->logit_rows, {R}, rows));
   // One queued copy of the whole image: the device reads the inputs in queue order, after the
   // previous step has finished with the step buffer, and the host does not wait for it.
@@ -128,11 +133,15 @@ Status Model::submit(const StepPlan& plan, KvCache& kv) {
   if (kv.has_window() && plan.window_max_blocks == 0)
     return InvalidArgument("the KV cache keeps sliding-window layers in a pool of their own, but the step plan has no "
                            "window tables (a plan made without the engine's scheduler needs a cache with window_memory off)");
+  if (kv.states() && plan.state_slots.size() != size_t(plan.n_seqs()))
+    return InvalidArgument("the model has recurrent layers, but the step plan gives " + std::to_string(plan.state_slots.size()) +
+                           " state slots for " + std::to_string(plan.n_seqs()) + " sequences (plan steps with the engine's scheduler)");
   if (cfg_.is_encoder() && !plan.logit_rows.empty())
     return InvalidArgument(cfg_.arch + " is an encoder: it produces embeddings, not next-token logits");
   // A step where nothing samples (a prefill chunk) still runs every layer to fill the KV cache;
   // the graph then computes one logits row, which is discarded.
-  const StepPlan& run = pad_decode(plan);
+  // Padding sequences would need state rows of their own: a recurrent model's decode is not padded.
+  const StepPlan& run = kv.states() ? plan : pad_decode(plan);
   const std::vector<int32_t> last_row = {run.n_tokens() - 1};
   const std::vector<int32_t>& rows = run.logit_rows.empty() ? last_row : run.logit_rows;
   StepTensors in;
@@ -195,7 +204,7 @@ constexpr size_t kStepGraphs = 8;
 Result<Model::StepGraph*> Model::step_graph(const StepTensors& in, KvCache& kv, const StepOptions& opts) {
   KeyHasher key;
   for (const Tensor* t : {&in.tokens, &in.positions, &in.slot_mapping, &in.query_start, &in.seq_lens, &in.block_tables,
-                          &in.logit_rows, &in.window_slot_mapping, &in.window_block_tables}) {
+                          &in.logit_rows, &in.window_slot_mapping, &in.window_block_tables, &in.state_slots}) {
     key.mix_tensor(*t);
     key.mix_place(*t);
   }
@@ -207,10 +216,14 @@ Result<Model::StepGraph*> Model::step_graph(const StepTensors& in, KvCache& kv, 
   KeyHasher cache;
   cache.mix(reinterpret_cast<uintptr_t>(&kv));
   cache.mix(step_graphs_generation_);
-  if (kv.config().n_layers > 0) {
-    cache.mix_place(kv.k(0));
-    cache.mix_place(kv.v(0));
-  }
+  for (int l = 0; l < kv.config().n_layers; ++l)
+    if (kv.has_kv(l)) {  // the first layer with K/V (a recurrent layer has none)
+      cache.mix_place(kv.k(l));
+      cache.mix_place(kv.v(l));
+      break;
+    }
+  if (const RecurrentStatePool* states = kv.states(); states && !states->tensors().empty())
+    cache.mix_place(states->tensors()[0]);
   if (cache.value() != step_graphs_kv_) {
     step_graphs_.clear();
     step_graphs_kv_ = cache.value();

@@ -9,8 +9,9 @@ namespace {
 // A plan for |n| tokens of one sequence starting at |start|, the rows of positions >= |first_row|
 // producing logits.
 StepPlan chunk_plan(const std::vector<int32_t>& tokens, int64_t start, int64_t n, const std::vector<BlockId>& blocks,
-                    int block_size, int64_t first_row) {
+                    int block_size, int64_t first_row, int32_t state_slot) {
   StepPlan p;
+  if (state_slot >= 0) p.state_slots = {state_slot};
   p.query_start = {0, int32_t(n)};
   p.seq_lens = {int32_t(start + n)};
   p.max_blocks = int32_t(blocks.size());
@@ -38,12 +39,18 @@ Status eval_logits(Model& model, const std::vector<int32_t>& tokens, int chunk, 
   const int bs = kv->config().block_size;
   std::vector<BlockId> blocks;
   for (int64_t b = 0; b < (T + bs - 1) / bs; ++b) blocks.push_back(*kv->pool().allocate());
+  // Recurrent layers: one state slot, zeroed (the sequence's start).
+  int32_t slot = -1;
+  if (RecurrentStatePool* states = kv->states()) {
+    slot = *states->allocate();
+    TS_RETURN_IF_ERROR(states->zero({&slot, 1}));
+  }
   const size_t V = size_t(model.vocab_size());
   logits->assign(size_t(T - first_row) * V, 0.0f);
   std::vector<float> part;
   for (int64_t start = 0; start < T; start += chunk) {
     const int64_t n = std::min<int64_t>(chunk, T - start);
-    TS_RETURN_IF_ERROR(model.forward(chunk_plan(tokens, start, n, blocks, bs, first_row), *kv, &part));
+    TS_RETURN_IF_ERROR(model.forward(chunk_plan(tokens, start, n, blocks, bs, first_row, slot), *kv, &part));
     const int64_t row = std::max<int64_t>(start, first_row) - first_row;  // first output row of this chunk
     std::copy(part.begin(), part.end(), logits->begin() + long(size_t(row) * V));
   }

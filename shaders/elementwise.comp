@@ -1,5 +1,5 @@
 #version 460
-// add, mul (b broadcast over a's leading rows), scale, swiglu/geglu, gelu (erf form), cast and copy: one thread
+// add, mul (b broadcast over a's leading rows), scale, swiglu/geglu/sigmoid glu, gelu (erf form), cast and copy: one thread
 // per output element of [rows, cols], any input strides, contiguous output. OP is a
 // specialisation constant, so each op compiles to its own small pipeline.
 #include "types.glsl"
@@ -13,6 +13,7 @@ layout(constant_id = 1) const uint OP = 0;
 #define OP_GELU_GLU 4u
 #define OP_CONVERT 5u
 #define OP_GELU_ERF 6u
+#define OP_SIGMOID_GLU 7u
 
 // erf(x) for the exact GELU (GLSL has none): Abramowitz & Stegun 7.1.26, absolute error under
 // 1.5e-7, below f32 rounding of the GELU's output at the magnitudes that matter.
@@ -53,6 +54,8 @@ void main() {
     } else if (OP == OP_GELU_GLU) {
       const float t = tanh(0.7978845608028654 * (x + 0.044715 * x * x * x));
       y = 0.5 * x * (1.0 + t) * load_elem(P.b, r, c);
+    } else if (OP == OP_SIGMOID_GLU) {
+      y = 1.0 / (1.0 + exp(min(-x, 88.0))) * load_elem(P.b, r, c);
     } else if (OP == OP_GELU_ERF) {
       y = 0.5 * x * (1.0 + erf_approx(x * 0.7071067811865476));
     } else {

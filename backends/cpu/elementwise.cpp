@@ -1,4 +1,4 @@
-// glu (SwiGLU / GeGLU), gelu (erf form), add and mul with trailing-dim broadcast, scale, softmax. Rows go through
+// glu (SwiGLU / GeGLU / sigmoid gate), gelu (erf form), add and mul with trailing-dim broadcast, scale, softmax. Rows go through
 // f32 (load_row_f32 handles dtypes and strides); the math is SIMD per row.
 #include <algorithm>
 #include <cmath>
@@ -31,16 +31,26 @@ float gelu_scalar(float x) {
   return 0.5f * x * (1.0f + std::tanh(std::clamp(0.7978845608028654f * (x + 0.044715f * x * x * x), -20.0f, 20.0f)));
 }
 
+HWY_INLINE VF sigmoid(DF df, VF x) {
+  const VF e = hn::Exp(df, hn::Min(hn::Neg(x), hn::Set(df, 88.0f)));
+  return hn::Div(hn::Set(df, 1.0f), hn::Add(hn::Set(df, 1.0f), e));
+}
+float sigmoid_scalar(float x) { return 1.0f / (1.0f + std::exp(std::min(-x, 88.0f))); }
+
 void GluRow(GluKind kind, const float* gate, const float* up, float* out, int64_t n) {
   const DF df;
   const int64_t L = int64_t(hn::Lanes(df));
   int64_t i = 0;
   for (; i + L <= n; i += L) {
     const VF x = hn::LoadU(df, gate + i);
-    const VF a = kind == GluKind::kSilu ? silu(df, x) : gelu_tanh(df, x);
+    const VF a = kind == GluKind::kSilu ? silu(df, x) : kind == GluKind::kSigmoid ? sigmoid(df, x) : gelu_tanh(df, x);
     hn::StoreU(hn::Mul(a, hn::LoadU(df, up + i)), df, out + i);
   }
-  for (; i < n; ++i) out[i] = (kind == GluKind::kSilu ? silu_scalar(gate[i]) : gelu_scalar(gate[i])) * up[i];
+  for (; i < n; ++i)
+    out[i] = (kind == GluKind::kSilu      ? silu_scalar(gate[i])
+              : kind == GluKind::kSigmoid ? sigmoid_scalar(gate[i])
+                                          : gelu_scalar(gate[i])) *
+             up[i];
 }
 
 // The exact GELU, 0.5 x (1 + erf(x / sqrt 2)). Highway 1.0 has no Erf: std::erf per element,

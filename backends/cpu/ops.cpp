@@ -23,6 +23,8 @@ bool kernels_support(OpKind op, DType act, DType weight) {
     case OpKind::kAttention:  // weight = the KV cache dtype
       return is_float(weight) || weight == DType::kFP8_E4M3 || weight == DType::kINT8_PC;
     case OpKind::kCast: return is_float(weight);
+    case OpKind::kSsmConv:
+    case OpKind::kGatedDeltaNet: return weight == DType::kF32;  // the state
     case OpKind::kRmsNorm:
     case OpKind::kLayerNorm:
     case OpKind::kGelu:
@@ -58,6 +60,8 @@ Status run_node(ThreadPool& pool, const Graph& graph, const Node& node) {
     case OpKind::kTopkRoute: return topk_route(pool, graph, node);
     case OpKind::kCast:
     case OpKind::kCopy: return convert(pool, graph, node);
+    case OpKind::kSsmConv: return ssm_conv(pool, graph, node);
+    case OpKind::kGatedDeltaNet: return gated_delta_net(pool, graph, node);
     case OpKind::kView: return OkStatus();
     case OpKind::kCount: break;
   }

@@ -66,10 +66,11 @@ enum class KernelError : int32_t {
   kEmbedId = 1,        // embed: an id outside the weight's rows
   kExpertId = 2,       // matmul_id: an expert id outside [0, E)
   kAttnMetadata = 3,   // attention: query_start / seq_lens / block table / slot out of range
+  kStateMetadata = 4,  // ssm_conv / gated_delta_net: query_start or a state slot out of range
 };
 const char* kernel_error_message(KernelError e);
 
-enum class Pointwise : uint8_t { kAdd, kMul, kScale, kSiluGlu, kGeluGlu, kGelu, kConvert };
+enum class Pointwise : uint8_t { kAdd, kMul, kScale, kSiluGlu, kGeluGlu, kGelu, kConvert, kSigmoidGlu };
 
 struct PointwiseArgs {
   Pointwise op;
@@ -182,5 +183,23 @@ inline constexpr int kAttnSplitKeys = 256;
 inline constexpr int kAttnSplitTarget = 512;
 inline constexpr int kAttnMaxSplits = 64;
 inline constexpr int kMaxHeadDim = 256;
+
+// The recurrent layers (core/op.h in::SsmConv, in::GatedDeltaNet): one thread per (sequence,
+// channel) of the conv and per (sequence, value head, state column) of the delta rule.
+inline constexpr int kMaxConvTaps = 8;
+struct SsmConvArgs {
+  View x, w, state, query_start, slots, out;  // state [n_slots, K-1, C] f32, updated in place
+  int64_t n_seqs;
+  int silu;
+  int32_t* err;
+};
+struct GatedDeltaNetArgs {
+  View q, k, v, alpha, beta, decay_rate, dt_bias, state, query_start, slots, out;  // decay_rate.p null: absent
+  int64_t n_seqs;
+  float scale, eps;
+  int l2_norm;
+  int tiled_heads;  // key head of value head h: h % Hk, else h / (Hv / Hk)
+  int32_t* err;
+};
 
 }  // namespace tessera::gpu

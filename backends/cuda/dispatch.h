@@ -53,6 +53,8 @@ void dispatch(R& r, const Launch& l) {
     case KernelKind::kQuantizeQ8: r.template run<QuantizeQ8Kernel>(l, std::get<QuantizeQ8Args>(l.args)); break;
     case KernelKind::kMoeSort: r.template run<MoeSortKernel>(l, std::get<MoeSortArgs>(l.args)); break;
     case KernelKind::kMoeWeightedSum: r.template run<MoeWeightedSumKernel>(l, std::get<MoeWeightedSumArgs>(l.args)); break;
+    case KernelKind::kSsmConv: r.template run<SsmConvKernel>(l, std::get<SsmConvArgs>(l.args)); break;
+    case KernelKind::kGatedDeltaNet: r.template run<GatedDeltaNetKernel>(l, std::get<GatedDeltaNetArgs>(l.args)); break;
     case KernelKind::kAttentionCombine:
       r.template run<AttentionCombineKernel>(l, std::get<AttentionCombineArgs>(l.args));
       break;

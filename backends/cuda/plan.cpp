@@ -12,6 +12,8 @@ const char* kernel_error_message(KernelError e) {
     case KernelError::kExpertId: return "matmul_id: an expert id outside [0, experts)";
     case KernelError::kAttnMetadata:
       return "attention: query_start, seq_lens, a block table entry or a slot is out of range";
+    case KernelError::kStateMetadata:
+      return "ssm_conv / gated_delta_net: query_start or a state slot is out of range";
   }
   return "unknown kernel error";
 }
@@ -33,6 +35,8 @@ const char* kernel_name(KernelKind k) {
     case KernelKind::kAttentionCombine: return "attention_combine";
     case KernelKind::kMoeSort: return "moe_sort";
     case KernelKind::kMoeWeightedSum: return "moe_weighted_sum";
+    case KernelKind::kSsmConv: return "ssm_conv";
+    case KernelKind::kGatedDeltaNet: return "gated_delta_net";
   }
   return "?";
 }
@@ -92,6 +96,9 @@ bool supports(OpKind op, DType act, DType weight) {
       return is_act(act) && is_kv(weight);
     case OpKind::kCast:
       return is_act(act) && is_act(weight);
+    case OpKind::kSsmConv:
+    case OpKind::kGatedDeltaNet:
+      return is_act(act) && weight == DType::kF32;  // the state
     case OpKind::kRmsNorm:
     case OpKind::kLayerNorm:
     case OpKind::kRope:
@@ -169,7 +176,11 @@ Status plan_node(const Graph& g, int ni, const AddressOf& address, int32_t* err,
         case OpKind::kMul: a.op = Pointwise::kMul; a.b = in(1); break;
         case OpKind::kScale: a.op = Pointwise::kScale; a.scale = n.param<ScaleParams>().scale; break;
         case OpKind::kGlu:
-          a.op = n.param<GluParams>().kind == GluKind::kSilu ? Pointwise::kSiluGlu : Pointwise::kGeluGlu;
+          switch (n.param<GluParams>().kind) {
+            case GluKind::kSilu: a.op = Pointwise::kSiluGlu; break;
+            case GluKind::kGelu: a.op = Pointwise::kGeluGlu; break;
+            case GluKind::kSigmoid: a.op = Pointwise::kSigmoidGlu; break;
+          }
           a.b = in(1);
           break;
         case OpKind::kGelu: a.op = Pointwise::kGelu; break;
@@ -378,6 +389,54 @@ Status plan_node(const Graph& g, int ni, const AddressOf& address, int32_t* err,
         out.push_back(lc);
         return OkStatus();
       }
+      l.args = a;
+      break;
+    }
+    case OpKind::kSsmConv: {
+      SsmConvArgs a{};
+      a.x = in(in::kConvX);
+      a.w = in(in::kConvW);
+      a.state = in(in::kConvState);
+      a.query_start = in(in::kConvQueryStart);
+      a.slots = in(in::kConvSlots);
+      a.out = o;
+      a.n_seqs = a.slots.cols();
+      a.silu = n.param<SsmConvParams>().silu ? 1 : 0;
+      a.err = err;
+      if (a.w.cols() > kMaxConvTaps) return fail("more than " + std::to_string(kMaxConvTaps) + " conv taps");
+      l.kind = KernelKind::kSsmConv;
+      l.block = 128;
+      const int64_t blocks = (a.n_seqs * a.x.cols() + 127) / 128;
+      if (blocks > kMaxGridX) return fail("too many channels for one launch");
+      l.grid_x = uint32_t(blocks);
+      l.args = a;
+      break;
+    }
+    case OpKind::kGatedDeltaNet: {
+      const auto& p = n.param<GatedDeltaNetParams>();
+      GatedDeltaNetArgs a{};
+      a.q = in(in::kGdnQ);
+      a.k = in(in::kGdnK);
+      a.v = in(in::kGdnV);
+      a.alpha = in(in::kGdnAlpha);
+      a.beta = in(in::kGdnBeta);
+      a.decay_rate = in(in::kGdnDecayRate);
+      a.dt_bias = in(in::kGdnDtBias);
+      a.state = in(in::kGdnState);
+      a.query_start = in(in::kGdnQueryStart);
+      a.slots = in(in::kGdnSlots);
+      a.out = o;
+      a.n_seqs = a.slots.cols();
+      a.scale = p.q_scale > 0.0f ? p.q_scale : float(1.0 / std::sqrt(double(a.q.shape[2])));
+      a.eps = p.eps;
+      a.l2_norm = p.l2_norm ? 1 : 0;
+      a.tiled_heads = p.tiled_heads ? 1 : 0;
+      a.err = err;
+      l.kind = KernelKind::kGatedDeltaNet;
+      l.block = 128;
+      const int64_t blocks = (a.n_seqs * a.v.shape[1] * a.v.shape[2] + 127) / 128;
+      if (blocks > kMaxGridX) return fail("too many heads for one launch");
+      l.grid_x = uint32_t(blocks);
       l.args = a;
       break;
     }

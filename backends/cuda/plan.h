@@ -14,13 +14,13 @@ namespace tessera::gpu {
 
 enum class KernelKind : uint8_t {
   kPointwise, kNorm, kSoftmax, kRope, kEmbed, kMatmul, kMatmulId, kTopkRoute, kKvStore, kAttention, kQuantizeQ8,
-  kAttentionCombine, kMoeSort, kMoeWeightedSum, kMatmulMma,
+  kAttentionCombine, kMoeSort, kMoeWeightedSum, kMatmulMma, kSsmConv, kGatedDeltaNet,
 };
 const char* kernel_name(KernelKind k);
 
 using KernelArgs = std::variant<PointwiseArgs, NormArgs, SoftmaxArgs, RopeArgs, EmbedArgs, MatmulArgs, MatmulIdArgs,
                                 TopkRouteArgs, KvStoreArgs, AttentionArgs, QuantizeQ8Args, AttentionCombineArgs,
-                                MoeSortArgs, MoeWeightedSumArgs>;
+                                MoeSortArgs, MoeWeightedSumArgs, SsmConvArgs, GatedDeltaNetArgs>;
 
 struct Launch {
   KernelKind kind = KernelKind::kPointwise;

@@ -5,7 +5,7 @@ namespace tessera::vulkan {
 
 namespace {
 constexpr uint32_t kWorkgroup = 256;
-enum EltOp : uint32_t { kOpAdd = 0, kOpMul, kOpScale, kOpSiluGlu, kOpGeluGlu, kOpConvert, kOpGeluErf };
+enum EltOp : uint32_t { kOpAdd = 0, kOpMul, kOpScale, kOpSiluGlu, kOpGeluGlu, kOpConvert, kOpGeluErf, kOpSigmoidGlu };
 
 EltOp elt_op(const Node& n) {
   switch (n.op) {
@@ -13,7 +13,13 @@ EltOp elt_op(const Node& n) {
     case OpKind::kMul: return kOpMul;
     case OpKind::kScale: return kOpScale;
     case OpKind::kGelu: return kOpGeluErf;
-    case OpKind::kGlu: return n.param<GluParams>().kind == GluKind::kSilu ? kOpSiluGlu : kOpGeluGlu;
+    case OpKind::kGlu:
+      switch (n.param<GluParams>().kind) {
+        case GluKind::kSilu: return kOpSiluGlu;
+        case GluKind::kGelu: return kOpGeluGlu;
+        case GluKind::kSigmoid: return kOpSigmoidGlu;
+      }
+      return kOpSiluGlu;
     default: return kOpConvert;
   }
 }

@@ -99,4 +99,24 @@ struct TopkParams {
 };
 static_assert(sizeof(TopkParams) == 104);
 
+// recurrent.comp STAGE 0 (ssm_conv)
+struct ConvParams {
+  TensorRef x, w, st;
+  uint64_t query_start = 0, slots = 0, dst = 0;
+  uint32_t S = 0, C = 0, K = 0, silu = 0;
+  uint32_t out_dtype = 0, T = 0, n_slots = 0, pad = 0;
+};
+static_assert(sizeof(ConvParams) == 176);
+
+// recurrent.comp STAGE 1 (gated_delta_net)
+struct GdnParams {
+  TensorRef q, k, v, alpha, beta, st;
+  uint64_t decay_rate = 0, dt_bias = 0, query_start = 0, slots = 0, dst = 0;  // decay_rate 0: absent
+  uint32_t S = 0, Hk = 0, Hv = 0, Dk = 0;
+  uint32_t Dv = 0, l2_norm = 0, out_dtype = 0, T = 0;
+  float scale = 1.0f, eps = 0.0f;
+  uint32_t n_slots = 0, tiled_heads = 0;
+};
+static_assert(sizeof(GdnParams) == 328);
+
 }  // namespace tessera::vulkan

@@ -95,6 +95,8 @@ Status record_rope(Recorder& rec, const Graph& g, const Node& n);
 Status record_attention(Recorder& rec, const Graph& g, const Node& n);
 Status record_elementwise(Recorder& rec, const Graph& g, const Node& n);  // glu add mul scale cast copy
 Status record_topk_route(Recorder& rec, const Graph& g, const Node& n);
+Status record_ssm_conv(Recorder& rec, const Graph& g, const Node& n);         // recurrent.cpp
+Status record_gated_delta_net(Recorder& rec, const Graph& g, const Node& n);  // recurrent.cpp
 
 // The weight-format suffix of the per-format kernels ("f32", "q4_0"), or null if unsupported.
 const char* weight_kernel_suffix(DType w);

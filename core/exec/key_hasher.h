@@ -59,6 +59,13 @@ class KeyHasher {
             mix_float(v.weight_scale);
           }
           if constexpr (std::is_same_v<P, ViewParams>) mix(uint64_t(v.byte_offset));
+          if constexpr (std::is_same_v<P, SsmConvParams>) mix(uint64_t(v.silu));
+          if constexpr (std::is_same_v<P, GatedDeltaNetParams>) {
+            mix_float(v.q_scale);
+            mix(uint64_t(v.l2_norm));
+            mix_float(v.eps);
+            mix(uint64_t(v.tiled_heads));
+          }
         },
         p);
   }
@@ -74,6 +81,6 @@ class KeyHasher {
 };
 
 // Params that grow a field must grow the hash too: this fails to compile when one is added.
-static_assert(std::variant_size_v<OpParams> == 11, "KeyHasher::mix_params: hash the new op params");
+static_assert(std::variant_size_v<OpParams> == 13, "KeyHasher::mix_params: hash the new op params");
 
 }  // namespace tessera

@@ -66,9 +66,9 @@ Status glu(const Graph& g, const Node& n) {
     const auto b = load_row(up, r);
     for (size_t i = 0; i < a.size(); ++i) {
       const double x = a[i];
-      const double act = kind == GluKind::kSilu
-                             ? x / (1.0 + std::exp(-x))
-                             : 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+      const double act = kind == GluKind::kSilu      ? x / (1.0 + std::exp(-x))
+                         : kind == GluKind::kSigmoid ? 1.0 / (1.0 + std::exp(-x))
+                                                     : 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
       a[i] = act * b[i];
     }
     store_row(out, r, a.data());

@@ -34,6 +34,11 @@ Status scale(const Graph& g, const Node& n);
 Status softmax(const Graph& g, const Node& n);
 Status topk_route(const Graph& g, const Node& n);
 Status convert(const Graph& g, const Node& n);  // cast and copy
+Status ssm_conv(const Graph& g, const Node& n);
+Status gated_delta_net(const Graph& g, const Node& n);
+// Validates ssm_conv / gated_delta_net metadata (query_start covers the rows, each state slot in
+// range and named once): backends call it before kernels that trust it.
+Status check_recurrent_metadata(const Graph& g, const Node& n);
 
 // Validates attention metadata (shared by backends: call before launching kernels that trust it).
 Status check_attention_metadata(const Graph& g, const Node& n);

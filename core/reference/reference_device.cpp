@@ -24,6 +24,8 @@ Status run_node(const Graph& g, const Node& n) {
     case OpKind::kView: return OkStatus();
     case OpKind::kLayerNorm: return layer_norm(g, n);
     case OpKind::kGelu: return gelu(g, n);
+    case OpKind::kSsmConv: return ssm_conv(g, n);
+    case OpKind::kGatedDeltaNet: return gated_delta_net(g, n);
     case OpKind::kCount: break;
   }
   return Unimplemented(std::string("reference: op ") + op_name(n.op));

@@ -21,6 +21,7 @@ struct TokenOptions {
   bool no_special = false;
   int ctx = 512;
   int64_t last = 0;  // eval: write only the last this many rows (0: all)
+  int chunk = 512;   // eval: tokens per step
 };
 
 Result<std::vector<int32_t>> parse_ids(const std::string& s) {
@@ -94,7 +95,7 @@ void eval_command(const TokenOptions& o) {
   const auto kvt = dtype_from_name(o.model.kv_dtype);
   if (!kvt) return fail(InvalidArgument("unknown --kv-dtype '" + o.model.kv_dtype + "'"));
   const int64_t rows = o.last > 0 ? std::min<int64_t>(o.last, int64_t(ids->size())) : int64_t(ids->size());
-  const Status s = eval_logits(*model, *ids, 512, &logits, *kvt, int64_t(ids->size()) - rows);
+  const Status s = eval_logits(*model, *ids, o.chunk, &logits, *kvt, int64_t(ids->size()) - rows);
   if (!s.ok()) return fail(s);
   const Status w = write_npy(o.out, logits, rows, model->vocab_size());
   if (!w.ok()) return fail(w);
@@ -192,6 +193,10 @@ void add_token_commands(CLI::App& app) {
   ev->add_option("-t,--tokens", e->tokens, "token ids, comma or space separated");
   ev->add_option("-f,--file", e->file, "read the token ids from a file");
   ev->add_option("-o,--out", e->out, "output .npy file (float32 [tokens, vocab])")->capture_default_str();
+  ev->add_option("--chunk", e->chunk,
+                 "tokens per step (at most 512): a smaller chunk runs the prompt as several steps, each continuing "
+                 "the KV cache and the recurrent state from the one before")
+      ->check(CLI::Range(1, 512));
   ev->add_option("--last", e->last, "write only the logits of the last N positions (long prompts, large vocabularies)")
       ->check(CLI::PositiveNumber);
   ev->callback([e] { eval_command(*e); });

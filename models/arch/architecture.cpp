@@ -91,6 +91,8 @@ std::vector<LayerMemory> Architecture::memory_layout(const ModelConfig& c) const
   for (int l = 0; l < c.n_layers; ++l) {
     if (c.is_encoder())
       m[size_t(l)].kind = LayerMemoryKind::kNone;
+    else if (c.is_recurrent(l))
+      m[size_t(l)].kind = LayerMemoryKind::kRecurrent;
     else if (c.is_sliding(l))
       m[size_t(l)] = {LayerMemoryKind::kSlidingWindow, c.sliding_window};
   }

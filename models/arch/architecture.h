@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/graph.h"
+#include "core/kv/state_pool.h"
 #include "models/arch/weights.h"
 #include "models/model_config.h"
 
@@ -94,6 +95,9 @@ class Architecture {
   // Which memory each layer keeps (the default: full attention, or the window where
   // ModelConfig::is_sliding says so; an encoder keeps none).
   virtual std::vector<LayerMemory> memory_layout(const ModelConfig& c) const;
+  // The state tensors of each recurrent layer (LayerMemoryKind::kRecurrent), without the slot
+  // dimension: what the KV cache's state pool keeps per sequence. The default: none.
+  virtual std::vector<RecurrentLayerSpec> recurrent_states(const ModelConfig&) const { return {}; }
   // The FLOPs the scheduler's cost prior starts from (the default: a decoder of q/k/v/o
   // projections, an FFN of gate/up/down and attention over every layer).
   virtual CostShape cost_shape(const ModelConfig& c) const;

@@ -14,6 +14,7 @@ GraphContext::GraphContext(Graph& graph, const ModelConfig& cfg, const StepTenso
   seq_lens = g.input(in.seq_lens);
   block_tables = g.input(in.block_tables);
   n_tokens = in.tokens.shape[0];
+  if (in.state_slots.buffer) state_slots = g.input(in.state_slots);
   if (in.window_block_tables.buffer) {
     window_slot_mapping = g.input(in.window_slot_mapping);
     window_block_tables = g.input(in.window_block_tables);
@@ -48,6 +49,23 @@ ValueId GraphContext::attention(const AttentionWeights& a, ValueId h, int layer,
     q = g.rope(q, positions, rope, freq_factors);
     k = g.rope(k, positions, rope, freq_factors);
   }
+  ValueId o = paged_attention(q, k, v, layer, ap);
+  o = g.reshape(o, {T, int64_t(c.n_heads) * Dh});
+  return linear(o, a.wo, out_bias);
+}
+
+ValueId GraphContext::recurrent_state(int layer, const char* name) {
+  const RecurrentStatePool* states = kv.states();
+  const Tensor* t = states ? states->find(layer, name) : nullptr;
+  if (!t || state_slots == kNoValue) {
+    fail(Internal("layer " + std::to_string(layer) + " is recurrent but the KV cache has no state '" + name +
+                  "' for it or the step no state slots (create the cache with Model::create_kv_cache)"));
+    return kNoValue;
+  }
+  return g.input(*t);
+}
+
+ValueId GraphContext::paged_attention(ValueId q, ValueId k, ValueId v, int layer, const AttentionParams& ap) {
   const bool windowed = kv.in_window(layer);
   if (windowed && (window_block_tables == kNoValue || ap.sliding_window <= 0 || ap.sliding_window > kv.config().window)) {
     fail(Internal("layer " + std::to_string(layer) + " is in the KV cache's window group (window " +
@@ -55,11 +73,9 @@ ValueId GraphContext::attention(const AttentionWeights& a, ValueId h, int layer,
                   (window_block_tables == kNoValue ? " and the step has no window tables" : "")));
     return kNoValue;
   }
-  ValueId o = g.attention({q, k, v, g.input(kv.k(layer)), g.input(kv.v(layer)), windowed ? window_slot_mapping : slot_mapping,
-                           query_start, seq_lens, windowed ? window_block_tables : block_tables},
-                          ap);
-  o = g.reshape(o, {T, int64_t(c.n_heads) * Dh});
-  return linear(o, a.wo, out_bias);
+  return g.attention({q, k, v, g.input(kv.k(layer)), g.input(kv.v(layer)), windowed ? window_slot_mapping : slot_mapping,
+                      query_start, seq_lens, windowed ? window_block_tables : block_tables},
+                     ap);
 }
 
 ValueId GraphContext::glu_ffn(const GluFfnWeights& f, ValueId h, Glu act) {

@@ -33,6 +33,8 @@ class GraphContext {
   ValueId tokens, positions, slot_mapping, query_start, seq_lens, block_tables;
   // The window layers' slots and tables when the cache keeps them in a pool of their own.
   ValueId window_slot_mapping = kNoValue, window_block_tables = kNoValue;
+  // Recurrent layers: each sequence's state row (StepTensors::state_slots).
+  ValueId state_slots = kNoValue;
   int64_t n_tokens = 0;
 
   // A builder's own check that failed (the graph's ops check theirs in Graph::status()).
@@ -64,6 +66,13 @@ class GraphContext {
   // when given).
   ValueId attention(const AttentionWeights& a, ValueId h, int layer, const RopeParams& rope, ValueId freq_factors,
                     const AttentionParams& ap, ValueId out_bias = kNoValue);
+  // The paged attention of layer |layer| alone, over q [T, Hq, Dh], k, v [T, Hkv, Dh] already
+  // projected, normed and rotated: [T, Hq, Dh] (through the window pool when the cache holds the
+  // layer there). For families whose projections differ (qwen35's gated q).
+  ValueId paged_attention(ValueId q, ValueId k, ValueId v, int layer, const AttentionParams& ap);
+  // Layer |layer|'s recurrent state tensor |name| in the KV cache's state pool, as a graph input
+  // (kNoValue, and status() fails, when the cache has none).
+  ValueId recurrent_state(int layer, const char* name);
   // down(act(gate(h)) * up(h)): SwiGLU or GeGLU (tanh GELU).
   enum class Glu { kSwiGlu, kGeGlu };
   ValueId glu_ffn(const GluFfnWeights& f, ValueId h, Glu act = Glu::kSwiGlu);

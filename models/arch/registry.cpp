@@ -7,7 +7,8 @@ namespace tessera {
   X(llama)                       \
   X(gemma3)                      \
   X(phi3)                        \
-  X(bert)
+  X(bert)                        \
+  X(qwen35)
 
 #define TESSERA_DECLARE_ARCH(name) const Architecture& name##_architecture();
 TESSERA_ARCHITECTURES(TESSERA_DECLARE_ARCH)

@@ -115,6 +115,8 @@ struct StepTensors {
   // The KV cache's sliding-window layers (hybrid memory): their slots and tables in the window
   // pool; no buffer when the cache has no window group.
   Tensor window_slot_mapping, window_block_tables;
+  // Recurrent layers: each sequence's row in the KV cache's state pool [S]; no buffer without them.
+  Tensor state_slots;
   DType act = DType::kF32;
 };
 

@@ -67,6 +67,7 @@ std::vector<Case> linear_cases();     // embed, matmul, matmul_id
 std::vector<Case> pointwise_cases();  // rms_norm, rope, glu, add, mul, scale, softmax, cast, copy
 std::vector<Case> attention_cases();  // attention
 std::vector<Case> moe_cases();        // topk_route (+ matmul_id routed by it)
+std::vector<Case> recurrent_cases();  // ssm_conv, gated_delta_net
 
 // Activation dtypes every op runs with, and weight dtypes every backend must support.
 const std::vector<DType>& activation_dtypes();

@@ -65,8 +65,8 @@ std::vector<Case> pointwise_cases() {
                        }});
     }
     // glu
-    for (GluKind k : {GluKind::kSilu, GluKind::kGelu})
-      cases.push_back({std::string(k == GluKind::kSilu ? "swiglu" : "geglu") + at, OpKind::kGlu, a, a, ++seed,
+    for (GluKind k : {GluKind::kSilu, GluKind::kGelu, GluKind::kSigmoid})
+      cases.push_back({std::string(k == GluKind::kSilu ? "swiglu" : k == GluKind::kGelu ? "geglu" : "sigmoid_glu") + at, OpKind::kGlu, a, a, ++seed,
                        [=](CaseContext& c) {
                          return V{c.graph().glu(c.input(a, {5, 77}, -6.0f, 6.0f), c.input(a, {5, 77}), k)};
                        }});
