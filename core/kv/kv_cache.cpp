@@ -64,8 +64,9 @@ Result<std::unique_ptr<KvCache>> KvCache::create(Device& device, const KvCacheCo
 
 int64_t KvCache::bytes() const {
   int64_t b = 0;
-  for (const auto& t : k_) b += t.nbytes();
-  for (const auto& t : v_) b += t.nbytes();
+  for (const auto* ts : {&k_, &v_})
+    for (const Tensor& t : *ts)
+      if (t.buffer) b += t.nbytes();  // a recurrent layer's are empty
   return b;
 }
 

@@ -33,7 +33,10 @@ std::vector<std::string> wordpiece_words(std::string_view text) {
       continue;
     }
     const char cls = unicode_major_class(cp);
-    if (cp == 0 || cp == kReplacementChar || cls == 'C' || cls == 'M') continue;  // controls, accents
+    // Controls go; of the marks only the nonspacing ones (Mn, the accents NFD splits off), as HF
+    // tokenizers' BertNormalizer strips them: spacing marks (Mc, e.g. Devanagari and Tamil vowel
+    // signs) and enclosing ones (Me) stay part of their word.
+    if (cp == 0 || cp == kReplacementChar || cls == 'C' || unicode_category(cp) == UnicodeCategory::kMn) continue;
     const bool alone = cls == 'P' || (cp < 0x7F && cls == 'S') || is_cjk(cp);
     if (alone) finish();
     utf8_append(words.back(), to_lower(cp));

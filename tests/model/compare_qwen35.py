@@ -94,9 +94,40 @@ def main():
         print(f"grouped: vs an oracle pairing the heads the other way {far:.2e}")
         if not far > 20 * TOL:
             failures.append(f"the value-head pairing does not matter ({far:.2e})")
+    failures += bad_files(args, ids)
     for f in failures:
         print("FAIL:", f)
     sys.exit(1 if failures else 0)
+
+
+def bad_files(args, ids):
+    """A GGUF missing a tensor, with a mis-shaped one, or with inconsistent ssm.* keys: `tessera eval`
+    fails with a message naming the file and the tensor or key."""
+    import make_qwen35
+    s = make_qwen35.Spec(make_qwen35.parse_args(["--out", args.scratch]))
+    t = make_qwen35.hf_weights(s, 1234)
+
+    def drop(ts):
+        del ts["blk.0.ssm_a"]
+
+    def halve(ts):
+        ts["blk.3.attn_q.weight"] = ts["blk.3.attn_q.weight"][: ts["blk.3.attn_q.weight"].shape[0] // 2]
+
+    cases = [("missing tensor", {"edit_tensors": drop}, ["blk.0.ssm_a"]),
+             ("mis-shaped tensor", {"edit_tensors": halve}, ["blk.3.attn_q.weight"]),
+             ("inconsistent keys", {"u32": {"ssm.time_step_rank": 6}}, ["qwen35.ssm", "time_step_rank 6"])]
+    problems = []
+    for name, kw, want in cases:
+        path = os.path.join(args.scratch, "bad-" + name.replace(" ", "-") + ".gguf")
+        make_qwen35.write_gguf(path, s, t, with_mtp=False, **kw)
+        r = subprocess.run([os.path.join(args.bin_dir, "tessera"), "eval", "-q", "-m", path, "--device", args.device,
+                            "--tokens", ",".join(map(str, ids[:4])), "-o", os.path.join(args.scratch, "bad.npy")],
+                           capture_output=True, text=True)
+        msg = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
+        print(f"{name}: exit {r.returncode}: {msg}")
+        if r.returncode == 0 or not all(w in r.stderr for w in want + [os.path.basename(path)]):
+            problems.append(f"{name}: expected a failure naming {want} and the file, got exit {r.returncode}: {msg}")
+    return problems
 
 
 if __name__ == "__main__":

@@ -44,6 +44,19 @@ SENTENCES = [
     "It was a bright cold day in April, and the clocks were striking thirteen. Winston Smith, his chin "
     "nuzzled into his breast in an effort to escape the vile wind, slipped quickly through the glass doors.",
 ]
+# Tokens only (not embedded): scripts whose marks are not all accents. HF's BertNormalizer strips
+# only nonspacing marks (Mn) after NFD; spacing vowel signs (Mc: Devanagari, Tamil, Bengali) stay.
+TOKEN_ONLY = [
+    "नमस्ते दुनिया, यह एक परीक्षण है। किताबें और विद्यालय",
+    "தமிழ் மொழி கொண்டாட்டம்",
+    "বাংলা ভাষা শিক্ষা",
+    "ภาษาไทย สวัสดีครับ",
+    "Tiếng Việt có dấu: người, được, những",
+    "العربية: كَتَبَ الطالبُ الدرسَ",
+    "한국어 문장입니다",
+    "Ελληνικά: καλημέρα, άνθρωπος",
+    "e\u0301 n\u0303 a\u20dd",
+]
 MIN_COSINE = 0.999
 
 
@@ -150,6 +163,15 @@ def main():
         if got != enc.ids(s):
             fail(f"tokens of sentence {i} {s!r}: tessera {got} != HF tokenizers {enc.ids(s)}")
     print(f"tokens: {len(SENTENCES)}/{len(SENTENCES)} sentences equal HF tokenizers' ids")
+    for i, s in enumerate(TOKEN_ONLY):
+        out = subprocess.run([binary, "tokenize", "-q", "-m", model, "-p", s, "--format", "csv"],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            fail(f"tessera tokenize: {out.stderr.strip()}")
+        got = [int(x) for x in out.stdout.replace(",", " ").split()]
+        if got != enc.ids(s):
+            fail(f"tokens of script sample {i} {s!r}: tessera {got} != HF tokenizers {enc.ids(s)}")
+    print(f"tokens: {len(TOKEN_ONLY)}/{len(TOKEN_ONLY)} samples in other scripts equal HF tokenizers' ids")
 
     want = np.stack([enc.embed(s) for s in SENTENCES])
     got, doc = tessera_embed(binary, model, "cpu", SENTENCES)

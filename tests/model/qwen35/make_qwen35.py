@@ -350,11 +350,16 @@ def gguf_tensors(s, t, with_mtp):
     return {k: np.ascontiguousarray(v, dtype=f32) for k, v in out.items()}
 
 
-def write_gguf(path, s, t, with_mtp, name="Tiny Qwen35 Hf"):
-    """name: what the converter derives from the folder name tiny-qwen35-hf."""
+def write_gguf(path, s, t, with_mtp, name="Tiny Qwen35 Hf", edit_tensors=None, u32=None):
+    """name: what the converter derives from the folder name tiny-qwen35-hf.
+    edit_tensors(dict) may drop or replace tensors and u32 override qwen35.* integer keys (the bad
+    files of compare_qwen35.py)."""
     import gguf
     arch = "qwen35"
     tensors = gguf_tensors(s, t, with_mtp)
+    if edit_tensors:
+        edit_tensors(tensors)
+    u32 = u32 or {}
     w = gguf.GGUFWriter(path, arch)
     n_blocks = s.L + (1 if with_mtp else 0)
     w.add_type("model")
@@ -375,11 +380,11 @@ def write_gguf(path, s, t, with_mtp, name="Tiny Qwen35 Hf"):
     w.add_file_type(0)  # ALL_F32
     if with_mtp:
         w.add_uint32(f"{arch}.nextn_predict_layers", 1)
-    w.add_uint32(f"{arch}.ssm.conv_kernel", s.K)
-    w.add_uint32(f"{arch}.ssm.state_size", s.dk)
-    w.add_uint32(f"{arch}.ssm.group_count", s.nk)
-    w.add_uint32(f"{arch}.ssm.time_step_rank", s.nv)
-    w.add_uint32(f"{arch}.ssm.inner_size", s.nv * s.dv)
+    w.add_uint32(f"{arch}.ssm.conv_kernel", u32.get("ssm.conv_kernel", s.K))
+    w.add_uint32(f"{arch}.ssm.state_size", u32.get("ssm.state_size", s.dk))
+    w.add_uint32(f"{arch}.ssm.group_count", u32.get("ssm.group_count", s.nk))
+    w.add_uint32(f"{arch}.ssm.time_step_rank", u32.get("ssm.time_step_rank", s.nv))
+    w.add_uint32(f"{arch}.ssm.inner_size", u32.get("ssm.inner_size", s.nv * s.dv))
     w.add_array(f"{arch}.attention.recurrent_layers",
                 [lt == "linear_attention" for lt in s.layer_types] + [False] * (n_blocks - s.L))
     w.add_uint32(f"{arch}.full_attention_interval", s.interval)

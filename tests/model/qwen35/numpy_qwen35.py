@@ -343,6 +343,15 @@ def load(path):
     return Qwen35.from_gguf(path) if path.endswith(".gguf") else Qwen35.from_hf(path)
 
 
+# The oracle interface of bench/peer/logits_vs_oracle.py (Model(path), forward(model, ids)).
+def Model(path):  # noqa: N802
+    return load(path)
+
+
+def forward(model, ids):
+    return model.forward(ids)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model", help="HF folder or .gguf")
