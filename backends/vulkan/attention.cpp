@@ -15,11 +15,6 @@ namespace {
 constexpr uint32_t kWorkgroup = 64;
 constexpr uint32_t kMaxHeadDim = 256;  // attention.comp MAX_D (shared memory for q)
 
-bool host_readable(const Graph& g, const Node& n, int input) {
-  const Value& v = g.value(n.inputs[size_t(input)]);
-  return v.kind != Value::Kind::kIntermediate && v.tensor.host_data() != nullptr;
-}
-
 // The kernel-name suffix of a cache dtype (the KVTYPE variants of CMakeLists.txt).
 Result<std::string> cache_suffix(DType d) {
   switch (d) {
@@ -57,7 +52,7 @@ Status record_attention(Recorder& rec, const Graph& g, const Node& n) {
   for (int i : meta) {
     if (!g.input_tensor(n, i).is_contiguous())
       return Unimplemented("vulkan: attention metadata must be contiguous, got " + g.input_tensor(n, i).shape_string());
-    readable = readable && host_readable(g, n, i) && rec.host_current(g.input_tensor(n, i));
+    readable = readable && rec.host_checkable(g, n, i);
   }
   if (readable) TS_RETURN_IF_ERROR(ref::check_attention_metadata(g, n));
   const int64_t T = q.shape[0], Hq = q.shape[1], D = q.shape[2], Hkv = k.shape[1];

@@ -64,6 +64,12 @@ class Recorder {
   bool host_current(const Tensor& t) const {
     return t.host_data() != nullptr && static_cast<const VulkanBuffer&>(*t.buffer).queued_write() <= device_.completed_;
   }
+  // Whether the host can check input |input| of |n| now (ids, slots, tables a shader will trust):
+  // a value not computed in-graph whose memory is host_current.
+  bool host_checkable(const Graph& g, const Node& n, int input) const {
+    const Value& v = g.value(n.inputs[size_t(input)]);
+    return v.kind != Value::Kind::kIntermediate && host_current(v.tensor);
+  }
   uint32_t dispatches() const { return n_dispatch_; }
 
  private:

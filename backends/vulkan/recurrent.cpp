@@ -12,18 +12,11 @@ namespace {
 constexpr uint32_t kWorkgroup = 64;
 constexpr int64_t kMaxConvTaps = 8;  // recurrent.comp MAX_K
 
-bool host_readable(const Graph& g, const Node& n, int input) {
-  const Value& v = g.value(n.inputs[size_t(input)]);
-  return v.kind != Value::Kind::kIntermediate && v.tensor.host_data() != nullptr;
-}
-
 Status check_metadata(Recorder& rec, const Graph& g, const Node& n, int qs, int slots) {
   for (int i : {qs, slots})
     if (!g.input_tensor(n, i).is_contiguous())
       return Unimplemented(std::string("vulkan: ") + op_name(n.op) + " metadata must be contiguous");
-  if (host_readable(g, n, qs) && host_readable(g, n, slots) && rec.host_current(g.input_tensor(n, qs)) &&
-      rec.host_current(g.input_tensor(n, slots)))
-    return ref::check_recurrent_metadata(g, n);
+  if (rec.host_checkable(g, n, qs) && rec.host_checkable(g, n, slots)) return ref::check_recurrent_metadata(g, n);
   return OkStatus();
 }
 }  // namespace

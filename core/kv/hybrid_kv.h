@@ -26,6 +26,7 @@ class HybridKv {
   std::span<const BlockId> blocks(SeqId id) const { return full_.blocks(id); }
   std::span<const BlockId> window_blocks(SeqId id) const { return window_ ? window_->blocks(id) : std::span<const BlockId>{}; }
   bool swapped(SeqId id) const { return full_.swapped(id); }
+  std::span<const BlockHash> hashes(SeqId id) const { return full_.hashes(id); }
 
   // KvManager's, in every group; the result is the shorter match, to which the longer is cut.
   int32_t match_prefix(SeqId id, std::span<const int32_t> tokens,

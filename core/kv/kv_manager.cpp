@@ -87,6 +87,11 @@ void KvManager::shorten_match(SeqId id, int32_t n_tokens) {
   t.n_computed = std::min(t.n_computed, int32_t(keep) * cfg_.block_size);
 }
 
+std::span<const BlockHash> KvManager::hashes(SeqId id) const {
+  auto it = tables_.find(id);
+  return it == tables_.end() ? std::span<const BlockHash>{} : std::span<const BlockHash>(it->second.hashes);
+}
+
 int32_t KvManager::released(SeqId id) const {
   auto it = tables_.find(id);
   return it == tables_.end() ? 0 : it->second.n_released;

@@ -110,6 +110,9 @@ class KvManager {
   void fork(SeqId parent, SeqId child);
   // Leading table entries of |id| given back to the pool (window groups; 0 otherwise).
   int32_t released(SeqId id) const;
+  // The prefix hash chain of |id|'s leading full blocks, as matched (match_prefix) and committed
+  // (commit): entry i is the hash of tokens [0, (i + 1) * block_size). Empty without prefix caching.
+  std::span<const BlockHash> hashes(SeqId id) const;
   // Releases |id|'s blocks and host slots and forgets it. No-op for an unknown |id|.
   void free(SeqId id);
 

@@ -14,19 +14,6 @@ void StateManager::check(Status s) {
   if (!s.ok() && status_.ok()) status_ = std::move(s);
 }
 
-std::vector<BlockHash> StateManager::chain(std::span<const int32_t> tokens, int32_t max_tokens) const {
-  const int32_t bs = cfg_.block_size;
-  const int32_t n = std::min(int32_t(tokens.size()), max_tokens) / bs;
-  std::vector<BlockHash> h;
-  h.reserve(size_t(std::max(0, n)));
-  BlockHash parent = 0;
-  for (int32_t i = 0; i < n; ++i) {
-    parent = hash_block(parent, tokens.subspan(size_t(i) * size_t(bs), size_t(bs)));
-    h.push_back(parent);
-  }
-  return h;
-}
-
 bool StateManager::is_boundary(int32_t n, int32_t n_prompt) const {
   const int32_t bs = cfg_.block_size;
   if (n <= 0 || n % bs != 0) return false;
@@ -43,35 +30,35 @@ int32_t StateManager::next_boundary(int32_t n_computed, int32_t n_prompt) const 
   return next;
 }
 
-int32_t StateManager::match(std::span<const int32_t> tokens, int32_t max_tokens) const {
+int32_t StateManager::match(std::span<const BlockHash> chain) const {
   if (!cfg_.prefix_caching) return 0;
-  const std::vector<BlockHash> h = chain(tokens, max_tokens);
-  for (size_t i = h.size(); i > 0; --i)
-    if (pool_.contains(h[i - 1])) return int32_t(i) * cfg_.block_size;
+  for (size_t i = chain.size(); i > 0; --i)
+    if (pool_.contains(chain[i - 1])) return int32_t(i) * cfg_.block_size;
   return 0;
 }
 
-void StateManager::admit(SeqId id, std::span<const int32_t> tokens, int32_t n_restored) {
+void StateManager::admit(SeqId id, std::span<const BlockHash> chain) {
   const std::optional<StateSlot> slot = pool_.allocate();
   if (!slot) return check(Internal("recurrent state: admit without a free slot"));
   slots_[id] = *slot;
   std::optional<CheckpointId> cp;
-  if (n_restored > 0) cp = pool_.lookup(chain(tokens, n_restored).back());
+  if (!chain.empty()) cp = pool_.lookup(chain.back());
   if (cp) {
     const std::pair<CheckpointId, StateSlot> pair{*cp, *slot};
     check(pool_.restore({&pair, 1}));
-    stats_.restored_tokens += n_restored;
+    stats_.restored_tokens += int64_t(chain.size()) * cfg_.block_size;
   } else {
-    if (n_restored > 0) check(Internal("recurrent state: the checkpoint matched at admission is gone"));
+    if (!chain.empty()) check(Internal("recurrent state: the checkpoint matched at admission is gone"));
     check(pool_.zero({&*slot, 1}));
   }
 }
 
-void StateManager::computed(SeqId id, std::span<const int32_t> tokens, int32_t n_computed, int32_t n_prompt) {
+void StateManager::computed(SeqId id, std::span<const BlockHash> chain, int32_t n_computed, int32_t n_prompt) {
   if (!cfg_.prefix_caching || !is_boundary(n_computed, n_prompt)) return;
   auto it = slots_.find(id);
-  if (it == slots_.end()) return;
-  check(pool_.checkpoint(it->second, chain(tokens, n_computed).back()));
+  const size_t block = size_t(n_computed / cfg_.block_size);
+  if (it == slots_.end() || chain.size() < block) return;
+  check(pool_.checkpoint(it->second, chain[block - 1]));
 }
 
 bool StateManager::snapshot(SeqId id) {

@@ -3,7 +3,7 @@
 // and decides nothing the scheduler does not ask for:
 //   - a live slot per running sequence (a fixed cost: a sequence is admitted only with one free);
 //   - checkpoints at block boundaries, keyed by the KV prefix cache's block hash of the block that
-//     ends there, so a prefix-cache hit restores the state as it was after that prefix. A step
+//     ends there (the chain KvManager::hashes holds for the sequence; nothing is hashed twice), so a prefix-cache hit restores the state as it was after that prefix. A step
 //     leaves one state per sequence (after its last token), so checkpoints exist only where a
 //     step ends: the scheduler ends prefill chunks at the boundaries next_boundary() names (every
 //     |checkpoint_every| tokens, and the last block boundary of the prompt, the most an identical
@@ -52,18 +52,19 @@ class StateManager {
 
   // A live slot is free (admission needs one; none free: the sequence waits).
   bool can_admit() const { return pool_.n_free() > 0; }
-  // The longest prefix of |tokens|, at most |max_tokens| long and a multiple of the block size,
-  // whose state is checkpointed (0: none). Counts nothing; admit() restores it.
-  int32_t match(std::span<const int32_t> tokens, int32_t max_tokens) const;
-  // Gives |id| a live slot holding the state after tokens[0, n_restored): the checkpoint match()
-  // found for that length, or zeros when it is 0. Needs can_admit().
-  void admit(SeqId id, std::span<const int32_t> tokens, int32_t n_restored);
+  // The longest prefix covered by |chain| (a sequence's block hashes, KvManager::hashes) whose
+  // state is checkpointed, in tokens (a multiple of the block size; 0: none). Counts nothing;
+  // admit() restores it.
+  int32_t match(std::span<const BlockHash> chain) const;
+  // Gives |id| a live slot holding the state after the blocks of |chain|: the checkpoint match()
+  // found for all of them, or zeros when |chain| is empty. Needs can_admit().
+  void admit(SeqId id, std::span<const BlockHash> chain);
   // The first checkpoint boundary after |n_computed| for a sequence with an |n_prompt|-token
   // prompt (prefill chunks end there), or INT32_MAX when none is left.
   int32_t next_boundary(int32_t n_computed, int32_t n_prompt) const;
-  // After a step that computed |id|'s tokens up to |n_computed| (with no draft in its state):
-  // checkpoints the state when n_computed is a boundary.
-  void computed(SeqId id, std::span<const int32_t> tokens, int32_t n_computed, int32_t n_prompt);
+  // After a step that computed |id|'s tokens up to |n_computed| (with no draft in its state and
+  // its full blocks' hashes in |chain|): checkpoints the state when n_computed is a boundary.
+  void computed(SeqId id, std::span<const BlockHash> chain, int32_t n_computed, int32_t n_prompt);
 
   // Speculative decoding: a snapshot before a step with drafts (false when no checkpoint row can
   // be had: run that step without drafts), then release or rollback once they are verified.
@@ -92,8 +93,6 @@ class StateManager {
   const RecurrentStatePool& pool() const { return pool_; }
 
  private:
-  // The hash chain of tokens' leading full blocks (at most |max_tokens| tokens).
-  std::vector<BlockHash> chain(std::span<const int32_t> tokens, int32_t max_tokens) const;
   bool is_boundary(int32_t n, int32_t n_prompt) const;
   void check(Status s);
 

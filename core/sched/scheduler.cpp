@@ -184,7 +184,7 @@ void Scheduler::admit_waiting(std::vector<ScheduledSeq>* out, int32_t* budget) {
       s.n_computed = 0;
       break;
     }
-    if (states_) states_->admit(s.id, s.tokens, s.n_computed);
+    if (states_) states_->admit(s.id, kv_.hashes(s.id));  // the blocks matched: n_computed tokens
     if (!s.admitted) {
       s.admitted = true;
       s.n_cached = s.n_computed;
@@ -205,7 +205,7 @@ int32_t Scheduler::match_prefix(Sequence& s) {
   for (;;) {
     const int32_t m = kv_.match_prefix(s.id, s.tokens, limit);
     if (!states_) return m;
-    const int32_t b = states_->match(s.tokens, m);
+    const int32_t b = states_->match(kv_.hashes(s.id));  // the chain of the m matched tokens
     if (b == m) return m;
     kv_.free(s.id);
     limit = b;
@@ -337,7 +337,7 @@ void Scheduler::commit(const std::vector<ScheduledSeq>& scheduled) {
     s.n_computed += sc.n_new - sc.n_draft;
     kv_.commit(s.id, s.tokens, s.n_computed);
     // A drafting sequence's state holds its drafts too: it is settled in accept_draft.
-    if (states_ && sc.n_draft == 0 && !s.embed) states_->computed(s.id, s.tokens, s.n_computed, s.n_prompt);
+    if (states_ && sc.n_draft == 0 && !s.embed) states_->computed(s.id, kv_.hashes(s.id), s.n_computed, s.n_prompt);
   }
 }
 
@@ -373,7 +373,7 @@ void Scheduler::accept_draft(RequestId id, int32_t n_accepted) {
   kv_.truncate(s.id, int32_t(s.tokens.size()));
   s.draft.clear();
   s.draft_q.clear();
-  if (states_) states_->computed(s.id, s.tokens, s.n_computed, s.n_prompt);
+  if (states_) states_->computed(s.id, kv_.hashes(s.id), s.n_computed, s.n_prompt);
 }
 
 void Scheduler::finish(RequestId id) {

@@ -39,6 +39,15 @@ void add_attention_specs(std::vector<TensorSpec>* s, const std::string& p, const
   });
 }
 
+std::vector<TensorSpec> decoder_io_specs(const ModelConfig& c, ArchWeights* w) {
+  const int64_t D = c.n_embd, V = c.n_vocab;
+  return {
+      {"token_embd.weight", {V, D}, true, &w->tok_embd, false, false, false, 0, 0, true},
+      {"output_norm.weight", {D}, true, &w->output_norm},
+      {"output.weight", {V, D}, false, &w->output},
+  };
+}
+
 void add_glu_specs(std::vector<TensorSpec>* s, const std::string& p, int64_t D, int64_t F, GluFfnWeights* f) {
   s->insert(s->end(), {
       {p + "ffn_gate.weight", {F, D}, true, &f->gate},

@@ -10,6 +10,9 @@
 
 namespace tessera {
 
+// A decoder's ends: the token embedding (kept in rows for the embed op), the final norm and the
+// output head (optional: a tied model has none).
+std::vector<TensorSpec> decoder_io_specs(const ModelConfig& c, ArchWeights* w);
 // attn_q/k/v/output weights, their biases (required when c.qkv_bias, optional otherwise; none
 // when |biases| is false) and the QK-norm weights (per head or over the whole projection, c.qk_norm).
 void add_attention_specs(std::vector<TensorSpec>* s, const std::string& p, const ModelConfig& c, AttentionWeights* a,

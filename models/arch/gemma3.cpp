@@ -90,12 +90,8 @@ class Gemma3 final : public Architecture {
 
   std::vector<TensorSpec> tensor_specs(const ModelConfig& c, ArchWeights* aw) const override {
     auto* w = static_cast<Gemma3Weights*>(aw);
-    const int64_t D = c.n_embd, V = c.n_vocab;
-    std::vector<TensorSpec> s = {
-        {"token_embd.weight", {V, D}, true, &w->tok_embd, false, false, false, 0, 0, true},
-        {"output_norm.weight", {D}, true, &w->output_norm},
-        {"output.weight", {V, D}, false, &w->output},
-    };
+    const int64_t D = c.n_embd;
+    std::vector<TensorSpec> s = decoder_io_specs(c, w);
     w->layers.resize(size_t(c.n_layers));
     for (int l = 0; l < c.n_layers; ++l) {
       Gemma3Layer& L = w->layers[size_t(l)];

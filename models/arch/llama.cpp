@@ -152,13 +152,9 @@ class Llama final : public Architecture {
 
   std::vector<TensorSpec> tensor_specs(const ModelConfig& c, ArchWeights* aw) const override {
     auto* w = static_cast<LlamaWeights*>(aw);
-    const int64_t D = c.n_embd, V = c.n_vocab;
-    std::vector<TensorSpec> s = {
-        {"token_embd.weight", {V, D}, true, &w->tok_embd, false, false, false, 0, 0, true},
-        {"output_norm.weight", {D}, true, &w->output_norm},
-        {"output.weight", {V, D}, false, &w->output},
-        {"rope_freqs.weight", {c.rope.n_dims / 2}, false, &w->rope_freqs},
-    };
+    const int64_t D = c.n_embd;
+    std::vector<TensorSpec> s = decoder_io_specs(c, w);
+    s.push_back({"rope_freqs.weight", {c.rope.n_dims / 2}, false, &w->rope_freqs});
     w->layers.resize(size_t(c.n_layers));
     for (int l = 0; l < c.n_layers; ++l) {
       LlamaLayer& L = w->layers[size_t(l)];

@@ -135,14 +135,9 @@ class Phi3 final : public Architecture {
   std::vector<TensorSpec> tensor_specs(const ModelConfig& c, ArchWeights* aw) const override {
     auto* w = static_cast<Phi3Weights*>(aw);
     const int64_t D = c.n_embd, F = c.n_ff, Q = int64_t(c.n_heads) * c.head_dim, KV = int64_t(c.n_kv_heads) * c.head_dim;
-    const int64_t V = c.n_vocab;
     const char* factors = c.n_ctx_train > c.rope.n_ctx_orig ? "rope_factors_long.weight" : "rope_factors_short.weight";
-    std::vector<TensorSpec> s = {
-        {"token_embd.weight", {V, D}, true, &w->tok_embd, false, false, false, 0, 0, true},
-        {"output_norm.weight", {D}, true, &w->output_norm},
-        {"output.weight", {V, D}, false, &w->output},
-        {factors, {c.rope.n_dims / 2}, false, &w->rope_freqs},
-    };
+    std::vector<TensorSpec> s = decoder_io_specs(c, w);
+    s.push_back({factors, {c.rope.n_dims / 2}, false, &w->rope_freqs});
     w->layers.resize(size_t(c.n_layers));
     for (int l = 0; l < c.n_layers; ++l) {
       Phi3Layer& L = w->layers[size_t(l)];

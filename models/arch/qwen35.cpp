@@ -97,13 +97,9 @@ class Qwen35 final : public Architecture {
 
   std::vector<TensorSpec> tensor_specs(const ModelConfig& c, ArchWeights* aw) const override {
     auto* w = static_cast<Qwen35Weights*>(aw);
-    const int64_t D = c.n_embd, V = c.n_vocab, Hd = c.head_dim;
+    const int64_t D = c.n_embd, Hd = c.head_dim;
     const int64_t Hv = c.ssm_v_heads, KD = int64_t(c.ssm_k_heads) * c.ssm_head_dim, VD = Hv * c.ssm_head_dim;
-    std::vector<TensorSpec> s = {
-        {"token_embd.weight", {V, D}, true, &w->tok_embd, false, false, false, 0, 0, true},
-        {"output_norm.weight", {D}, true, &w->output_norm},
-        {"output.weight", {V, D}, false, &w->output},
-    };
+    std::vector<TensorSpec> s = decoder_io_specs(c, w);
     w->layers.resize(size_t(c.n_layers));
     for (int l = 0; l < c.n_layers; ++l) {
       Qwen35Layer& L = w->layers[size_t(l)];
