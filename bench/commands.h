@@ -111,6 +111,19 @@ struct AttentionBenchArgs {
 };
 int run_attention_bench(const AttentionBenchArgs& a);
 
+// `tessera-bench recurrent`: a Gated DeltaNet layer's two recurrent ops (ssm_conv, then the gated
+// delta rule) over one sequence's prefill, at Qwen3.5-2B's heads by default, in the CPU's
+// token-by-token and chunked forms (TESSERA_CPU_GDN_CHUNKED), alternating. See
+// bench/recurrent_bench.cpp.
+struct RecurrentBenchArgs {
+  std::string device = "cpu";
+  int threads = 2;
+  int tokens = 512;             // the prefill run
+  int hk = 16, hv = 16, dk = 128, dv = 128;
+  int repeats = 5;
+};
+int run_recurrent_bench(const RecurrentBenchArgs& a);
+
 // "AMD EPYC ... , 2 CPUs, LLC 32 MiB" for reports.
 std::string host_description();
 // Current UTC time, ISO 8601.

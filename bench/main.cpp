@@ -115,6 +115,17 @@ int main(int argc, char** argv) {
   t->add_option("--new", at.fresh, "query tokens (the chunk)")->capture_default_str();
   t->add_option("--repeats", at.repeats, "timed calls (median)")->capture_default_str();
 
+  RecurrentBenchArgs rb;
+  auto* rc = app.add_subcommand("recurrent", "a Gated DeltaNet layer's conv and delta rule over a prefill: token-by-token vs chunked form");
+  rc->add_option("--device", rb.device, "cpu (with --threads), vulkan:0, ...")->capture_default_str();
+  rc->add_option("--threads", rb.threads, "CPU threads")->capture_default_str();
+  rc->add_option("--tokens", rb.tokens, "prefill tokens of the one sequence")->capture_default_str();
+  rc->add_option("--key-heads", rb.hk, "key heads")->capture_default_str();
+  rc->add_option("--value-heads", rb.hv, "value heads")->capture_default_str();
+  rc->add_option("--key-dim", rb.dk, "key head dim")->capture_default_str();
+  rc->add_option("--value-dim", rb.dv, "value head dim")->capture_default_str();
+  rc->add_option("--repeats", rb.repeats, "timed calls per form, alternating (median)")->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
 #ifdef TESSERA_BENCH_HAVE_SERVE
   if (s->parsed()) return run_serve_bench(sb);
@@ -123,6 +134,7 @@ int main(int argc, char** argv) {
   if (cn->parsed()) return run_contention_bench(cb);
   if (e->parsed()) return run_moe_bench(moe);
   if (t->parsed()) return run_attention_bench(at);
+  if (rc->parsed()) return run_recurrent_bench(rb);
   if (r->parsed()) return run_roofline(roof);
   if (g->parsed()) return run_gemv(gemv);
   if (p->parsed()) return run_plot(plot);

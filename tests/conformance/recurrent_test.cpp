@@ -94,6 +94,10 @@ std::vector<Case> recurrent_cases() {
       {"prefill plain", 1, 3, 16, 24, {17, 5}, false, 0.5f},
       {"qwen3.5 heads", 1, 2, 128, 128, {1, 6}, true},
       {"tiled heads", 2, 6, 16, 8, {3, 1, 12}, true, 0.0f, true},
+      // Long runs: the CPU's chunked form (64-token chunks, a partial last chunk) beside a decode.
+      {"long prefill gated", 2, 4, 32, 40, {150, 1, 64, 17}, true},
+      {"long prefill plain", 1, 2, 24, 16, {97, 130}, false, 0.5f},
+      {"long tiled qwen3.5 heads", 1, 2, 128, 128, {70, 1}, true, 0.0f, true},
   };
   std::vector<Case> cases;
   uint64_t seed = 9000;
