@@ -36,7 +36,12 @@ Status read_decoder_config(const gguf::File& f, ModelConfig* cp) {
   const std::string a = c.arch + ".";
   TS_ASSIGN_OR_RETURN(c.n_layers, gguf_int32_key(f, a + "block_count"));
   TS_ASSIGN_OR_RETURN(c.n_embd, gguf_int32_key(f, a + "embedding_length"));
-  TS_ASSIGN_OR_RETURN(c.n_ff, gguf_int32_key(f, a + "feed_forward_length"));
+  // MoE files may carry no dense FFN width (Qwen3.5-MoE's config has none): the experts' then.
+  if (f.find(a + "feed_forward_length") || !f.find(a + "expert_feed_forward_length")) {
+    TS_ASSIGN_OR_RETURN(c.n_ff, gguf_int32_key(f, a + "feed_forward_length"));
+  } else {
+    TS_ASSIGN_OR_RETURN(c.n_ff, gguf_int32_key(f, a + "expert_feed_forward_length"));
+  }
   TS_ASSIGN_OR_RETURN(c.n_heads, gguf_int32_key(f, a + "attention.head_count"));
   TS_ASSIGN_OR_RETURN(c.n_kv_heads, gguf_int32_key(f, a + "attention.head_count_kv", c.n_heads));
   TS_ASSIGN_OR_RETURN(c.n_ctx_train, gguf_int32_key(f, a + "context_length", 2048));
@@ -76,6 +81,27 @@ Status read_decoder_config(const gguf::File& f, ModelConfig* cp) {
     return Unimplemented(f.path() + ": rope scaling type '" + scaling + "'");
   }
   if (r.n_ctx_orig == 0) r.n_ctx_orig = c.n_ctx_train;
+  return OkStatus();
+}
+
+Status read_moe_config(const gguf::File& f, ModelConfig* c, bool required, bool weights_norm, bool shared_default) {
+  const std::string a = c->arch + ".";
+  TS_ASSIGN_OR_RETURN(c->n_experts, gguf_int32_key(f, a + "expert_count", 0));
+  if (c->n_experts == 0) {
+    if (required) return NotFound(f.path() + ": key '" + a + "expert_count' is missing (required for " + c->arch + ")");
+    return OkStatus();
+  }
+  TS_ASSIGN_OR_RETURN(c->n_experts_used, gguf_int32_key(f, a + "expert_used_count"));
+  if (c->n_experts < 0 || c->n_experts_used < 1 || c->n_experts_used > c->n_experts)
+    return InvalidArgument(f.path() + ": expert_used_count " + std::to_string(c->n_experts_used) + " must be in [1, expert_count " +
+                           std::to_string(c->n_experts) + "]");
+  TS_ASSIGN_OR_RETURN(c->n_ff_exp, gguf_int32_key(f, a + "expert_feed_forward_length", c->n_ff));
+  TS_ASSIGN_OR_RETURN(c->n_ff_shexp, gguf_int32_key(f, a + "expert_shared_feed_forward_length", shared_default ? c->n_ff : 0));
+  c->expert_weights_norm = weights_norm;
+  if (f.find(a + "expert_weights_norm")) {
+    TS_ASSIGN_OR_RETURN(c->expert_weights_norm, f.get_bool(a + "expert_weights_norm"));
+  }
+  if (c->n_ff_exp <= 0 || c->n_ff_shexp < 0) return InvalidArgument(f.path() + ": expert FFN widths must be positive");
   return OkStatus();
 }
 

@@ -25,4 +25,10 @@ Result<double> gguf_float_or(const gguf::File& f, const std::string& key, double
 // RoPE layout (normal/NeoX) is the family's to choose. Errors name the file and key.
 Status read_decoder_config(const gguf::File& f, ModelConfig* c);
 
+// Mixture-of-experts keys: {arch}.expert_count (absent: a dense model, or an error if |required|),
+// .expert_used_count, .expert_feed_forward_length (default n_ff),
+// .expert_shared_feed_forward_length (default n_ff if |shared_default|, else no shared expert),
+// .expert_weights_norm (default |weights_norm|).
+Status read_moe_config(const gguf::File& f, ModelConfig* c, bool required, bool weights_norm, bool shared_default);
+
 }  // namespace tessera

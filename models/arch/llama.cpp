@@ -69,29 +69,6 @@ struct LlamaWeights : ArchWeights {
   std::vector<LlamaLayer> layers;
 };
 
-// Mixture-of-experts keys: {arch}.expert_count, .expert_used_count, .expert_feed_forward_length,
-// .expert_shared_feed_forward_length, .expert_weights_norm.
-Status read_moe_config(const gguf::File& f, const Variant& v, ModelConfig* c) {
-  const std::string a = c->arch + ".";
-  TS_ASSIGN_OR_RETURN(c->n_experts, gguf_int32_key(f, a + "expert_count", 0));
-  if (c->n_experts == 0) {
-    if (v.moe_required) return NotFound(f.path() + ": key '" + a + "expert_count' is missing (required for " + c->arch + ")");
-    return OkStatus();
-  }
-  TS_ASSIGN_OR_RETURN(c->n_experts_used, gguf_int32_key(f, a + "expert_used_count"));
-  if (c->n_experts < 0 || c->n_experts_used < 1 || c->n_experts_used > c->n_experts)
-    return InvalidArgument(f.path() + ": expert_used_count " + std::to_string(c->n_experts_used) + " must be in [1, expert_count " +
-                           std::to_string(c->n_experts) + "]");
-  TS_ASSIGN_OR_RETURN(c->n_ff_exp, gguf_int32_key(f, a + "expert_feed_forward_length", c->n_ff));
-  TS_ASSIGN_OR_RETURN(c->n_ff_shexp, gguf_int32_key(f, a + "expert_shared_feed_forward_length", v.shared_expert_default ? c->n_ff : 0));
-  c->expert_weights_norm = v.expert_weights_norm;
-  if (f.find(a + "expert_weights_norm")) {
-    TS_ASSIGN_OR_RETURN(c->expert_weights_norm, f.get_bool(a + "expert_weights_norm"));
-  }
-  if (c->n_ff_exp <= 0 || c->n_ff_shexp < 0) return InvalidArgument(f.path() + ": expert FFN widths must be positive");
-  return OkStatus();
-}
-
 Status read_hf_moe(const safetensors::JsonObject& o, const HfMoeKeys& k, ModelConfig* c) {
   TS_ASSIGN_OR_RETURN(c->n_experts, o.get_int32(k.n_experts));
   TS_ASSIGN_OR_RETURN(c->n_experts_used, o.get_int32("num_experts_per_tok"));
@@ -133,7 +110,7 @@ class Llama final : public Architecture {
     c.rope.mode = v->gguf_rope;
     c.qk_norm = v->qk_norm;
     c.qkv_bias = v->qkv_bias;
-    TS_RETURN_IF_ERROR(read_moe_config(f, *v, &c));
+    TS_RETURN_IF_ERROR(read_moe_config(f, &c, v->moe_required, v->expert_weights_norm, v->shared_expert_default));
     return c;
   }
 

@@ -1,6 +1,6 @@
-// The Qwen3.5 family graph builder (dense text decoder; GGUF architecture "qwen35"), a hybrid: in
-// every |full_attention_interval| layers (4), three are Gated DeltaNet layers and the fourth gated
-// full attention.
+// The Qwen3.5 family graph builder (text decoder; GGUF architectures "qwen35" and "qwen35moe"), a
+// hybrid: in every |full_attention_interval| layers (4), three are Gated DeltaNet layers and the
+// fourth gated full attention.
 //
 // Gated DeltaNet layer (linear attention, recurrent state per sequence):
 //   qkv = attn_qkv(h) -> a short causal depthwise conv (ssm_conv1d, K taps, its last K-1 inputs
@@ -13,12 +13,14 @@
 // ([H, 2 * head_dim]); per-head QK RMSNorm; partial rotary embedding (NeoX pairs over
 // rope.dimension_count dims: for text positions Qwen's interleaved multi-section RoPE gives every
 // section the same position, which is plain RoPE); attention; out * sigmoid(gate); attn_output.
-// Every layer: pre-norm (attn_norm), residual, pre-FFN norm (post_attention_norm), SwiGLU FFN.
+// Every layer: pre-norm (attn_norm), residual, pre-FFN norm (post_attention_norm), then a SwiGLU
+// FFN (qwen35) or a mixture of experts (qwen35moe: softmax over the router's logits, top-k
+// renormalised, SwiGLU experts, plus a shared SwiGLU expert scaled by sigmoid(its 1-row gate)).
 //
 // llama.cpp's converter stores the RMSNorm weights as 1 + w (Qwen's zero-centred norms) except the
 // gated norm's, and reorders the value heads into "tiled" order (value head h pairs with key head
 // h % Hk) for ggml's broadcast: the delta rule is told so (GatedDeltaNetParams::tiled_heads).
-// NOTE: GGUF only for now (no HF checkpoint mapping), and no MoE variant (qwen35moe) yet.
+// NOTE: GGUF only for now (no HF checkpoint mapping).
 #include <cmath>
 
 #include "models/arch/architecture.h"
@@ -37,7 +39,8 @@ struct Qwen35Layer {
   WeightTensor wqkv, wgate, conv, dt_bias, decay_rate, w_beta, w_alpha, ssm_norm, ssm_out;
   // Full-attention layers
   AttentionWeights attn;
-  GluFfnWeights ffn;
+  GluFfnWeights ffn;  // qwen35
+  MoeWeights moe;     // qwen35moe
 };
 struct Qwen35Weights : ArchWeights {
   std::vector<Qwen35Layer> layers;
@@ -57,6 +60,11 @@ Result<ModelConfig> qwen35_config(const gguf::File& f) {
   c.rope.mode = RopeMode::kNeox;
   c.qk_norm = QkNorm::kPerHead;
   c.attn_output_gate = true;
+  // qwen35moe: every layer's FFN is a mixture of experts with a shared expert; the router's top-k
+  // weights are always renormalised.
+  TS_RETURN_IF_ERROR(read_moe_config(f, &c, /*required=*/c.arch == "qwen35moe", /*weights_norm=*/true, /*shared_default=*/true));
+  if (c.arch == "qwen35" && c.is_moe())
+    return InvalidArgument(f.path() + ": architecture qwen35 with " + a + "expert_count set (the MoE variant is qwen35moe)");
   int inner = 0, interval = 4;
   TS_ASSIGN_OR_RETURN(c.ssm_conv_kernel, gguf_int32_key(f, a + "ssm.conv_kernel"));
   TS_ASSIGN_OR_RETURN(inner, gguf_int32_key(f, a + "ssm.inner_size"));
@@ -91,7 +99,7 @@ Result<ModelConfig> qwen35_config(const gguf::File& f) {
 
 class Qwen35 final : public Architecture {
  public:
-  std::vector<std::string> gguf_names() const override { return {"qwen35"}; }
+  std::vector<std::string> gguf_names() const override { return {"qwen35", "qwen35moe"}; }
   Result<ModelConfig> config_from_gguf(const gguf::File& f) const override { return qwen35_config(f); }
   std::unique_ptr<ArchWeights> new_weights() const override { return std::make_unique<Qwen35Weights>(); }
 
@@ -129,7 +137,8 @@ class Qwen35 final : public Architecture {
             {p + "attn_k_norm.weight", {Hd}, true, &L.attn.k_norm},
         });
       }
-      add_glu_specs(&s, p, D, c.n_ff, &L.ffn);
+      if (c.is_moe()) add_moe_specs(&s, p, c, &L.moe);
+      else add_glu_specs(&s, p, D, c.n_ff, &L.ffn);
     }
     return s;
   }
@@ -157,7 +166,8 @@ class Qwen35 final : public Architecture {
         weights += D * (2 * c.n_heads * Hd + 2 * c.n_kv_heads * Hd) + c.n_heads * Hd * D;
         pairs += 8 * c.n_heads * Hd;
       }
-      weights += 3 * D * F;
+      // the FFN: dense, or the router, k experts and the shared one per token
+      weights += c.is_moe() ? D * c.n_experts + 3 * D * (double(c.n_experts_used) * c.n_ff_exp + c.n_ff_shexp) : 3 * D * F;
     }
     return {2 * weights, 2 * D * c.n_vocab, pairs};
   }
@@ -171,7 +181,8 @@ class Qwen35 final : public Architecture {
       const Qwen35Layer& L = w.layers[size_t(l)];
       const ValueId h = g.rms_norm(x, g.input(L.attn_norm), c.rms_eps);
       x = g.add(x, c.is_recurrent(l) ? delta_net(ctx, L, h, l) : gated_attention(ctx, L, h, l));
-      x = g.add(x, ctx.glu_ffn(L.ffn, g.rms_norm(x, g.input(L.post_attn_norm), c.rms_eps)));
+      const ValueId hf = g.rms_norm(x, g.input(L.post_attn_norm), c.rms_eps);
+      x = g.add(x, c.is_moe() ? ctx.moe_ffn(L.moe, hf) : ctx.glu_ffn(L.ffn, hf));
     }
     return ctx.decoder_output(w, x);
   }

@@ -9,9 +9,11 @@ heads in the converter's tiled order). A 48-token prompt runs through `tessera e
 whole and in steps of 5 and 16 tokens (each continuing the KV cache and the recurrent state of the
 one before), and through the oracle on the HF checkpoint: normalised RMS error <= 1e-4 and the
 argmax agreeing wherever the oracle's top-2 margin is decisive (compare_numpy.py's checks). A model
-with as many value heads as key heads (no reordering) is checked too. The features are shown to
-matter: the oracle with the value heads paired the other way round, and the oracle without the
-recurrent state carried between tokens, must both be far (> 20 x the tolerance) from Tessera.
+with as many value heads as key heads (no reordering) is checked too, and the MoE variant
+(qwen35moe: 8 experts, 2 per token, a gated shared expert). The features are shown to matter: the
+oracle with the value heads paired the other way round, without the recurrent state carried
+between tokens, and (MoE) without the shared expert or without renormalising the top-k weights,
+must all be far (> 20 x the tolerance) from Tessera.
 Usage: compare_qwen35.py TESSERA_BIN_DIR SCRATCH_DIR [--device cpu|vulkan]
 """
 import argparse
@@ -58,6 +60,7 @@ def main():
     os.makedirs(args.scratch, exist_ok=True)
     grouped = make(args.scratch, "grouped", [])                                 # 4 key heads, 8 value heads
     square = make(args.scratch, "square", ["--linear-value-heads", "4", "--untied", "--seed", "7"])
+    moe = make(args.scratch, "moe", ["--experts", "8", "--experts-used", "2", "--seed", "11"])
     why = device_unusable(args.bin_dir, os.path.join(grouped, "tiny-qwen35-f32.gguf"), args.device, args.scratch)
     if why:
         print(f"SKIP: [hardware] {why}")  # a device that is absent: the one skip CI allows
@@ -65,10 +68,10 @@ def main():
     rng = np.random.default_rng(35)
     ids = [int(x) for x in rng.integers(0, 264, N)]
     failures = []
-    for folder in (grouped, square):
-        oracle = numpy_qwen35.load(os.path.join(folder, "tiny-qwen35-hf"))
+    for folder, stem in ((grouped, "tiny-qwen35"), (square, "tiny-qwen35"), (moe, "tiny-qwen35moe")):
+        oracle = numpy_qwen35.load(os.path.join(folder, stem + "-hf"))
         ref = oracle.forward(ids)
-        for gguf in ("tiny-qwen35-f32.gguf", "tiny-qwen35-nomtp-f32.gguf"):
+        for gguf in (stem + "-f32.gguf", stem + "-nomtp-f32.gguf"):
             path = os.path.join(folder, gguf)
             if not os.path.exists(path):
                 continue
@@ -78,13 +81,22 @@ def main():
                 print(f"{os.path.basename(folder)}/{gguf} chunk {chunk}: normalised RMS {err:.2e}")
                 failures += compare(f"{os.path.basename(folder)}/{gguf} chunk {chunk}", ours, ref, TOL)
         # The features matter: without them the oracle is far from what Tessera computed.
-        ours = tessera_logits(args.bin_dir, os.path.join(folder, "tiny-qwen35-nomtp-f32.gguf"), ids, args.device,
+        ours = tessera_logits(args.bin_dir, os.path.join(folder, stem + "-nomtp-f32.gguf"), ids, args.device,
                               args.scratch, 512)
         stateless = np.concatenate([oracle.forward([t]) for t in ids], 0)  # a fresh state per token
-        far = nrmse(ours, stateless)
-        print(f"{os.path.basename(folder)}: vs an oracle without the recurrent state {far:.2e}")
-        if not far > 20 * TOL:
-            failures.append(f"{folder}: the recurrent state does not matter ({far:.2e})")
+        variants = [("without the recurrent state", stateless)]
+        if oracle.c.E:
+            oracle.renormalize = False
+            variants.append(("without renormalised top-k weights", oracle.forward(ids)))
+            oracle.renormalize = True
+            for i in range(oracle.c.L):
+                oracle.w[f"layers.{i}.mlp.shared_expert.down_proj.weight"] = 0.0 * oracle.w[f"layers.{i}.mlp.shared_expert.down_proj.weight"]
+            variants.append(("without the shared expert", oracle.forward(ids)))
+        for what, other in variants:
+            far = nrmse(ours, other)
+            print(f"{os.path.basename(folder)}: vs an oracle {what} {far:.2e}")
+            if not far > 20 * TOL:
+                failures.append(f"{folder}: the oracle {what} is as close ({far:.2e})")
     # Value heads paired with key heads the other way (h % nk instead of h // (nv / nk)).
     oracle = numpy_qwen35.load(os.path.join(grouped, "tiny-qwen35-hf"))
     if True:
@@ -116,10 +128,24 @@ def bad_files(args, ids):
     cases = [("missing tensor", {"edit_tensors": drop}, ["blk.0.ssm_a"]),
              ("mis-shaped tensor", {"edit_tensors": halve}, ["blk.3.attn_q.weight"]),
              ("inconsistent keys", {"u32": {"ssm.time_step_rank": 6}}, ["qwen35.ssm", "time_step_rank 6"])]
+    sm = make_qwen35.Spec(make_qwen35.parse_args(["--out", args.scratch, "--experts", "4", "--experts-used", "2"]))
+    tm = make_qwen35.hf_weights(sm, 99)
+
+    def drop_expert(ts):
+        del ts["blk.1.ffn_up_exps.weight"]
+
+    def shrink_experts(ts):
+        ts["blk.2.ffn_down_exps.weight"] = ts["blk.2.ffn_down_exps.weight"][:3]
+
+    cases += [("moe missing expert tensor", {"edit_tensors": drop_expert, "spec": sm, "weights": tm}, ["blk.1.ffn_up_exps.weight"]),
+              ("moe mis-shaped experts", {"edit_tensors": shrink_experts, "spec": sm, "weights": tm}, ["blk.2.ffn_down_exps.weight"]),
+              ("moe too many experts used", {"u32": {"expert_used_count": 5}, "spec": sm, "weights": tm},
+               ["expert_used_count 5"])]
     problems = []
     for name, kw, want in cases:
         path = os.path.join(args.scratch, "bad-" + name.replace(" ", "-") + ".gguf")
-        make_qwen35.write_gguf(path, s, t, with_mtp=False, **kw)
+        spec, weights = kw.pop("spec", s), kw.pop("weights", t)
+        make_qwen35.write_gguf(path, spec, weights, with_mtp=False, **kw)
         r = subprocess.run([os.path.join(args.bin_dir, "tessera"), "eval", "-q", "-m", path, "--device", args.device,
                             "--tokens", ",".join(map(str, ids[:4])), "-o", os.path.join(args.scratch, "bad.npy")],
                            capture_output=True, text=True)

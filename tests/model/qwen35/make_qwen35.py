@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 """A tiny random-weight Qwen3.5 (HF `qwen3_5`, GGUF architecture `qwen35`): the dense hybrid of
-Gated DeltaNet (linear attention) layers and gated full-attention layers, 3 : 1.
+Gated DeltaNet (linear attention) layers and gated full-attention layers, 3 : 1. With --experts N
+the MoE variant instead (HF `qwen3_5_moe`, GGUF `qwen35moe`, files named tiny-qwen35moe-*): every
+layer's MLP is a softmax top-k router over N SwiGLU experts (fused gate_up_proj [N, 2F, D] and
+down_proj [N, D, F], as Qwen3.5-35B-A3B's checkpoint), renormalised, plus a shared SwiGLU expert
+scaled by sigmoid(shared_expert_gate x); the config has no dense intermediate_size.
 
 Written to OUT_DIR:
   tiny-qwen35-hf/               a Hugging Face checkpoint shaped like Qwen/Qwen3.5-0.8B's: the
@@ -72,6 +76,10 @@ def parse_args(argv=None):
     p.add_argument("--untied", action="store_true", help="separate lm_head (as the 9B/27B); default tied (as the 0.8B)")
     p.add_argument("--no-vision", action="store_true", help="leave the vision tower's tensors out of the checkpoint")
     p.add_argument("--no-mtp", action="store_true", help="no mtp.* tensors (mtp_num_hidden_layers 0) and no MTP GGUF")
+    p.add_argument("--experts", type=int, default=0, help="> 0: the MoE variant with this many routed experts")
+    p.add_argument("--experts-used", type=int, default=2, help="experts per token (num_experts_per_tok)")
+    p.add_argument("--expert-ff", type=int, default=128, help="moe_intermediate_size")
+    p.add_argument("--shared-ff", type=int, default=192, help="shared_expert_intermediate_size")
     return p.parse_args(argv)
 
 
@@ -89,6 +97,11 @@ class Spec:
         self.V, self.eps = a.vocab, a.rms_eps
         self.interval = a.full_attention_interval
         self.tied, self.vision, self.mtp = not a.untied, not a.no_vision, not a.no_mtp
+        self.E, self.E_used, self.Fe, self.Fs = a.experts, a.experts_used, a.expert_ff, a.shared_ff
+        self.moe = self.E > 0
+        self.stem = "tiny-qwen35moe" if self.moe else "tiny-qwen35"
+        if self.moe and not 1 <= self.E_used <= self.E:
+            raise SystemExit("--experts-used must be in [1, --experts]")
         self.layer_types = ["linear_attention" if (i + 1) % self.interval else "full_attention" for i in range(self.L)]
         n_rot = int(self.Dh * self.rot_factor)
         if sum(self.mrope) * 2 != n_rot:
@@ -118,6 +131,9 @@ def config_json(s):
         "mtp_use_dedicated_embeddings": False, "num_attention_heads": s.H, "num_hidden_layers": s.L,
         "num_key_value_heads": s.HKV, "rms_norm_eps": s.eps, "tie_word_embeddings": s.tied, "use_cache": True,
         "vocab_size": s.V, "mamba_ssm_dtype": "float32",
+        **({"num_experts": s.E, "num_experts_per_tok": s.E_used, "moe_intermediate_size": s.Fe,
+            "shared_expert_intermediate_size": s.Fs, "router_aux_loss_coef": 0.001, "output_router_logits": False}
+           if s.moe else {}),
         "rope_parameters": {"mrope_interleaved": True, "mrope_section": list(s.mrope), "rope_type": "default",
                             "rope_theta": int(s.theta) if float(s.theta).is_integer() else s.theta,
                             "partial_rotary_factor": s.rot_factor},
@@ -128,7 +144,12 @@ def config_json(s):
               "num_heads": s.vis["num_heads"], "num_position_embeddings": s.vis["num_position_embeddings"],
               "out_hidden_size": s.vis["out_hidden_size"], "patch_size": s.vis["patch_size"],
               "spatial_merge_size": s.vis["spatial_merge_size"], "temporal_patch_size": s.vis["temporal_patch_size"]}
-    return {"architectures": ["Qwen3_5ForConditionalGeneration"], "image_token_id": special_id("<|image_pad|>"), "model_type": "qwen3_5",
+    if s.moe:
+        del text["intermediate_size"]
+        text["model_type"] = "qwen3_5_moe_text"
+        vision["model_type"] = "qwen3_5_moe"
+    return {"architectures": ["Qwen3_5MoeForConditionalGeneration" if s.moe else "Qwen3_5ForConditionalGeneration"],
+            "image_token_id": special_id("<|image_pad|>"), "model_type": "qwen3_5_moe" if s.moe else "qwen3_5",
             "text_config": text, "tie_word_embeddings": s.tied, "transformers_version": "4.57.0.dev0",
             "video_token_id": special_id("<|video_pad|>"), "vision_config": vision,
             "vision_end_token_id": special_id("<|vision_end|>"),
@@ -165,6 +186,15 @@ def hf_weights(s, seed):
     def block_common(p):
         t[p + "input_layernorm.weight"] = zc_norm(D)
         t[p + "post_attention_layernorm.weight"] = zc_norm(D)
+        if s.moe:
+            t[p + "mlp.gate.weight"] = mat(s.E, D, 4.0)  # a peaked router: top-k choices away from ties
+            t[p + "mlp.experts.gate_up_proj"] = np.stack([mat(2 * s.Fe, D) for _ in range(s.E)])
+            t[p + "mlp.experts.down_proj"] = np.stack([mat(D, s.Fe) for _ in range(s.E)])
+            t[p + "mlp.shared_expert.gate_proj.weight"] = mat(s.Fs, D)
+            t[p + "mlp.shared_expert.up_proj.weight"] = mat(s.Fs, D)
+            t[p + "mlp.shared_expert.down_proj.weight"] = mat(D, s.Fs)
+            t[p + "mlp.shared_expert_gate.weight"] = mat(1, D)
+            return
         t[p + "mlp.gate_proj.weight"] = mat(F, D)
         t[p + "mlp.up_proj.weight"] = mat(F, D)
         t[p + "mlp.down_proj.weight"] = mat(D, F)
@@ -305,6 +335,17 @@ def gguf_tensors(s, t, with_mtp):
     def common(src, dst):
         out[dst + "attn_norm.weight"] = norm1(t[src + "input_layernorm.weight"])
         out[dst + "post_attention_norm.weight"] = norm1(t[src + "post_attention_layernorm.weight"])
+        if s.moe:  # conversion/qwen.py (Qwen2MoeModel): gate_up_proj split into gate and up
+            gu = t[src + "mlp.experts.gate_up_proj"]
+            out[dst + "ffn_gate_inp.weight"] = t[src + "mlp.gate.weight"]
+            out[dst + "ffn_gate_exps.weight"] = gu[:, :s.Fe, :]
+            out[dst + "ffn_up_exps.weight"] = gu[:, s.Fe:, :]
+            out[dst + "ffn_down_exps.weight"] = t[src + "mlp.experts.down_proj"]
+            out[dst + "ffn_gate_inp_shexp.weight"] = t[src + "mlp.shared_expert_gate.weight"]
+            out[dst + "ffn_gate_shexp.weight"] = t[src + "mlp.shared_expert.gate_proj.weight"]
+            out[dst + "ffn_up_shexp.weight"] = t[src + "mlp.shared_expert.up_proj.weight"]
+            out[dst + "ffn_down_shexp.weight"] = t[src + "mlp.shared_expert.down_proj.weight"]
+            return
         out[dst + "ffn_gate.weight"] = t[src + "mlp.gate_proj.weight"]
         out[dst + "ffn_up.weight"] = t[src + "mlp.up_proj.weight"]
         out[dst + "ffn_down.weight"] = t[src + "mlp.down_proj.weight"]
@@ -355,7 +396,7 @@ def write_gguf(path, s, t, with_mtp, name="Tiny Qwen35 Hf", edit_tensors=None, u
     edit_tensors(dict) may drop or replace tensors and u32 override qwen35.* integer keys (the bad
     files of compare_qwen35.py)."""
     import gguf
-    arch = "qwen35"
+    arch = "qwen35moe" if s.moe else "qwen35"
     tensors = gguf_tensors(s, t, with_mtp)
     if edit_tensors:
         edit_tensors(tensors)
@@ -364,20 +405,29 @@ def write_gguf(path, s, t, with_mtp, name="Tiny Qwen35 Hf", edit_tensors=None, u
     n_blocks = s.L + (1 if with_mtp else 0)
     w.add_type("model")
     w.add_name(name)
-    n_params = sum(a.size for a in tensors.values())
-    w.add_string("general.size_label", gguf.size_label(n_params, n_params, 0, 0))
+    probe = gguf.GGUFWriter(None, arch)  # the converter's parameter count (experts counted per expert)
+    for name_, a in tensors.items():
+        probe.add_tensor(name_, a)
+    w.add_string("general.size_label", gguf.size_label(*probe.get_total_parameter_count()))
     w.add_block_count(n_blocks)
     w.add_context_length(262144)
     w.add_embedding_length(s.D)
-    w.add_feed_forward_length(s.F)
+    if not s.moe:  # the MoE config has no intermediate_size, so no feed_forward_length
+        w.add_feed_forward_length(s.F)
     w.add_head_count(s.H)
     w.add_head_count_kv(s.HKV)
     w.add_array(f"{arch}.rope.dimension_sections", list(s.mrope) + [0] * (4 - len(s.mrope)))
     w.add_rope_freq_base(float(s.theta))
     w.add_layer_norm_rms_eps(s.eps)
+    if s.moe:
+        w.add_expert_count(u32.get("expert_count", s.E))
+        w.add_expert_used_count(u32.get("expert_used_count", s.E_used))
     w.add_key_length(s.Dh)
     w.add_value_length(s.Dh)
     w.add_file_type(0)  # ALL_F32
+    if s.moe:
+        w.add_expert_feed_forward_length(s.Fe)
+        w.add_expert_shared_feed_forward_length(s.Fs)
     if with_mtp:
         w.add_uint32(f"{arch}.nextn_predict_layers", 1)
     w.add_uint32(f"{arch}.ssm.conv_kernel", u32.get("ssm.conv_kernel", s.K))
@@ -414,10 +464,11 @@ def main(argv=None):
     s = Spec(a)
     os.makedirs(a.out, exist_ok=True)
     t = hf_weights(s, a.seed)
-    write_hf(os.path.join(a.out, "tiny-qwen35-hf"), s, t)
+    name = "Tiny Qwen35Moe Hf" if s.moe else "Tiny Qwen35 Hf"
+    write_hf(os.path.join(a.out, s.stem + "-hf"), s, t)
     if s.mtp:
-        write_gguf(os.path.join(a.out, "tiny-qwen35-f32.gguf"), s, t, with_mtp=True)
-    write_gguf(os.path.join(a.out, "tiny-qwen35-nomtp-f32.gguf"), s, t, with_mtp=False)
+        write_gguf(os.path.join(a.out, s.stem + "-f32.gguf"), s, t, with_mtp=True, name=name)
+    write_gguf(os.path.join(a.out, s.stem + "-nomtp-f32.gguf"), s, t, with_mtp=False, name=name)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,9 @@ GGUF `qwen35`), written from HF's modeling_qwen3_5.py, sharing no code with Tess
             i < 3 * sec[1]: H; i % 3 == 2 and i < 3 * sec[2]: W; else T); text tokens have T = H = W
       causal GQA softmax attention, scale Dh^-0.5;  h += (attn * sigmoid(gate)) @ o_proj^T
     x = RMSNorm(h) * (1 + post_attention_layernorm);  h += down(silu(gate(x)) * up(x))
+      (qwen3_5_moe: p = softmax(x @ gate^T); the top num_experts_per_tok experts by p, their p
+       divided by their sum; h += sum_e p_e down_e(silu(gate_e(x)) * up_e(x)), gate_e and up_e the
+       halves of gate_up_proj[e]; plus sigmoid(x @ shared_expert_gate^T) * shared_expert(x))
   logits = (RMSNorm(h) * (1 + norm)) @ lm_head^T   (lm_head = embed_tokens when tied)
 
 Reads a Hugging Face folder (config.json with text_config, model.safetensors) or a GGUF written as
@@ -94,6 +97,9 @@ class Config:
             lt = ["linear_attention" if (i + 1) % n else "full_attention" for i in range(self.L)]
         self.layer_types = list(lt)
         self.tied = bool(tc.get("tie_word_embeddings", False))
+        self.E = int(tc.get("num_experts", 0) or 0)
+        self.E_used = int(tc.get("num_experts_per_tok", 0) or 0)
+        self.Fe = int(tc.get("moe_intermediate_size", 0) or 0)
 
 
 class Qwen35:
@@ -101,6 +107,7 @@ class Qwen35:
 
     def __init__(self, cfg, w):
         self.c, self.w = cfg, w
+        self.renormalize = True  # the top-k router weights divided by their sum (Qwen3.5-MoE always does)
         self.lm_head = w["lm_head.weight"] if "lm_head.weight" in w else w["embed_tokens.weight"]
 
     # ---- loading -----------------------------------------------------------------------------
@@ -145,9 +152,10 @@ class Qwen35:
                 return bytes(f.parts[f.data[0]]).decode()
             return f.parts[f.data[0]][0]
 
-        a = "qwen35."
-        if meta("general.architecture") != "qwen35":
-            raise SystemExit(f"{path}: not a qwen35 GGUF")
+        arch = meta("general.architecture")
+        if arch not in ("qwen35", "qwen35moe"):
+            raise SystemExit(f"{path}: not a qwen35 or qwen35moe GGUF")
+        a = arch + "."
         n_blocks = int(meta(a + "block_count"))
         n_layer = n_blocks - int(meta(a + "nextn_predict_layers", 0))
         d_inner, nv = int(meta(a + "ssm.inner_size")), int(meta(a + "ssm.time_step_rank"))
@@ -170,6 +178,9 @@ class Qwen35:
               "linear_key_head_dim": int(meta(a + "ssm.state_size")), "linear_value_head_dim": d_inner // nv,
               "linear_conv_kernel_dim": int(meta(a + "ssm.conv_kernel")), "layer_types": types,
               "tie_word_embeddings": "output.weight" not in tensors}
+        if arch == "qwen35moe":
+            tc.update({"num_experts": int(meta(a + "expert_count")), "num_experts_per_tok": int(meta(a + "expert_used_count")),
+                       "moe_intermediate_size": int(meta(a + "expert_feed_forward_length"))})
         c = Config(tc)
 
         def get(name):
@@ -195,9 +206,18 @@ class Qwen35:
             b, p = f"blk.{i}.", f"layers.{i}."
             w[p + "input_layernorm.weight"] = get(b + "attn_norm.weight") - 1.0
             w[p + "post_attention_layernorm.weight"] = get(b + "post_attention_norm.weight") - 1.0
-            w[p + "mlp.gate_proj.weight"] = get(b + "ffn_gate.weight")
-            w[p + "mlp.up_proj.weight"] = get(b + "ffn_up.weight")
-            w[p + "mlp.down_proj.weight"] = get(b + "ffn_down.weight")
+            if c.E:
+                w[p + "mlp.gate.weight"] = get(b + "ffn_gate_inp.weight")
+                w[p + "mlp.experts.gate_up_proj"] = np.concatenate(
+                    [get(b + "ffn_gate_exps.weight"), get(b + "ffn_up_exps.weight")], axis=1)
+                w[p + "mlp.experts.down_proj"] = get(b + "ffn_down_exps.weight")
+                w[p + "mlp.shared_expert_gate.weight"] = get(b + "ffn_gate_inp_shexp.weight").reshape(1, -1)
+                for n in ("gate", "up", "down"):
+                    w[p + f"mlp.shared_expert.{n}_proj.weight"] = get(b + f"ffn_{n}_shexp.weight")
+            else:
+                w[p + "mlp.gate_proj.weight"] = get(b + "ffn_gate.weight")
+                w[p + "mlp.up_proj.weight"] = get(b + "ffn_up.weight")
+                w[p + "mlp.down_proj.weight"] = get(b + "ffn_down.weight")
             if c.layer_types[i] == "full_attention":
                 for ours, theirs in (("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v"),
                                      ("o_proj", "attn_output")):
@@ -309,6 +329,25 @@ class Qwen35:
         o = rms_norm(o, c.eps) * w[p + "norm.weight"] * silu(z)
         return o.reshape(T, vd) @ w[p + "out_proj.weight"].T
 
+    def mlp(self, i, x):
+        c, w, m = self.c, self.w, f"layers.{i}.mlp."
+        if not c.E:
+            return (silu(x @ w[m + "gate_proj.weight"].T) * (x @ w[m + "up_proj.weight"].T)) @ w[m + "down_proj.weight"].T
+        logits = x @ w[m + "gate.weight"].T                                     # [T, E]
+        p = np.exp(logits - logits.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        out = np.zeros_like(x)
+        gu, down = w[m + "experts.gate_up_proj"], w[m + "experts.down_proj"]
+        for t in range(x.shape[0]):
+            top = np.argsort(-p[t], kind="stable")[:c.E_used]
+            wt = p[t, top] / p[t, top].sum() if self.renormalize else p[t, top]
+            for e, we in zip(top, wt):
+                g_u = gu[e] @ x[t]
+                out[t] += we * (down[e] @ (silu(g_u[:c.Fe]) * g_u[c.Fe:]))
+        sh = (silu(x @ w[m + "shared_expert.gate_proj.weight"].T) * (x @ w[m + "shared_expert.up_proj.weight"].T)) \
+            @ w[m + "shared_expert.down_proj.weight"].T
+        return out + sigmoid(x @ w[m + "shared_expert_gate.weight"].T) * sh
+
     def forward(self, ids, state=None, positions=None, hidden_out=None):
         """ids: [T] token ids continuing |state| (a new one if None). positions: [T] or [3, T]
         (T/H/W); default the next text positions. Returns logits [T, vocab]; |state| is updated."""
@@ -330,8 +369,7 @@ class Qwen35:
             else:
                 h = h + self.full_attention(i, x, state["layers"][i], cos, sin)
             x = rms_norm(h, c.eps) * (1.0 + w[f"layers.{i}.post_attention_layernorm.weight"])
-            m = f"layers.{i}.mlp."
-            h = h + (silu(x @ w[m + "gate_proj.weight"].T) * (x @ w[m + "up_proj.weight"].T)) @ w[m + "down_proj.weight"].T
+            h = h + self.mlp(i, x)
             if hidden_out is not None:
                 hidden_out.setdefault(f"layer{i}", []).append(h.copy())
         state["pos"] += T
