@@ -12,6 +12,7 @@
 #include "server/errors.h"
 #include "server/http.h"
 #include "server/request.h"
+#include "server/reasoning.h"
 #include "server/structured.h"
 
 namespace tessera::server {
@@ -24,7 +25,9 @@ namespace {
 // One request in flight: filled by engine-thread callbacks, read by the HTTP handler.
 
 struct ChoiceState {
-  std::string text;
+  std::string text;                // everything generated
+  std::string reasoning, content;  // |text| cut by the reasoning split (content = text without one)
+  std::optional<ReasoningSplitter> splitter;
   json logprobs = json::array();  // chat: content entries; completions: parallel arrays below
   json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), text_offset = json::array();
   int32_t n_tokens = 0;
@@ -100,14 +103,15 @@ json choice_logprobs(const RequestState& st, const ChoiceState& c) {
   return {{"tokens", c.tokens}, {"token_logprobs", c.token_logprobs}, {"top_logprobs", c.top_logprobs}, {"text_offset", c.text_offset}};
 }
 
-// One streamed chunk of choice |index|.
+// One streamed chunk of choice |index| (chat: with |reasoning| as reasoning_content when not empty).
 std::string sse_chunk(const RequestState& st, int index, const std::string& text, const json& logprobs, const char* finish,
-                      bool first) {
+                      bool first, const std::string& reasoning = {}) {
   json choice = {{"index", index}, {"finish_reason", finish ? json(finish) : json(nullptr)}, {"logprobs", logprobs}};
   if (st.req.chat) {
     json delta = json::object();
     if (first) delta["role"] = "assistant";
-    if (!text.empty() || first) delta["content"] = text;
+    if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
+    if (!text.empty() || (first && reasoning.empty())) delta["content"] = text;
     choice["delta"] = delta;
   } else {
     choice["text"] = text;
@@ -169,11 +173,24 @@ void on_event(const std::shared_ptr<RequestState>& sp, const TokenEvent& ev) {
     }
   }
   c.text += ev.text;
+  std::string reasoning, content;  // what this event adds to each
+  if (st.req.think && !c.splitter) c.splitter.emplace(*st.req.think, st.req.think_inside);
+  if (c.splitter) {
+    c.splitter->feed(ev.text, &reasoning, &content);
+    if (ev.finish != FinishReason::kNone) c.splitter->finish(&reasoning, &content);
+  } else {
+    content = ev.text;
+  }
+  c.reasoning += reasoning;
+  c.content += content;
   if (ev.metrics) st.cached_tokens = std::max(st.cached_tokens, ev.metrics->cached_tokens);
-  // With tools the reply is a call or text, known only at its end: held back until then.
+  // With tools the reply is a call or text, known only at its end: the content is held back
+  // until then (the reasoning before it streams).
   const bool hold = st.req.stream && !st.req.tools.empty();
-  if (st.req.stream && !hold && (!ev.text.empty() || !lp.is_null() || !c.started)) {
-    st.events.push_back(sse_chunk(st, ev.index, ev.text, lp, nullptr, !c.started));
+  const bool emit = hold ? !reasoning.empty() : (!content.empty() || !reasoning.empty() || !lp.is_null() || !c.started);
+  if (st.req.stream && emit) {
+    st.events.push_back(sse_chunk(st, ev.index, hold ? std::string() : content, hold ? json(nullptr) : lp, nullptr, !c.started,
+                                  reasoning));
     c.started = true;
   }
   if (ev.finish == FinishReason::kNone) return st.cv.notify_all();
@@ -186,10 +203,10 @@ void on_event(const std::shared_ptr<RequestState>& sp, const TokenEvent& ev) {
       json err = {{"error", {{"message", ev.error}, {"type", "server_error"}, {"param", nullptr}, {"code", nullptr}}}};
       st.events.push_back("data: " + dump(err) + "\n\n");
     } else if (hold) {
-      json calls = ev.finish == FinishReason::kStop ? parse_tool_calls(st.req, c.text, st.id + "-" + std::to_string(ev.index) + "-")
+      json calls = ev.finish == FinishReason::kStop ? parse_tool_calls(st.req, c.content, st.id + "-" + std::to_string(ev.index) + "-")
                                                     : json(nullptr);
       if (calls.is_null()) {
-        st.events.push_back(sse_chunk(st, ev.index, c.text, nullptr, nullptr, true));
+        st.events.push_back(sse_chunk(st, ev.index, c.content, nullptr, nullptr, !c.started));
         st.events.push_back(sse_chunk(st, ev.index, "", nullptr, finish_text(ev.finish), false));
       } else {
         st.events.push_back(sse_tool_chunk(st, ev.index, calls));
@@ -222,16 +239,17 @@ json full_response(const RequestState& st) {
   for (size_t i = 0; i < st.choices.size(); ++i) {
     const ChoiceState& c = st.choices[i];
     json ch = {{"index", i}, {"finish_reason", finish_text(c.finish)}, {"logprobs", choice_logprobs(st, c)}};
-    json calls = st.req.chat && c.finish == FinishReason::kStop ? parse_tool_calls(st.req, c.text, st.id + "-" + std::to_string(i) + "-")
+    json calls = st.req.chat && c.finish == FinishReason::kStop ? parse_tool_calls(st.req, c.content, st.id + "-" + std::to_string(i) + "-")
                                                                 : json(nullptr);
     if (!calls.is_null()) {
       ch["message"] = {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", calls}};
       ch["finish_reason"] = "tool_calls";
     } else if (st.req.chat) {
-      ch["message"] = {{"role", "assistant"}, {"content", c.text}};
+      ch["message"] = {{"role", "assistant"}, {"content", c.content}};
     } else {
       ch["text"] = c.text;
     }
+    if (st.req.chat && st.req.think) ch["message"]["reasoning_content"] = c.reasoning.empty() ? json(nullptr) : json(c.reasoning);
     choices.push_back(ch);
   }
   return {{"id", st.id}, {"object", st.req.chat ? "chat.completion" : "text_completion"}, {"created", st.created},

@@ -105,7 +105,8 @@ bool splice(const std::string& with_sentinels, const std::vector<ChatMessage>& t
 
 }  // namespace
 
-std::optional<ApiError> render_chat(const Model& model, const json& messages, RenderedChat* out, const std::string& tools_json) {
+std::optional<ApiError> render_chat(const Model& model, const json& messages, RenderedChat* out, const std::string& tools_json,
+                                    const std::string& kwargs_json) {
   std::vector<ChatMessage> turns;
   if (auto e = read_turns(messages, &turns)) return e;
   if (model.chat_template().empty()) {
@@ -121,13 +122,13 @@ std::optional<ApiError> render_chat(const Model& model, const json& messages, Re
   std::map<std::string, std::string> extra;
   if (tok.bos() >= 0) extra["bos_token"] = tok.token_to_piece(tok.bos());
   if (tok.eos() >= 0) extra["eos_token"] = tok.token_to_piece(tok.eos());
-  auto rendered = tpl->render(turns, /*add_generation_prompt=*/true, extra, tools_json);
+  auto rendered = tpl->render(turns, /*add_generation_prompt=*/true, extra, tools_json, kwargs_json);
   if (!rendered.ok()) return ApiError{400, "chat template: " + rendered.status().message(), "messages"};
   // The same template over sentinel contents shows where the contents go; the spliced text must
   // be exactly the real rendering (so the template did nothing to the content but place it).
   std::vector<ChatMessage> marked = turns;
   for (size_t i = 0; i < marked.size(); ++i) marked[i].content = sentinel(i);
-  auto with_sentinels = tpl->render(marked, /*add_generation_prompt=*/true, extra, tools_json);
+  auto with_sentinels = tpl->render(marked, /*add_generation_prompt=*/true, extra, tools_json, kwargs_json);
   if (with_sentinels.ok()) {
     for (bool trim : {false, true})
       if (splice(*with_sentinels, turns, trim, out) && out->text == *rendered) return std::nullopt;

@@ -24,7 +24,8 @@ struct RenderedChat {
 // contents concatenated). A template that raises (e.g. roles out of order) is the client's
 // error: 400 naming the template's message.
 // |tools_json|: OpenAI's tools array for a template with a tool section (ChatTemplate::uses_tools).
+// |kwargs_json|: more template variables (a JSON object: vLLM's chat_template_kwargs).
 std::optional<ApiError> render_chat(const Model& model, const nlohmann::json& messages, RenderedChat* out,
-                                    const std::string& tools_json = {});
+                                    const std::string& tools_json = {}, const std::string& kwargs_json = {});
 
 }  // namespace tessera::server

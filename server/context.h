@@ -37,6 +37,8 @@ struct ServerContext {
   // build has no XGrammar or the vocabulary could not be indexed.
   std::unique_ptr<GrammarCompiler> grammars;
   std::string grammar_why;
+  // Every token's text (the reasoning gate follows the thinking phase through it).
+  std::shared_ptr<const std::vector<std::string>> token_pieces;
   int32_t max_model_len = 0;  // the longest sequence a request may reach: min(model context, KV capacity)
   int32_t kv_blocks = 0, kv_block_size = 0;
   std::atomic<bool> ready{false};          // loaded: until then every route answers 503

@@ -25,6 +25,12 @@ struct ServeOptions {
   // Tokenise special-token text inside chat messages as control tokens (the behaviour before
   // messages were tokenised as plain text; lets a client forge turns).
   bool parse_special_in_messages = false;
+  // The reasoning split (server/reasoning.h): "auto" (when the chat template writes <think>
+  // tags), "deepseek" (always cut at <think> ... </think>) or "none" (thoughts stay in content).
+  std::string reasoning_format = "auto";
+  // Reasoning tokens before the close tag is forced (-1: unlimited; 0: thinking off, as the
+  // template's enable_thinking=false). A request's "reasoning_budget" overrides it.
+  int reasoning_budget = -1;
 };
 
 }  // namespace tessera::server

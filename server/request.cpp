@@ -150,6 +150,44 @@ std::optional<ApiError> parse_sampling(const json& body, ParsedRequest* out) {
   return std::nullopt;
 }
 
+// The reasoning split's options: "reasoning_format" (llama.cpp's: none, deepseek, auto),
+// "reasoning_budget" (tokens; -1 unlimited, 0 thinking off) and "chat_template_kwargs" (vLLM's,
+// an object of template variables). Sets out->think (the split), |tags| (the model's thinking
+// tags, which the budget and a grammar follow even when the split is off) and the template kwargs.
+std::optional<ApiError> read_reasoning(const ServerContext& ctx, const json& body, ParsedRequest* out, int32_t* budget,
+                                       std::optional<ThinkTags>* tags, std::string* kwargs_json) {
+  std::string format = ctx.opts.reasoning_format;
+  if (auto e = read_field(body, "reasoning_format", "a string", &format)) return e;
+  if (format != "auto" && format != "deepseek" && format != "none")
+    return ApiError{400, "'reasoning_format' is '" + format + "'; expected auto, deepseek or none", "reasoning_format"};
+  *tags = format == "deepseek" ? std::optional<ThinkTags>(ThinkTags{}) : think_tags_of(ctx.model->chat_template());
+  if (format != "none") out->think = *tags;
+  *budget = ctx.opts.reasoning_budget;
+  if (auto e = read_field(body, "reasoning_budget", "an integer", budget)) return e;
+  if (auto e = range_error("reasoning_budget", *budget >= -1, "must be -1 (unlimited) or a token count >= 0")) return e;
+  json kwargs = json::object();
+  if (auto it = body.find("chat_template_kwargs"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) return ApiError{400, "'chat_template_kwargs' must be an object", "chat_template_kwargs"};
+    kwargs = *it;
+  }
+  // A zero budget turns thinking off the way the template knows (Qwen3/3.5: enable_thinking).
+  if (*budget == 0 && !kwargs.contains("enable_thinking")) kwargs["enable_thinking"] = false;
+  if (!kwargs.empty()) *kwargs_json = kwargs.dump();
+  return std::nullopt;
+}
+
+// With the thinking block open at the end of the prompt, a reasoning budget or a grammar goes
+// through a ReasoningGate: the budget forces the close tag, the grammar starts after it.
+void gate_reasoning(const ServerContext& ctx, int32_t budget, const std::optional<ThinkTags>& tags, bool inside,
+                    ParsedRequest* out) {
+  if (!tags || !inside || (budget < 0 && !out->gen.grammar) || !ctx.token_pieces) return;
+  EncodeOptions o;
+  o.parse_special = true;
+  const std::vector<int32_t> close = ctx.model->tokenizer().encode("\n" + tags->close + "\n\n", o);
+  std::unique_ptr<Grammar> inner = out->gen.grammar ? out->gen.grammar->fork() : nullptr;
+  out->gen.grammar = std::make_shared<ReasoningGate>(ctx.token_pieces, *tags, budget, close, std::move(inner));
+}
+
 }  // namespace
 
 std::optional<ApiError> parse_request(ServerContext& ctx, const std::string& raw, ParsedRequest* out) {
@@ -176,12 +214,19 @@ std::optional<ApiError> parse_request(ServerContext& ctx, const std::string& raw
   if (auto e = read_field(body, "spec_k", "an integer", &out->gen.spec_k)) return e;
   if (auto e = range_error("spec_k", out->gen.spec_k >= -1 && out->gen.spec_k <= 32, "must be in [0, 32]")) return e;
   if (auto e = parse_sampling(body, out)) return e;
+  int32_t budget = -1;
+  std::optional<ThinkTags> think_tags;
+  bool think_inside = false;
   if (out->chat) {
     if (!body.contains("messages")) return ApiError{400, "'messages' is required", "messages"};
     json messages = body["messages"];
     if (auto e = prepare_tools(*ctx.model, body, &messages, out)) return e;
+    std::string kwargs_json;
+    if (auto e = read_reasoning(ctx, body, out, &budget, &think_tags, &kwargs_json)) return e;
     RenderedChat chat;
-    if (auto e = render_chat(*ctx.model, messages, &chat, out->tools_json)) return e;
+    if (auto e = render_chat(*ctx.model, messages, &chat, out->tools_json, kwargs_json)) return e;
+    think_inside = think_tags && prompt_opens_thinking(chat.text, *think_tags);
+    out->think_inside = out->think && think_inside;
     EncodeOptions o;
     o.parse_special = true;
     if (!ctx.opts.parse_special_in_messages) o.literal = std::move(chat.literal);
@@ -190,6 +235,7 @@ std::optional<ApiError> parse_request(ServerContext& ctx, const std::string& raw
     return e;
   }
   if (auto e = prepare_grammar(ctx, body, out)) return e;
+  gate_reasoning(ctx, budget, think_tags, think_inside, out);
   // Generation ends where the sequence reaches max_model_len (finish_reason "length").
   const int64_t room = int64_t(ctx.max_model_len) - int64_t(out->gen.prompt.size());
   if (room > 0) out->gen.max_tokens = int32_t(std::min<int64_t>(out->gen.max_tokens, room));

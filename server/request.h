@@ -9,6 +9,7 @@
 
 #include "core/sched/engine.h"
 #include "server/context.h"
+#include "server/reasoning.h"
 
 namespace tessera::server {
 
@@ -48,6 +49,10 @@ struct ParsedRequest {
   // The tools for a chat template with a tool section of its own (else "": a system turn of
   // Tessera's describes them).
   std::string tools_json;
+  // The reasoning split: the thinking tags when the reply is cut into reasoning_content and
+  // content (chat only), and whether the rendered prompt opened the thinking block.
+  std::optional<ThinkTags> think;
+  bool think_inside = false;
 };
 
 // Parses |raw| (the body) into |out| (whose |chat| says which route): every field type-checked

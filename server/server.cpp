@@ -126,6 +126,10 @@ void Server::set_ready(Model& model, EngineThread& engine, int32_t kv_blocks, in
   }
   else if (grammars.status().code() == StatusCode::kUnavailable) m.ctx.grammar_why = grammars.status().message();
   else m.ctx.grammar_why = "structured output is unavailable: " + grammars.status().message();
+  auto pieces = std::make_shared<std::vector<std::string>>(size_t(model.vocab_size()));
+  for (int32_t id = 0; id < std::min(model.vocab_size(), model.tokenizer().vocab_size()); ++id)
+    (*pieces)[size_t(id)] = model.tokenizer().token_to_piece(id);
+  m.ctx.token_pieces = std::move(pieces);
   m.ctx.ready = true;  // after the fields above: handlers read them once they see it
   std::fprintf(stderr, "serve: %s (max_model_len %d) on http://%s:%d\n", m.ctx.opts.model_name.c_str(), m.ctx.max_model_len,
                m.ctx.opts.host.c_str(), m.port);

@@ -156,6 +156,14 @@ void add_serve_command(CLI::App& app) {
                   "pooling of /v1/embeddings: mean, cls or last (default: the model's own; a decoder has none)")
       ->check(CLI::IsMember({"mean", "cls", "last"}));
   cmd->add_option("--model-name", o->serve.model_name, "the model id clients send (default: the file's stem)");
+  cmd->add_option("--reasoning-format", o->serve.reasoning_format,
+                  "thinking models: auto (cut <think>...</think> into reasoning_content when the chat template writes those tags), "
+                  "deepseek (always cut at them) or none (thoughts stay in content); a request's reasoning_format overrides")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "deepseek", "none"}));
+  cmd->add_option("--reasoning-budget", o->serve.reasoning_budget,
+                  "reasoning tokens before the close tag is forced (-1: unlimited; 0: thinking off through the template's "
+                  "enable_thinking); a request's reasoning_budget overrides")
+      ->capture_default_str()->check(CLI::Range(-1, 1 << 30));
   cmd->add_option("--max-in-flight", o->serve.max_in_flight, "requests admitted at once; more get 429 + Retry-After")
       ->capture_default_str()->check(CLI::Range(1, 100000));
   // A server's step budget is vLLM's chunked-prefill default: bursts of prompts prefill in few

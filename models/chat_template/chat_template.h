@@ -30,11 +30,14 @@ class ChatTemplate {
 
   // Variables: messages (list of {role, content}), add_generation_prompt, bos_token, eos_token
   // (empty unless given in |extra|), plus |extra| strings, and `tools` when |tools_json| is a
-  // JSON array (OpenAI's tools, as transformers passes them; absent: undefined). raise_exception(msg)
-  // in the template returns InvalidArgument(msg); other evaluation errors name line:col.
+  // JSON array (OpenAI's tools, as transformers passes them; absent: undefined), and each member
+  // of |kwargs_json| when it is a JSON object (vLLM's chat_template_kwargs, e.g.
+  // {"enable_thinking": false}; they may not rename messages, tools or add_generation_prompt).
+  // raise_exception(msg) in the template returns InvalidArgument(msg); other evaluation errors
+  // name line:col.
   Result<std::string> render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                              const std::map<std::string, std::string>& extra = {},
-                             std::string_view tools_json = {}) const;
+                             std::string_view tools_json = {}, std::string_view kwargs_json = {}) const;
   // Whether the template reads a `tools` variable (so it has a tool section of its own).
   bool uses_tools() const;
 

@@ -439,7 +439,7 @@ bool ChatTemplate::uses_tools() const { return uses_tools_; }
 Result<std::string> ChatTemplate::render(const std::vector<ChatMessage>& messages,
                                          bool add_generation_prompt,
                                          const std::map<std::string, std::string>& extra,
-                                         std::string_view tools_json) const {
+                                         std::string_view tools_json, std::string_view kwargs_json) const {
   using jinja::Value;
   jinja::List list;
   for (const ChatMessage& m : messages)
@@ -454,6 +454,15 @@ Result<std::string> ChatTemplate::render(const std::vector<ChatMessage>& message
     const nlohmann::json tools = nlohmann::json::parse(tools_json, nullptr, /*allow_exceptions=*/false);
     if (tools.is_discarded() || !tools.is_array()) return InvalidArgument("chat template: tools must be a JSON array");
     globals["tools"] = from_json(tools);
+  }
+  if (!kwargs_json.empty()) {
+    const nlohmann::json kw = nlohmann::json::parse(kwargs_json, nullptr, /*allow_exceptions=*/false);
+    if (kw.is_discarded() || !kw.is_object()) return InvalidArgument("chat template: kwargs must be a JSON object");
+    for (const auto& [k, v] : kw.items()) {
+      if (k == "messages" || k == "tools" || k == "add_generation_prompt")
+        return InvalidArgument("chat template: kwargs may not set '" + k + "'");
+      globals[k] = from_json(v);
+    }
   }
   jinja::Renderer renderer(std::move(globals));
   std::string out;

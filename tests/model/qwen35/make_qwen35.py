@@ -76,6 +76,13 @@ def parse_args(argv=None):
     p.add_argument("--untied", action="store_true", help="separate lm_head (as the 9B/27B); default tied (as the 0.8B)")
     p.add_argument("--no-vision", action="store_true", help="leave the vision tower's tensors out of the checkpoint")
     p.add_argument("--no-mtp", action="store_true", help="no mtp.* tensors (mtp_num_hidden_layers 0) and no MTP GGUF")
+    p.add_argument("--gguf-only", action="store_true",
+                   help="write only the no-MTP GGUF, drawing the weights as float32 normals (other values than the "
+                        "default float64 draw; for real-size models, e.g. the bench's Qwen3.5-2B shape)")
+    p.add_argument("--outtype", choices=["f32", "f16"], default="f32",
+                   help="GGUF type of the matrices (f16: as the converter's --outtype f16; 1-D tensors and "
+                        "ssm_conv1d stay f32)")
+    p.add_argument("--chat-template", default=None, help="a chat template to store in the GGUFs (tokenizer.chat_template)")
     p.add_argument("--experts", type=int, default=0, help="> 0: the MoE variant with this many routed experts")
     p.add_argument("--experts-used", type=int, default=2, help="experts per token (num_experts_per_tok)")
     p.add_argument("--expert-ff", type=int, default=128, help="moe_intermediate_size")
@@ -98,6 +105,7 @@ class Spec:
         self.interval = a.full_attention_interval
         self.tied, self.vision, self.mtp = not a.untied, not a.no_vision, not a.no_mtp
         self.E, self.E_used, self.Fe, self.Fs = a.experts, a.experts_used, a.expert_ff, a.shared_ff
+        self.chat_template = a.chat_template
         self.moe = self.E > 0
         self.stem = "tiny-qwen35moe" if self.moe else "tiny-qwen35"
         if self.moe and not 1 <= self.E_used <= self.E:
@@ -156,13 +164,24 @@ def config_json(s):
             "vision_start_token_id": special_id("<|vision_start|>")}
 
 
-def hf_weights(s, seed):
-    """{HF name: f32 array} in the real checkpoint's naming."""
+def hf_weights(s, seed, draw_f32=False):
+    """{HF name: f32 array} in the real checkpoint's naming. draw_f32: normals drawn as float32
+    (half the memory and time of the float64 draw; other values)."""
     rng = np.random.default_rng(seed)
     f32 = np.float32
+    if draw_f32:
+        class Rng32:
+            def standard_normal(self, size):
+                return rng.standard_normal(size, dtype=np.float32)
+
+            def uniform(self, lo, hi, n):
+                return rng.uniform(lo, hi, n)
+        rng = Rng32()  # noqa: F811
 
     def mat(rows, cols, gain=1.0):
-        return (rng.standard_normal((rows, cols)) * (gain / math.sqrt(cols))).astype(f32)
+        m = rng.standard_normal((rows, cols))
+        m *= gain / math.sqrt(cols)  # float64 draw: as before; float32 draw: stays float32
+        return m.astype(f32, copy=False)
 
     def zc_norm(n):  # zero-centred RMSNorm weight (applied as 1 + w)
         return (0.1 * rng.standard_normal(n)).astype(f32)
@@ -391,7 +410,7 @@ def gguf_tensors(s, t, with_mtp):
     return {k: np.ascontiguousarray(v, dtype=f32) for k, v in out.items()}
 
 
-def write_gguf(path, s, t, with_mtp, name="Tiny Qwen35 Hf", edit_tensors=None, u32=None):
+def write_gguf(path, s, t, with_mtp, name="Tiny Qwen35 Hf", edit_tensors=None, u32=None, outtype="f32"):
     """name: what the converter derives from the folder name tiny-qwen35-hf.
     edit_tensors(dict) may drop or replace tensors and u32 override qwen35.* integer keys (the bad
     files of compare_qwen35.py)."""
@@ -424,7 +443,7 @@ def write_gguf(path, s, t, with_mtp, name="Tiny Qwen35 Hf", edit_tensors=None, u
         w.add_expert_used_count(u32.get("expert_used_count", s.E_used))
     w.add_key_length(s.Dh)
     w.add_value_length(s.Dh)
-    w.add_file_type(0)  # ALL_F32
+    w.add_file_type(1 if outtype == "f16" else 0)  # MOSTLY_F16 or ALL_F32
     if s.moe:
         w.add_expert_feed_forward_length(s.Fe)
         w.add_expert_shared_feed_forward_length(s.Fs)
@@ -451,8 +470,11 @@ def write_gguf(path, s, t, with_mtp, name="Tiny Qwen35 Hf", edit_tensors=None, u
     w.add_eos_token_id(special_id("<|im_end|>"))
     w.add_pad_token_id(special_id("<|endoftext|>"))
     w.add_add_bos_token(False)
+    if getattr(s, "chat_template", None):
+        w.add_chat_template(s.chat_template)
     for name_, a in tensors.items():
-        w.add_tensor(name_, a)
+        f16 = outtype == "f16" and a.ndim >= 2 and not name_.endswith("ssm_conv1d.weight")
+        w.add_tensor(name_, a.astype(np.float16) if f16 else a)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -463,8 +485,12 @@ def main(argv=None):
     a = parse_args(argv)
     s = Spec(a)
     os.makedirs(a.out, exist_ok=True)
-    t = hf_weights(s, a.seed)
+    t = hf_weights(s, a.seed, draw_f32=a.gguf_only)
     name = "Tiny Qwen35Moe Hf" if s.moe else "Tiny Qwen35 Hf"
+    if a.gguf_only:
+        write_gguf(os.path.join(a.out, f"{s.stem}-nomtp-{a.outtype}.gguf"), s, t, with_mtp=False, name=name,
+                   outtype=a.outtype)
+        return
     write_hf(os.path.join(a.out, s.stem + "-hf"), s, t)
     if s.mtp:
         write_gguf(os.path.join(a.out, s.stem + "-f32.gguf"), s, t, with_mtp=True, name=name)
