@@ -170,12 +170,14 @@ def hf_weights(s, seed, draw_f32=False):
     rng = np.random.default_rng(seed)
     f32 = np.float32
     if draw_f32:
+        base = rng
+
         class Rng32:
             def standard_normal(self, size):
-                return rng.standard_normal(size, dtype=np.float32)
+                return base.standard_normal(size, dtype=np.float32)
 
             def uniform(self, lo, hi, n):
-                return rng.uniform(lo, hi, n)
+                return base.uniform(lo, hi, n)
         rng = Rng32()  # noqa: F811
 
     def mat(rows, cols, gain=1.0):
