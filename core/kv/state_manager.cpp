@@ -14,19 +14,23 @@ void StateManager::check(Status s) {
   if (!s.ok() && status_.ok()) status_ = std::move(s);
 }
 
-bool StateManager::is_boundary(int32_t n, int32_t n_prompt) const {
+bool StateManager::is_boundary(SeqId id, int32_t n, int32_t n_prompt) const {
   const int32_t bs = cfg_.block_size;
   if (n <= 0 || n % bs != 0) return false;
   if (cfg_.checkpoint_every > 0 && n % cfg_.checkpoint_every == 0) return true;
+  const auto b = branch_.find(id);
+  if (b != branch_.end() && b->second == n) return true;
   return n == (n_prompt - 1) / bs * bs;
 }
 
-int32_t StateManager::next_boundary(int32_t n_computed, int32_t n_prompt) const {
+int32_t StateManager::next_boundary(SeqId id, int32_t n_computed, int32_t n_prompt) const {
   if (!cfg_.prefix_caching) return std::numeric_limits<int32_t>::max();
   int32_t next = std::numeric_limits<int32_t>::max();
   if (cfg_.checkpoint_every > 0) next = (n_computed / cfg_.checkpoint_every + 1) * cfg_.checkpoint_every;
   const int32_t prompt_end = (n_prompt - 1) / cfg_.block_size * cfg_.block_size;
   if (prompt_end > n_computed) next = std::min(next, prompt_end);
+  const auto b = branch_.find(id);
+  if (b != branch_.end() && b->second > n_computed) next = std::min(next, b->second);
   return next;
 }
 
@@ -35,6 +39,12 @@ int32_t StateManager::match(std::span<const BlockHash> chain) const {
   for (size_t i = chain.size(); i > 0; --i)
     if (pool_.contains(chain[i - 1])) return int32_t(i) * cfg_.block_size;
   return 0;
+}
+
+void StateManager::note_match(SeqId id, int32_t matched, int32_t kv_match) {
+  const int32_t branch = kv_match / cfg_.block_size * cfg_.block_size;
+  if (cfg_.prefix_caching && branch > matched) branch_[id] = branch;
+  else branch_.erase(id);
 }
 
 void StateManager::admit(SeqId id, std::span<const BlockHash> chain) {
@@ -54,7 +64,7 @@ void StateManager::admit(SeqId id, std::span<const BlockHash> chain) {
 }
 
 void StateManager::computed(SeqId id, std::span<const BlockHash> chain, int32_t n_computed, int32_t n_prompt) {
-  if (!cfg_.prefix_caching || !is_boundary(n_computed, n_prompt)) return;
+  if (!cfg_.prefix_caching || !is_boundary(id, n_computed, n_prompt)) return;
   auto it = slots_.find(id);
   const size_t block = size_t(n_computed / cfg_.block_size);
   if (it == slots_.end() || chain.size() < block) return;
@@ -142,6 +152,7 @@ void StateManager::swap_in(SeqId id) {
 
 void StateManager::free(SeqId id) {
   release_snapshot(id);
+  branch_.erase(id);
   if (auto it = slots_.find(id); it != slots_.end()) {
     check(pool_.free(it->second));
     slots_.erase(it);

@@ -6,8 +6,10 @@
 //     ends there (the chain KvManager::hashes holds for the sequence; nothing is hashed twice), so a prefix-cache hit restores the state as it was after that prefix. A step
 //     leaves one state per sequence (after its last token), so checkpoints exist only where a
 //     step ends: the scheduler ends prefill chunks at the boundaries next_boundary() names (every
-//     |checkpoint_every| tokens, and the last block boundary of the prompt, the most an identical
-//     prompt can reuse since its last token is always computed);
+//     |checkpoint_every| tokens, the last block boundary of the prompt, the most an identical
+//     prompt can reuse since its last token is always computed, and the branch point: where a
+//     prompt whose KV matched further than any checkpoint parts from the cached one, so the next
+//     prompt sharing that prefix (a system prompt) restores the state there);
 //   - a snapshot before a step verifies draft tokens; when any is rejected the slot goes back to
 //     it and the sequence recomputes its accepted tokens (a recurrent state cannot drop tokens);
 //   - forks (copy of the parent's slot) and swap preemption (to host slots and back).
@@ -59,9 +61,13 @@ class StateManager {
   // Gives |id| a live slot holding the state after the blocks of |chain|: the checkpoint match()
   // found for all of them, or zeros when |chain| is empty. Needs can_admit().
   void admit(SeqId id, std::span<const BlockHash> chain);
-  // The first checkpoint boundary after |n_computed| for a sequence with an |n_prompt|-token
-  // prompt (prefill chunks end there), or INT32_MAX when none is left.
-  int32_t next_boundary(int32_t n_computed, int32_t n_prompt) const;
+  // Before admission: the KV cache matched |id|'s prompt up to |kv_match| tokens but the state
+  // only up to |matched|; the block boundary at or below kv_match becomes one of |id|'s
+  // boundaries (the branch point), so its state there is checkpointed.
+  void note_match(SeqId id, int32_t matched, int32_t kv_match);
+  // The first checkpoint boundary of |id| after |n_computed| for an |n_prompt|-token prompt
+  // (prefill chunks end there), or INT32_MAX when none is left.
+  int32_t next_boundary(SeqId id, int32_t n_computed, int32_t n_prompt) const;
   // After a step that computed |id|'s tokens up to |n_computed| (with no draft in its state and
   // its full blocks' hashes in |chain|): checkpoints the state when n_computed is a boundary.
   void computed(SeqId id, std::span<const BlockHash> chain, int32_t n_computed, int32_t n_prompt);
@@ -93,7 +99,7 @@ class StateManager {
   const RecurrentStatePool& pool() const { return pool_; }
 
  private:
-  bool is_boundary(int32_t n, int32_t n_prompt) const;
+  bool is_boundary(SeqId id, int32_t n, int32_t n_prompt) const;
   void check(Status s);
 
   StateManagerConfig cfg_;
@@ -101,6 +107,7 @@ class StateManager {
   std::unordered_map<SeqId, StateSlot> slots_;
   std::unordered_map<SeqId, CheckpointId> snapshots_;
   std::unordered_map<SeqId, int32_t> host_;  // swapped out: its host slot
+  std::unordered_map<SeqId, int32_t> branch_;  // a sequence's branch point (a block boundary)
   std::vector<bool> host_used_;               // [pool_.swap_slots()]
   StateManagerStats stats_;
   Status status_;

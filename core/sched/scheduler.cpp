@@ -177,7 +177,9 @@ void Scheduler::admit_waiting(std::vector<ScheduledSeq>* out, int32_t* budget) {
       continue;
     }
     // An embedding computes every token itself: pooling reads each one's hidden state.
-    s.n_computed = s.embed ? 0 : match_prefix(s);
+    int32_t kv_match = 0;
+    s.n_computed = s.embed ? 0 : match_prefix(s, &kv_match);
+    if (states_) states_->note_match(s.id, s.n_computed, kv_match);
     const int32_t n = chunk_size(s, *budget);
     if (n <= 0 || !kv_.allocate(s.id, s.n_computed, s.n_computed + n)) {
       kv_.free(s.id);  // no partial admission: wait for blocks
@@ -197,13 +199,14 @@ void Scheduler::admit_waiting(std::vector<ScheduledSeq>* out, int32_t* budget) {
   }
 }
 
-int32_t Scheduler::match_prefix(Sequence& s) {
+int32_t Scheduler::match_prefix(Sequence& s, int32_t* kv_match) {
   // With recurrent layers the match is the longest prefix whose KV blocks AND whose state are
   // cached: cut back to the longest checkpoint within the KV match, and match the KV again up to
   // it (a window group's blocks depend on where the match ends). Each round is shorter.
   int32_t limit = std::numeric_limits<int32_t>::max();
   for (;;) {
     const int32_t m = kv_.match_prefix(s.id, s.tokens, limit);
+    if (kv_match && limit == std::numeric_limits<int32_t>::max()) *kv_match = m;
     if (!states_) return m;
     const int32_t b = states_->match(kv_.hashes(s.id));  // the chain of the m matched tokens
     if (b == m) return m;
@@ -240,7 +243,7 @@ int32_t Scheduler::chunk_size(const Sequence& s, int32_t budget) {
   if (s.embed) return s.n_pending() <= budget ? s.n_pending() : 0;
   // A recurrent state is checkpointed only where a step ends: a prefill chunk ends at the next
   // checkpoint boundary.
-  if (states_ && s.n_pending() > 1) budget = std::min(budget, states_->next_boundary(s.n_computed, s.n_prompt) - s.n_computed);
+  if (states_ && s.n_pending() > 1) budget = std::min(budget, states_->next_boundary(s.id, s.n_computed, s.n_prompt) - s.n_computed);
   return cost_.chunk(s.n_computed, std::min(s.n_pending(), budget));
 }
 

@@ -154,7 +154,8 @@ class Scheduler {
   void admit_waiting(std::vector<ScheduledSeq>* out, int32_t* budget);
   StepShape decodes() const;
   int32_t chunk_size(const Sequence& s, int32_t budget);
-  int32_t match_prefix(Sequence& s);
+  // |kv_match|: the KV cache's first, uncut match (the branch point for the recurrent state).
+  int32_t match_prefix(Sequence& s, int32_t* kv_match = nullptr);
   void release(RequestId id);  // frees every kind of memory |id| holds
   void take(std::vector<ScheduledSeq>* out, int32_t* budget, Sequence& s, int32_t n, int32_t n_draft = 0);
   void trim_draft(Sequence& s, int32_t d);

@@ -178,6 +178,26 @@ TEST(RecurrentEngine, TheStateShapesTheOutput) {
   EXPECT_EQ(h.engine->stats().state.pool.bytes_per_slot, 5 * 4);
 }
 
+TEST(RecurrentEngine, TheBranchPointOfASharedPrefixIsCheckpointedForTheNextPrompt) {
+  // Prompts sharing a 38-token system prompt, with no periodic checkpoints: the first leaves a
+  // checkpoint at its own prompt end only (past the shared part), so the second restores nothing;
+  // its KV matched up to the branch point (36), where its state is checkpointed, so the third
+  // restores 36 tokens and computes only its own.
+  const std::vector<int32_t> sys = spec_test::random_prompt(38, 21);
+  const std::vector<int32_t> q1 = concat(sys, spec_test::random_prompt(9, 22)), q2 = concat(sys, spec_test::random_prompt(7, 23)),
+                             q3 = concat(sys, spec_test::random_prompt(10, 24));
+  Options o;
+  o.checkpoint_every = 0;
+  Harness h(o);
+  EXPECT_EQ(h.run(q1, 8), alone(q1, 8));
+  EXPECT_EQ(h.run(q2, 8), alone(q2, 8));
+  EXPECT_EQ(h.engine->stats().state.restored_tokens, 0) << "no checkpoint within the shared part yet";
+  const int64_t computed_before = h.model.tokens_computed;
+  EXPECT_EQ(h.run(q3, 8), alone(q3, 8));
+  EXPECT_EQ(h.engine->stats().state.restored_tokens, 36);
+  EXPECT_EQ(h.model.tokens_computed - computed_before, int64_t(q3.size()) - 36 + 7);
+}
+
 TEST(RecurrentEngine, APrefixCacheHitRestoresTheCheckpointedStateAndGivesTheTokensOfARunWithoutIt) {
   const std::vector<int32_t> sys = spec_test::random_prompt(37, 11);
   const std::vector<int32_t> q1 = concat(sys, spec_test::random_prompt(6, 12)), q2 = concat(sys, spec_test::random_prompt(9, 13));
