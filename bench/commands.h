@@ -86,6 +86,10 @@ struct ServeBenchArgs {
   double slo_tpot_ms = 200;
   // prefix scenario
   int prefix_len = 1000, suffix_len = 32, rounds = 3;
+  // prefix scenario: requests sharing the prefix (with their own suffixes) before the measured one.
+  // Two, so a hybrid model's recurrent state is checkpointed where prompts part (the branch point
+  // is known once two prompts have parted there; core/kv/state_manager.h).
+  int warm = 2;
   // chunked scenario
   int decodes = 8, long_prompt = 4000;
 };

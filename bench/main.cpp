@@ -93,6 +93,8 @@ int main(int argc, char** argv) {
   s->add_option("--prefix-len", sb.prefix_len, "prefix scenario: shared prefix tokens")->capture_default_str();
   s->add_option("--suffix-len", sb.suffix_len, "prefix scenario: distinct suffix tokens")->capture_default_str();
   s->add_option("--rounds", sb.rounds, "prefix scenario: rounds (distinct prefixes; medians)")->capture_default_str();
+  s->add_option("--warm", sb.warm, "prefix scenario: requests sharing the prefix before the measured one (>= 1)")
+      ->capture_default_str()->check(CLI::Range(1, 64));
   s->add_option("--decodes", sb.decodes, "chunked scenario: streaming decodes")->capture_default_str();
   s->add_option("--long-prompt", sb.long_prompt, "chunked scenario: tokens of the prompt that arrives")->capture_default_str();
 #endif

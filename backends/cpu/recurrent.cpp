@@ -12,8 +12,10 @@
 //   U = (I + A)^-1 diag(beta) (V - diag(gamma) K S0),  A[t,s] = beta_t exp(g_t - g_s) k_t.k_s  (s < t)
 //   O = diag(gamma) Q S0 + P U,                      P[t,s] = exp(g_t - g_s) q_t.k_s      (s <= t)
 //   S = gamma_C S0 + (K diag(exp(g_C - g)))^T U
-// Every exponent is <= 0, so nothing overflows. TESSERA_CPU_GDN_CHUNKED=N sets the shortest run
-// that takes the chunked form (default kGdnChunkedMin; 0: token by token always, for the bench).
+// Every exponent is <= 0, so nothing overflows. Each run is cut into chunks from its first token;
+// a chunk of at least TESSERA_CPU_GDN_CHUNKED=N tokens takes the chunked form (default
+// kGdnChunkedMin; 0: token by token always, for the bench), shorter ones (decodes, a run's tail)
+// the token form.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -431,7 +433,6 @@ Status gated_delta_net(ThreadPool& pool, const Graph& g, const Node& n) {
     for (int64_t item = i0; item < i1; ++item) {
       const int64_t s = item / Hv, h = item % Hv, hk = p.tiled_heads ? h % Hk : h / (Hv / Hk);
       const int64_t a = ref::load_i32(qs, s), b = ref::load_i32(qs, s + 1), slot = ref::load_i32(slots, s);
-      const bool chunked = chunked_min > 0 && b - a >= chunked_min;
       for (int64_t c0 = a; c0 < b; c0 += kGdnChunk) {
         const int64_t nc = std::min(kGdnChunk, b - c0);
         for (int64_t t = 0; t < nc; ++t) {
@@ -447,7 +448,9 @@ Status gated_delta_net(ThreadPool& pool, const Graph& g, const Node& n) {
         HWY_DYNAMIC_DISPATCH(NormaliseRows)(kb, nc, Dk, 1.0f, p.l2_norm, p.eps);
         const GdnChunk c{f32_ptr(st, {slot, h, 0, 0}), st.stride[2] / int64_t(sizeof(float)), qb, kb, vb, gb,
                          gb + kGdnChunk, ob, nc, Dk, Dv, work};
-        if (chunked) HWY_DYNAMIC_DISPATCH(GdnChunked)(c);
+        // The form is chosen per chunk, so a chunk's result depends on its tokens alone, not on
+        // how long the step's run is (the scheduler aligns steps to chunks: SchedulerConfig::state_align).
+        if (chunked_min > 0 && nc >= chunked_min) HWY_DYNAMIC_DISPATCH(GdnChunked)(c);
         else HWY_DYNAMIC_DISPATCH(GdnTokens)(c);
         for (int64_t t = 0; t < nc; ++t) store_row_f32(out, (c0 + t) * Hv + h, ob + t * Dv);
       }

@@ -1,13 +1,15 @@
 #include "core/kv/state_manager.h"
 
 #include <algorithm>
+#include <numeric>
 
 namespace tessera {
 
 StateManager::StateManager(const StateManagerConfig& cfg, RecurrentStatePool& pool) : cfg_(cfg), pool_(pool) {
   cfg_.block_size = std::max(1, cfg_.block_size);
-  if (cfg_.checkpoint_every > 0)  // round up to whole blocks: a checkpoint's key is a block hash
-    cfg_.checkpoint_every = (cfg_.checkpoint_every + cfg_.block_size - 1) / cfg_.block_size * cfg_.block_size;
+  cfg_.align = std::lcm(cfg_.block_size, std::max(1, cfg_.align));  // cfg_.align is unit() from here on
+  if (cfg_.checkpoint_every > 0)  // round up to whole units: a checkpoint's key is a block hash
+    cfg_.checkpoint_every = (cfg_.checkpoint_every + cfg_.align - 1) / cfg_.align * cfg_.align;
 }
 
 void StateManager::check(Status s) {
@@ -15,7 +17,7 @@ void StateManager::check(Status s) {
 }
 
 bool StateManager::is_boundary(SeqId id, int32_t n, int32_t n_prompt) const {
-  const int32_t bs = cfg_.block_size;
+  const int32_t bs = cfg_.align;
   if (n <= 0 || n % bs != 0) return false;
   if (cfg_.checkpoint_every > 0 && n % cfg_.checkpoint_every == 0) return true;
   const auto b = branch_.find(id);
@@ -27,7 +29,7 @@ int32_t StateManager::next_boundary(SeqId id, int32_t n_computed, int32_t n_prom
   if (!cfg_.prefix_caching) return std::numeric_limits<int32_t>::max();
   int32_t next = std::numeric_limits<int32_t>::max();
   if (cfg_.checkpoint_every > 0) next = (n_computed / cfg_.checkpoint_every + 1) * cfg_.checkpoint_every;
-  const int32_t prompt_end = (n_prompt - 1) / cfg_.block_size * cfg_.block_size;
+  const int32_t prompt_end = (n_prompt - 1) / cfg_.align * cfg_.align;
   if (prompt_end > n_computed) next = std::min(next, prompt_end);
   const auto b = branch_.find(id);
   if (b != branch_.end() && b->second > n_computed) next = std::min(next, b->second);
@@ -42,7 +44,7 @@ int32_t StateManager::match(std::span<const BlockHash> chain) const {
 }
 
 void StateManager::note_match(SeqId id, int32_t matched, int32_t kv_match) {
-  const int32_t branch = kv_match / cfg_.block_size * cfg_.block_size;
+  const int32_t branch = kv_match / cfg_.align * cfg_.align;
   if (cfg_.prefix_caching && branch > matched) branch_[id] = branch;
   else branch_.erase(id);
 }

@@ -31,8 +31,10 @@ namespace tessera {
 
 struct StateManagerConfig {
   int32_t block_size = 16;
-  // Tokens between checkpoints (rounded up to a multiple of block_size); 0: only the prompt's end.
+  // Tokens between checkpoints (rounded up to a multiple of the unit); 0: only the prompt's end.
   int32_t checkpoint_every = 512;
+  // Every boundary is a multiple of unit() = lcm(block_size, align) (SchedulerConfig::state_align).
+  int32_t align = 1;
   bool prefix_caching = true;  // false: no checkpoints are taken or looked up
 };
 
@@ -65,6 +67,8 @@ class StateManager {
   // only up to |matched|; the block boundary at or below kv_match becomes one of |id|'s
   // boundaries (the branch point), so its state there is checkpointed.
   void note_match(SeqId id, int32_t matched, int32_t kv_match);
+  // Boundaries are multiples of this many tokens (block_size and align both divide it).
+  int32_t unit() const { return cfg_.align; }
   // The first checkpoint boundary of |id| after |n_computed| for an |n_prompt|-token prompt
   // (prefill chunks end there), or INT32_MAX when none is left.
   int32_t next_boundary(SeqId id, int32_t n_computed, int32_t n_prompt) const;

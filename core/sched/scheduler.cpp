@@ -38,6 +38,7 @@ Scheduler::Scheduler(const SchedulerConfig& cfg, BlockPool& pool, BlockPool* win
     StateManagerConfig sc;
     sc.block_size = cfg.block_size;
     sc.checkpoint_every = cfg.state_checkpoint_every;
+    sc.align = cfg.state_align;
     sc.prefix_caching = cfg.prefix_caching;
     states_.emplace(sc, *states);
   }
@@ -244,7 +245,13 @@ int32_t Scheduler::chunk_size(const Sequence& s, int32_t budget) {
   // A recurrent state is checkpointed only where a step ends: a prefill chunk ends at the next
   // checkpoint boundary.
   if (states_ && s.n_pending() > 1) budget = std::min(budget, states_->next_boundary(s.id, s.n_computed, s.n_prompt) - s.n_computed);
-  return cost_.chunk(s.n_computed, std::min(s.n_pending(), budget));
+  int32_t n = cost_.chunk(s.n_computed, std::min(s.n_pending(), budget));
+  // ... and, short of the prompt's end, on the state's alignment (when that leaves any tokens).
+  if (states_ && n > 0 && n < s.n_pending()) {
+    const int32_t unit = states_->unit(), end = (s.n_computed + n) / unit * unit;
+    if (end > s.n_computed) n = end - s.n_computed;
+  }
+  return n;
 }
 
 void Scheduler::observe(double ms) { cost_.observe(ms); }

@@ -68,6 +68,11 @@ struct SchedulerConfig {
   // Recurrent layers: tokens between state checkpoints (StateManagerConfig::checkpoint_every);
   // prefill chunks end at each, and at the prompt's last block boundary.
   int32_t state_checkpoint_every = 512;
+  // Recurrent layers: prefill steps and checkpoints fall on multiples of this many tokens (and of
+  // the block size) where they can, so a prompt's state comes out bit-identical however it was
+  // split (a prefix-cache hit, a chunked prefill, a preemption): the CPU's chunked delta rule
+  // (backends/cpu/recurrent.cpp) works in 64-token chunks from each step's start. 1: no alignment.
+  int32_t state_align = 64;
   // Step-cost policy (core/sched/step_cost_policy.h, StepCostPolicyConfig): while decodes run,
   // each step's prefill chunks are the largest whose predicted step time stays within itl_factor
   // x the predicted decode-only step (and within max_step_ms when > 0), at least

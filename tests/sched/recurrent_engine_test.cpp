@@ -91,6 +91,7 @@ struct Options {
   int n_checkpoints = 16;
   bool caching = true;
   int checkpoint_every = 8;
+  int align = 1;  // SchedulerConfig::state_align (the fake model's state needs none)
   int budget = 16;
   int swap_blocks = 0;
   std::shared_ptr<Proposer> proposer;
@@ -111,6 +112,7 @@ struct Harness {
     ec.scheduler.max_batch_tokens = o.budget;
     ec.scheduler.prefix_caching = o.caching;
     ec.scheduler.state_checkpoint_every = o.checkpoint_every;
+    ec.scheduler.state_align = o.align;
     ec.scheduler.swap = o.swap_blocks > 0;
     ec.scheduler.swap_blocks = o.swap_blocks;
     ec.scheduler.itl_factor = 0;  // plans independent of timing
@@ -231,17 +233,21 @@ TEST(RecurrentEngine, APrefixCacheHitRestoresTheCheckpointedStateAndGivesTheToke
 TEST(RecurrentEngine, PrefillChunksEndAtCheckpointBoundariesAndEveryChunkSplitGivesTheSameTokens) {
   const std::vector<int32_t> p = spec_test::random_prompt(45, 21);
   const auto want = alone(p, 12);
-  for (int budget : {3, 5, 16, 64})
-    for (int every : {0, 4, 8, 12}) {
-      Options o;
-      o.budget = budget;
-      o.checkpoint_every = every;
-      Harness h(o);
-      EXPECT_EQ(h.run(p, 12), want) << "budget " << budget << " every " << every;
-      // A second run finds the checkpoint at the prompt's last block boundary, 44.
-      EXPECT_EQ(h.run(p, 12), want) << "budget " << budget << " every " << every;
-      EXPECT_EQ(h.engine->stats().state.restored_tokens, 44) << "budget " << budget << " every " << every;
-    }
+  for (int align : {1, 8})
+    for (int budget : {3, 5, 16, 64})
+      for (int every : {0, 4, 8, 12}) {
+        Options o;
+        o.budget = budget;
+        o.checkpoint_every = every;
+        o.align = align;
+        Harness h(o);
+        const std::string where = "budget " + std::to_string(budget) + " every " + std::to_string(every) + " align " + std::to_string(align);
+        EXPECT_EQ(h.run(p, 12), want) << where;
+        // A second run finds the checkpoint at the prompt's last boundary: the last block
+        // boundary, 44, or with 8-token alignment the last multiple of 8, 40.
+        EXPECT_EQ(h.run(p, 12), want) << where;
+        EXPECT_EQ(h.engine->stats().state.restored_tokens, align == 1 ? 44 : 40) << where;
+      }
 }
 
 // Drafts from the Markov part alone (blind to the state): some are accepted, some rejected.
