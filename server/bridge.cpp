@@ -203,12 +203,15 @@ void on_event(const std::shared_ptr<RequestState>& sp, const TokenEvent& ev) {
       json err = {{"error", {{"message", ev.error}, {"type", "server_error"}, {"param", nullptr}, {"code", nullptr}}}};
       st.events.push_back("data: " + dump(err) + "\n\n");
     } else if (hold) {
-      json calls = ev.finish == FinishReason::kStop ? parse_tool_calls(st.req, c.content, st.id + "-" + std::to_string(ev.index) + "-")
-                                                    : json(nullptr);
+      std::string before;
+      json calls = ev.finish == FinishReason::kStop
+                       ? parse_tool_calls(st.req, c.content, st.id + "-" + std::to_string(ev.index) + "-", &before)
+                       : json(nullptr);
       if (calls.is_null()) {
         st.events.push_back(sse_chunk(st, ev.index, c.content, nullptr, nullptr, !c.started));
         st.events.push_back(sse_chunk(st, ev.index, "", nullptr, finish_text(ev.finish), false));
       } else {
+        if (!before.empty()) st.events.push_back(sse_chunk(st, ev.index, before, nullptr, nullptr, !c.started));
         st.events.push_back(sse_tool_chunk(st, ev.index, calls));
         st.events.push_back(sse_chunk(st, ev.index, "", nullptr, "tool_calls", false));
       }
@@ -239,10 +242,12 @@ json full_response(const RequestState& st) {
   for (size_t i = 0; i < st.choices.size(); ++i) {
     const ChoiceState& c = st.choices[i];
     json ch = {{"index", i}, {"finish_reason", finish_text(c.finish)}, {"logprobs", choice_logprobs(st, c)}};
-    json calls = st.req.chat && c.finish == FinishReason::kStop ? parse_tool_calls(st.req, c.content, st.id + "-" + std::to_string(i) + "-")
-                                                                : json(nullptr);
+    std::string before;
+    json calls = st.req.chat && c.finish == FinishReason::kStop
+                     ? parse_tool_calls(st.req, c.content, st.id + "-" + std::to_string(i) + "-", &before)
+                     : json(nullptr);
     if (!calls.is_null()) {
-      ch["message"] = {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", calls}};
+      ch["message"] = {{"role", "assistant"}, {"content", before.empty() ? json(nullptr) : json(before)}, {"tool_calls", calls}};
       ch["finish_reason"] = "tool_calls";
     } else if (st.req.chat) {
       ch["message"] = {{"role", "assistant"}, {"content", c.content}};

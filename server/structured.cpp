@@ -205,26 +205,102 @@ std::optional<ApiError> prepare_grammar(ServerContext& ctx, const json& body, Pa
   return std::nullopt;
 }
 
-json parse_tool_calls(const ParsedRequest& req, const std::string& text, const std::string& id_prefix) {
-  if (req.tools.empty()) return nullptr;
-  // Hermes-style templates (Qwen 2.5, many others) wrap a call in <tool_call> tags.
-  std::string body = text;
-  const size_t open = body.find("<tool_call>");
-  if (open != std::string::npos) {
-    const size_t close = body.find("</tool_call>", open);
-    body = body.substr(open + 11, close == std::string::npos ? std::string::npos : close - open - 11);
-  }
+namespace {
+
+std::string trim(std::string_view s) {
+  const size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string_view::npos) return {};
+  return std::string(s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1));
+}
+
+const ToolSpec* offered(const ParsedRequest& req, const std::string& name) {
+  for (const ToolSpec& t : req.tools)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+// {"name": ..., "arguments": {...}} (Hermes; the grammar-forced form): the call, or null.
+json json_call(const ParsedRequest& req, const std::string& body) {
   const json v = json::parse(body, nullptr, false);
   if (v.is_discarded() || !v.is_object() || !v.contains("name") || !v["name"].is_string() || !v.contains("arguments"))
     return nullptr;
   const std::string name = v["name"].get<std::string>();
-  bool offered = false;
-  for (const ToolSpec& t : req.tools) offered |= t.name == name;
-  if (!offered) return nullptr;
+  if (!offered(req, name)) return nullptr;
   const json& args = v["arguments"];
-  json call = {{"id", id_prefix + "0"}, {"type", "function"},
-               {"function", {{"name", name}, {"arguments", args.is_string() ? args.get<std::string>() : dump(args)}}}};
-  return json::array({call});
+  return {{"name", name}, {"arguments", args.is_string() ? args.get<std::string>() : dump(args)}};
+}
+
+// <function=NAME><parameter=P>value</parameter>...</function> (Qwen3-Coder, Qwen3.5): values are
+// text; a parameter whose schema type is not string is read as JSON when it parses as such.
+json xml_call(const ParsedRequest& req, const std::string& body) {
+  const std::string open = "<function=";
+  const size_t f = body.find(open);
+  if (f == std::string::npos) return nullptr;
+  const size_t name_end = body.find('>', f);
+  if (name_end == std::string::npos) return nullptr;
+  const std::string name = trim(std::string_view(body).substr(f + open.size(), name_end - f - open.size()));
+  const ToolSpec* tool = offered(req, name);
+  if (!tool) return nullptr;
+  const size_t fn_end = body.find("</function>", name_end);
+  const std::string_view inner = std::string_view(body).substr(name_end + 1, fn_end == std::string::npos ? std::string::npos : fn_end - name_end - 1);
+  json args = json::object();
+  size_t at = 0;
+  for (;;) {
+    const size_t p = inner.find("<parameter=", at);
+    if (p == std::string_view::npos) break;
+    const size_t pn = inner.find('>', p);
+    if (pn == std::string_view::npos) return nullptr;
+    const std::string key = trim(inner.substr(p + 11, pn - p - 11));
+    size_t pe = inner.find("</parameter>", pn);
+    const size_t next = inner.find("<parameter=", pn);
+    if (pe == std::string_view::npos || (next != std::string_view::npos && next < pe)) pe = next;  // an unclosed parameter
+    std::string value(inner.substr(pn + 1, pe == std::string_view::npos ? std::string_view::npos : pe - pn - 1));
+    // One newline on each side is the format's own.
+    if (!value.empty() && value.front() == '\n') value.erase(0, 1);
+    if (!value.empty() && value.back() == '\n') value.pop_back();
+    std::string type;
+    if (tool->parameters.is_object() && tool->parameters.contains("properties") && tool->parameters["properties"].is_object() &&
+        tool->parameters["properties"].contains(key) && tool->parameters["properties"][key].is_object())
+      type = string_member(tool->parameters["properties"][key], "type");
+    json v = type == "string" || type.empty() ? json(value) : json::parse(value, nullptr, false);
+    args[key] = v.is_discarded() ? json(value) : v;
+    if (pe == std::string_view::npos) break;
+    at = pe;
+  }
+  return {{"name", name}, {"arguments", dump(args)}};
+}
+
+}  // namespace
+
+json parse_tool_calls(const ParsedRequest& req, const std::string& text, const std::string& id_prefix, std::string* before) {
+  if (req.tools.empty()) return nullptr;
+  json calls = json::array();
+  auto add = [&](json fn) {
+    calls.push_back({{"id", id_prefix + std::to_string(calls.size())}, {"type", "function"}, {"function", std::move(fn)}});
+  };
+  // Hermes-style templates (Qwen 2.5/3, many others) wrap each call in <tool_call> tags; Qwen3.5's
+  // holds an XML function inside them. Every block must be a call of an offered function.
+  const size_t first = text.find("<tool_call>");
+  if (first == std::string::npos) {
+    json fn = json_call(req, text);
+    if (fn.is_null()) return nullptr;
+    add(std::move(fn));
+    if (before) before->clear();
+    return calls;
+  }
+  size_t at = first;
+  while (at != std::string::npos) {
+    const size_t body = at + 11, close = text.find("</tool_call>", body);
+    const std::string block = trim(std::string_view(text).substr(body, close == std::string::npos ? std::string::npos : close - body));
+    json fn = block.rfind("<function=", 0) == 0 ? xml_call(req, block) : json_call(req, block);
+    if (fn.is_null()) return nullptr;
+    add(std::move(fn));
+    if (close == std::string::npos) break;
+    at = text.find("<tool_call>", close + 12);
+    if (at == std::string::npos && !trim(std::string_view(text).substr(close + 12)).empty()) return nullptr;  // text after the calls
+  }
+  if (before) *before = trim(std::string_view(text).substr(0, first));
+  return calls;
 }
 
 }  // namespace tessera::server
