@@ -4,6 +4,8 @@
 // metadata, cut vocabulary and chat template at dim 8 (corpus/model_load/smollm2-cut.gguf), so
 // prompts are tokenised and chat messages rendered for real. An accepted request must be one
 // the engine takes: a prompt of in-vocabulary ids that fits the context, positive max_tokens.
+// The same bytes are also read as a model's reply: split into reasoning and content (every way
+// of cutting it must agree) and parsed for tool calls (server/reasoning.h, server/structured.h).
 #include <cstdint>
 
 #include "core/reference/reference.h"
@@ -11,7 +13,9 @@
 #include "core/sched/engine_thread.h"
 #include "models/model.h"
 #include "server/context.h"
+#include "server/reasoning.h"
 #include "server/request.h"
+#include "server/structured.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace tessera {
@@ -70,5 +74,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       fuzz::fail("error " + std::to_string(err->status) + " '" + err->message + "'");
     if (!err) check(r, *s.model);
   }
+  // The bytes as a reply: the split of the whole equals the split fed in two pieces.
+  for (bool inside : {false, true}) {
+    std::string r1, c1, r2, c2;
+    server::ReasoningSplitter whole(server::ThinkTags{}, inside), cut(server::ThinkTags{}, inside);
+    whole.feed(body, &r1, &c1);
+    whole.finish(&r1, &c1);
+    const size_t at = size ? data[0] % (size + 1) : 0;
+    cut.feed(std::string_view(body).substr(0, at), &r2, &c2);
+    cut.feed(std::string_view(body).substr(at), &r2, &c2);
+    cut.finish(&r2, &c2);
+    if (r1 != r2 || c1 != c2) fuzz::fail("the reasoning split depends on where the text was cut");
+    if (r1.size() + c1.size() > body.size()) fuzz::fail("the reasoning split made text");
+  }
+  server::ParsedRequest tools;
+  tools.tools.push_back({"f", "", nlohmann::json::parse(R"({"type": "object", "properties": {"n": {"type": "integer"}}})")});
+  std::string before;
+  const nlohmann::json calls = server::parse_tool_calls(tools, body, "c-", &before);
+  if (!calls.is_null() && (!calls.is_array() || calls.empty())) fuzz::fail("tool calls that are not a non-empty array");
   return 0;
 }
