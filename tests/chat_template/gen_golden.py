@@ -10,6 +10,8 @@ Format (hex-encoded UTF-8, read by tests/chat_template/chat_template_test.cpp):
   R <template>:<conversation>:<0|1> <hex output> :  rendered text
   X <template>:<conversation>:<0|1> <hex error> :   raise_exception's message
 Run: python3 tests/chat_template/gen_golden.py models-cache/SmolLM2-135M-Instruct.Q4_1.gguf
+The templates are the models' own: qwen35.jinja is Qwen3.5-4B's chat_template (as llama.cpp keeps
+it in models/templates/Qwen3.5-4B.jinja), qwen25.jinja Qwen2.5-Instruct's, and so on.
 """
 import os
 import sys
