@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The reasoning split through tessera serve (issue 39): reasoning_content beside content.
 
-A tiny random Qwen3.5 (tests/model/qwen35/make_qwen35.py) with a Qwen-style chat template whose
+A tiny random Qwen3.5 (tests/model/qwen35/make_qwen35.py) with Qwen3.5's own chat template, whose
 generation prompt opens a thinking block ("<think>\\n"; enable_thinking=false closes it at once).
 Greedy, ignore_eos, so every run's tokens are known from a run with the split off:
   - the split (reasoning_format auto) equals an independent Python split of the raw text
@@ -25,10 +25,9 @@ sys.path.insert(0, HERE)
 from harness import Server  # noqa: E402
 
 BIN = sys.argv[1] if len(sys.argv) > 1 else "build/bin"
-TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-            "{% if add_generation_prompt %}<|im_start|>assistant\n"
-            "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% else %}<think>\n{% endif %}"
-            "{% endif %}")
+# Qwen3.5's own chat template (tests/data/chat_templates/qwen35.jinja).
+with open(os.path.join(HERE, "..", "data", "chat_templates", "qwen35.jinja"), encoding="utf-8") as _f:
+    TEMPLATE = _f.read()
 MESSAGES = [{"role": "user", "content": "What is two and two?"}]
 
 
