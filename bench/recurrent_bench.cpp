@@ -13,17 +13,12 @@
 #include <vector>
 
 #include "bench/commands.h"
+#include "bench/model_run.h"
 #include "bench/timing.h"
 #include "core/registry.h"
 
 namespace tessera::bench {
 namespace {
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // An f32 device tensor of |shape|, uniform in [lo, hi).
 Result<Tensor> uniform(Device& dev, const std::vector<int64_t>& shape, float lo, float hi, std::mt19937& rng) {
@@ -54,7 +49,7 @@ Status time_call(Device& dev, Graph& g, int threads, Timing& t) {
 }
 
 void print(const char* what, const Timing& t, int64_t tokens) {
-  const double w = median(t.wall), c = median(t.cpu);
+  const double w = median_of(t.wall), c = median_of(t.cpu);
   std::printf("%-28s wall %9.3f ms (%8.0f tok/s) | cpu-time/threads %9.3f ms (%8.0f tok/s)\n", what, w * 1e3,
               double(tokens) / std::max(w, 1e-12), c * 1e3, double(tokens) / std::max(c, 1e-12));
 }
@@ -135,7 +130,7 @@ int run_recurrent_bench(const RecurrentBenchArgs& a) {
     print(cpu ? "gated_delta_net chunked" : "gated_delta_net", tk, T);
     if (cpu)
       std::printf("chunked / token-by-token speedup: %.2fx (wall), %.2fx (cpu-time)\n",
-                  median(tt.wall) / std::max(median(tk.wall), 1e-12), median(tt.cpu) / std::max(median(tk.cpu), 1e-12));
+                  median_of(tt.wall) / std::max(median_of(tk.wall), 1e-12), median_of(tt.cpu) / std::max(median_of(tk.cpu), 1e-12));
     return OkStatus();
   };
   const Status s = run();

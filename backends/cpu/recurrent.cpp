@@ -261,17 +261,16 @@ void GdnChunked(const GdnChunk& c) {
     // Right-hand side beta (v - gamma K S0).
     float* rt = rhs + t * Dv;
     for (int64_t j = 0; j < Dv; ++j) rt[j] = bt * (c.v[t * Dv + j] - gt * rt[j]);
-    // Row t of T = (I + A)^-1 from the rows above it: T[t, :t] = -A[t, :t] T[:t, :t].
+    // P: Q K^T decayed, lower-triangular with its diagonal.
+    float* pt = qk + t * C;
+    for (int64_t s = 0; s <= t; ++s) pt[s] *= e[s];
+    for (int64_t s = t + 1; s < n; ++s) pt[s] = 0.0f;
+    // Row t of T = (I + A)^-1 from the rows above it: T[t, :t] = -A[t, :t] T[:t, :t] (e becomes -A[t, :t]).
     float* at = kk + t * C;
     for (int64_t s = 0; s < t; ++s) e[s] = -bt * e[s] * at[s];
     gemm(1, t, t, e, C, kk, C, at, C, false);
     at[t] = 1.0f;
     for (int64_t s = t + 1; s < n; ++s) at[s] = 0.0f;
-    // P: Q K^T decayed, lower-triangular with its diagonal.
-    float* pt = qk + t * C;
-    exp_diff(g[t], g, t + 1, e);
-    for (int64_t s = 0; s <= t; ++s) pt[s] *= e[s];
-    for (int64_t s = t + 1; s < n; ++s) pt[s] = 0.0f;
     // O starts as gamma Q S0.
     float* o = c.o + t * Dv;
     for (int64_t j = 0; j < Dv; ++j) o[j] = gt * qs[t * Dv + j];

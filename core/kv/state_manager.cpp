@@ -5,11 +5,11 @@
 
 namespace tessera {
 
-StateManager::StateManager(const StateManagerConfig& cfg, RecurrentStatePool& pool) : cfg_(cfg), pool_(pool) {
+StateManager::StateManager(const StateManagerConfig& cfg, RecurrentStatePool& pool)
+    : cfg_(cfg), unit_(std::lcm(std::max(1, cfg.block_size), std::max(1, cfg.align))), pool_(pool) {
   cfg_.block_size = std::max(1, cfg_.block_size);
-  cfg_.align = std::lcm(cfg_.block_size, std::max(1, cfg_.align));  // cfg_.align is unit() from here on
   if (cfg_.checkpoint_every > 0)  // round up to whole units: a checkpoint's key is a block hash
-    cfg_.checkpoint_every = (cfg_.checkpoint_every + cfg_.align - 1) / cfg_.align * cfg_.align;
+    cfg_.checkpoint_every = (cfg_.checkpoint_every + unit_ - 1) / unit_ * unit_;
 }
 
 void StateManager::check(Status s) {
@@ -17,19 +17,18 @@ void StateManager::check(Status s) {
 }
 
 bool StateManager::is_boundary(SeqId id, int32_t n, int32_t n_prompt) const {
-  const int32_t bs = cfg_.align;
-  if (n <= 0 || n % bs != 0) return false;
+  if (n <= 0 || n % unit_ != 0) return false;
   if (cfg_.checkpoint_every > 0 && n % cfg_.checkpoint_every == 0) return true;
   const auto b = branch_.find(id);
   if (b != branch_.end() && b->second == n) return true;
-  return n == (n_prompt - 1) / bs * bs;
+  return n == (n_prompt - 1) / unit_ * unit_;
 }
 
 int32_t StateManager::next_boundary(SeqId id, int32_t n_computed, int32_t n_prompt) const {
   if (!cfg_.prefix_caching) return std::numeric_limits<int32_t>::max();
   int32_t next = std::numeric_limits<int32_t>::max();
   if (cfg_.checkpoint_every > 0) next = (n_computed / cfg_.checkpoint_every + 1) * cfg_.checkpoint_every;
-  const int32_t prompt_end = (n_prompt - 1) / cfg_.align * cfg_.align;
+  const int32_t prompt_end = (n_prompt - 1) / unit_ * unit_;
   if (prompt_end > n_computed) next = std::min(next, prompt_end);
   const auto b = branch_.find(id);
   if (b != branch_.end() && b->second > n_computed) next = std::min(next, b->second);
@@ -44,7 +43,7 @@ int32_t StateManager::match(std::span<const BlockHash> chain) const {
 }
 
 void StateManager::note_match(SeqId id, int32_t matched, int32_t kv_match) {
-  const int32_t branch = kv_match / cfg_.align * cfg_.align;
+  const int32_t branch = kv_match / unit_ * unit_;
   if (cfg_.prefix_caching && branch > matched) branch_[id] = branch;
   else branch_.erase(id);
 }

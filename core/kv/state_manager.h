@@ -68,7 +68,7 @@ class StateManager {
   // boundaries (the branch point), so its state there is checkpointed.
   void note_match(SeqId id, int32_t matched, int32_t kv_match);
   // Boundaries are multiples of this many tokens (block_size and align both divide it).
-  int32_t unit() const { return cfg_.align; }
+  int32_t unit() const { return unit_; }
   // The first checkpoint boundary of |id| after |n_computed| for an |n_prompt|-token prompt
   // (prefill chunks end there), or INT32_MAX when none is left.
   int32_t next_boundary(SeqId id, int32_t n_computed, int32_t n_prompt) const;
@@ -107,6 +107,7 @@ class StateManager {
   void check(Status s);
 
   StateManagerConfig cfg_;
+  int32_t unit_;  // lcm(block_size, align)
   RecurrentStatePool& pool_;
   std::unordered_map<SeqId, StateSlot> slots_;
   std::unordered_map<SeqId, CheckpointId> snapshots_;
