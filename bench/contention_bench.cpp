@@ -2,8 +2,9 @@
 // busy processes (children of the bench, spinning on one core each) compete for the CPUs: for
 // the default settings (adaptive width, physical cores), for each fixed thread count
 // (TESSERA_CPU_ADAPT=0), and for llama.cpp's llama-bench at its default and each -t when the
-// peer is built (bench/peer, /work/shared/peer/llama-cpp.sh). Configurations alternate within
-// each repeat, so a drift of the machine's speed hits them alike. The busy children die with the
+// peer is built (bench/peer, /work/shared/peer/llama-cpp.sh). Configurations, llama.cpp's
+// included, alternate within each repeat, so a drift of the machine's speed hits them alike.
+// The busy children die with the
 // bench (PR_SET_PDEATHSIG), at its exit, and after --max-seconds in any case (alarm).
 #include <signal.h>
 #include <sys/prctl.h>
@@ -71,7 +72,7 @@ struct Figures {
   std::vector<double> prefill, decode;
 };
 
-// llama-bench's pp and tg tok/s (csv: the second-to-last column is avg t/s).
+// llama-bench's pp and tg tok/s, from its csv output.
 bool run_llama_bench(const std::string& bin, const std::string& model, int prompt, int decode, int threads,
                      double* pp, double* tg) {
   std::string cmd = bin + " -m '" + model + "' -p " + std::to_string(prompt) + " -n " + std::to_string(decode) +
@@ -84,10 +85,8 @@ bool run_llama_bench(const std::string& bin, const std::string& model, int promp
   std::array<char, 4096> buf{};
   while (fgets(buf.data(), int(buf.size()), f)) out += buf.data();
   if (pclose(f) != 0) return false;
-  std::istringstream lines(out);
-  std::string line;
-  bool any = false;
-  while (std::getline(lines, line)) {
+  // Columns by the header's names (n_prompt, n_gen, avg_ts); cells may be quoted.
+  auto split = [](const std::string& line) {
     std::vector<std::string> cols;
     std::string cell;
     bool quoted = false;
@@ -97,13 +96,28 @@ bool run_llama_bench(const std::string& bin, const std::string& model, int promp
       else cell += c;
     }
     cols.push_back(cell);
-    if (cols.size() < 3) continue;
-    const double tps = std::atof(cols[cols.size() - 2].c_str());
-    // n_prompt and n_gen columns: a pp row has n_gen 0.
-    const bool is_pp = line.find("," + std::to_string(prompt) + ",0,") != std::string::npos;
-    const bool is_tg = line.find(",0," + std::to_string(decode) + ",") != std::string::npos;
-    if (is_pp) *pp = tps, any = true;
-    if (is_tg) *tg = tps, any = true;
+    return cols;
+  };
+  std::istringstream lines(out);
+  std::string line;
+  int c_prompt = -1, c_gen = -1, c_ts = -1;
+  bool any = false;
+  while (std::getline(lines, line)) {
+    const std::vector<std::string> cols = split(line);
+    if (c_ts < 0) {
+      for (int i = 0; i < int(cols.size()); ++i) {
+        if (cols[size_t(i)] == "n_prompt") c_prompt = i;
+        if (cols[size_t(i)] == "n_gen") c_gen = i;
+        if (cols[size_t(i)] == "avg_ts") c_ts = i;
+      }
+      if (c_prompt < 0 || c_gen < 0) c_ts = -1;
+      continue;
+    }
+    if (int(cols.size()) <= std::max({c_prompt, c_gen, c_ts})) continue;
+    const int n_prompt = std::atoi(cols[size_t(c_prompt)].c_str()), n_gen = std::atoi(cols[size_t(c_gen)].c_str());
+    const double tps = std::atof(cols[size_t(c_ts)].c_str());
+    if (n_prompt == prompt && n_gen == 0) *pp = tps, any = true;
+    if (n_prompt == 0 && n_gen == decode) *tg = tps, any = true;
   }
   return any;
 }
@@ -163,9 +177,17 @@ int run_contention_bench(const ContentionBenchArgs& a) {
       return 1;
     }
     std::vector<Figures> figs(configs.size());
-    // One warm-up run each (the adaptive pool settles on the new load), then alternate.
+    // llama.cpp at its default and each -t, when built: one llama-bench process per run.
+    std::vector<int> peer_threads;
+    if (!peer.empty()) {
+      peer_threads.push_back(0);
+      peer_threads.insert(peer_threads.end(), a.threads.begin(), a.threads.end());
+    }
+    std::vector<Figures> peer_figs(peer_threads.size());
+    // One warm-up run each (the adaptive pool settles on the new load), then alternate: every
+    // repeat runs each Tessera configuration and then each llama.cpp one.
     for (Config& c : configs) (void)run_requests(*c.model, 1, a.prompt, std::min(a.decode, 16));
-    for (int rep = 0; rep < a.repeats; ++rep)
+    for (int rep = 0; rep < a.repeats; ++rep) {
       for (size_t i = 0; i < configs.size(); ++i) {
         auto r = run_requests(*configs[i].model, 1, a.prompt, a.decode);
         if (!r.ok()) {
@@ -175,6 +197,12 @@ int run_contention_bench(const ContentionBenchArgs& a) {
         figs[i].prefill.push_back(r->prefill_tps);
         figs[i].decode.push_back(r->decode_tps);
       }
+      for (size_t i = 0; i < peer_threads.size(); ++i) {
+        double p = 0, g = 0;
+        if (run_llama_bench(peer, a.model, a.prompt, a.decode, peer_threads[i], &p, &g))
+          peer_figs[i].prefill.push_back(p), peer_figs[i].decode.push_back(g);
+      }
+    }
     double best_p = 0, best_d = 0;
     for (size_t i = 1; i < configs.size(); ++i) {
       best_p = std::max(best_p, median_of(figs[i].prefill));
@@ -189,21 +217,17 @@ int run_contention_bench(const ContentionBenchArgs& a) {
         if (!s.empty()) std::printf("      (%s)\n", s.c_str());
       }
     }
-    if (!peer.empty()) {
-      std::vector<int> ts = {0};
-      ts.insert(ts.end(), a.threads.begin(), a.threads.end());
-      for (int t : ts) {
-        std::vector<double> pp, tg;
-        for (int rep = 0; rep < a.repeats; ++rep) {
-          double p = 0, g = 0;
-          if (run_llama_bench(peer, a.model, a.prompt, a.decode, t, &p, &g)) pp.push_back(p), tg.push_back(g);
-        }
-        const std::string name = t == 0 ? "llama.cpp default" : "llama.cpp -t " + std::to_string(t);
-        if (pp.empty()) std::printf("%-5d %-26s %12s %12s\n", busy, name.c_str(), "failed", "failed");
-        else
-          std::printf("%-5d %-26s %12.1f %12.1f %13.2fx %13.2fx\n", busy, name.c_str(), median_of(pp), median_of(tg),
-                      best_p > 0 ? median_of(pp) / best_p : 0.0, best_d > 0 ? median_of(tg) / best_d : 0.0);
+    for (size_t i = 0; i < peer_threads.size(); ++i) {
+      const int t = peer_threads[i];
+      const Figures& f = peer_figs[i];
+      const std::string name = t == 0 ? "llama.cpp default" : "llama.cpp -t " + std::to_string(t);
+      if (f.prefill.empty()) {
+        std::printf("%-5d %-26s %12s %12s\n", busy, name.c_str(), "failed", "failed");
+        continue;
       }
+      const double p = median_of(f.prefill), d = median_of(f.decode);
+      std::printf("%-5d %-26s %12.1f %12.1f %13.2fx %13.2fx\n", busy, name.c_str(), p, d, best_p > 0 ? p / best_p : 0.0,
+                  best_d > 0 ? d / best_d : 0.0);
     }
     std::fflush(stdout);
     stop_busy();
