@@ -6,11 +6,13 @@ Both servers load the same GGUF (default: compare.py's 1B-shaped Q4_0) with the 
 ctx / np tokens) and the same thread count; `tessera-bench serve` drives each with the same
 requests (fixed prompt and output lengths, ignore_eos) at every concurrency level: `--url` for
 llama-server, `--model` for Tessera. Rounds alternate which server goes first; the tables show
-medians over the rounds of output tokens/s and TTFT p99 per level, and their ratios.
+medians over the rounds of output tokens/s and TTFT p99 per level, and their ratios. --busy N runs
+the whole comparison beside N processes that spin on a core each (issue 44: serving on a shared
+machine), started before the first round and killed after the last.
 
 Usage: bench/peer/serve_compare.sh [--rounds N] [--concurrency C ...] [--model F] [--ctx N]
                                    [--prompt N] [--output N] [--requests N] [--variant NAME:VAR=VALUE]
-                                   PEER_DIR [BUILD_DIR]
+                                   [--busy N] [--peer-threads N] PEER_DIR [BUILD_DIR]
 The work of finding tools and reading the machine is compare.py's (imported from beside this file).
 """
 import argparse
@@ -78,7 +80,7 @@ def llama_round(server, bench, a, tmp):
     np_ = max(a.concurrency)
     log_path = os.path.join(tmp, "llama-server.log")
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([server, "-m", a.model, "-t", str(compare.THREADS), "-c", str(a.ctx), "-np", str(np_),
+        proc = subprocess.Popen([server, "-m", a.model, "-t", str(a.peer_threads or compare.THREADS), "-c", str(a.ctx), "-np", str(np_),
                                  "--host", "127.0.0.1", "--port", str(port)], stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_healthy(f"http://127.0.0.1:{port}", proc)
@@ -118,7 +120,13 @@ def main():
     ap.add_argument("--variant", action="append", default=[], metavar="NAME:VAR=VALUE",
                     help="also run tessera serve with this environment setting (repeatable); the variable "
                          "SERVER_ARGS holds flags of tessera serve instead")
+    ap.add_argument("--busy", type=int, default=0,
+                    help="spinning processes beside both servers for the whole run (default 0)")
+    ap.add_argument("--peer-threads", type=int, default=0,
+                    help="llama-server's -t (default: compare.py's thread count, as Tessera's default)")
     a = ap.parse_args()
+    if a.busy < 0 or a.peer_threads < 0:
+        raise compare.CompareError("--busy and --peer-threads must not be negative")
     if a.rounds < 1:
         raise compare.CompareError("--rounds must be at least 1")
     if not os.path.isfile(a.model):
@@ -133,6 +141,18 @@ def main():
     load_start = compare.loadavg()
     results = {}  # engine -> [levels per round]
     t0 = time.time()
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(a.busy)]
+    try:
+        run_rounds(a, variants, server, bench, results)
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    print_tables(a, variants, results, isa, start, load_start, t0)
+    return 0
+
+
+def run_rounds(a, variants, server, bench, results):
     with tempfile.TemporaryDirectory(prefix="tessera-serve-compare-") as tmp:
         for rnd in range(a.rounds):
             engines = ["tessera", "llama-server"] if rnd % 2 == 0 else ["llama-server", "tessera"]
@@ -147,11 +167,14 @@ def main():
                             "  ".join(f"c{c} {lv[c][0]:6.1f} tok/s p99 TTFT {lv[c][1] / 1000:6.2f} s"
                                       for c in a.concurrency) + f"   (load {compare.loadavg()})")
 
+
+def print_tables(a, variants, results, isa, start, load_start, t0):
     def med(eng, c, i):
         return statistics.median(r[c][i] for r in results[eng])
 
-    print(f"tessera serve vs llama-server, {compare.THREADS} threads, {os.path.basename(a.model)}, "
-          f"{a.prompt} in / {a.output} out, {a.ctx} KV tokens each; median of {a.rounds} alternating round(s)")
+    print(f"tessera serve vs llama-server (-t {a.peer_threads or compare.THREADS}), {os.path.basename(a.model)}, "
+          f"{a.prompt} in / {a.output} out, {a.ctx} KV tokens each; median of {a.rounds} alternating round(s); "
+          f"{a.busy} busy process(es) beside them")
     print(f"date {start.strftime('%Y-%m-%d %H:%M UTC')}; {compare.cpu_name()}, {os.cpu_count()} CPUs; ISA: {isa}")
     print(f"load average (1/5/15 min) at start {load_start}, at end {compare.loadavg()}; "
           f"{(time.time() - t0) / 60:.1f} min")
@@ -167,7 +190,6 @@ def main():
                   f"{med(eng, c, 2):.0f} / {med('llama-server', c, 2):.0f} |")
     print()
     print("out tok/s ratio > 1 and TTFT ratio < 1: Tessera better")
-    return 0
 
 
 if __name__ == "__main__":
