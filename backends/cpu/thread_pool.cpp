@@ -4,10 +4,18 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <set>
 #include <string>
+
+#if TESSERA_HAVE_TBB
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/partitioner.h>
+#include <oneapi/tbb/task_arena.h>
+#endif
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -113,6 +121,52 @@ int64_t claim(std::atomic<uint64_t>& r, bool back) {
 
 }  // namespace
 
+#if TESSERA_HAVE_TBB
+struct ThreadPool::TbbArena {
+  explicit TbbArena(int n) : arena(n, 1) {}
+  tbb::task_arena arena;
+};
+void ThreadPool::TbbArenaDeleter::operator()(TbbArena* a) const { delete a; }
+
+// The same calls on oneTBB: kSplit's ranges and kChunks' chunks are one task each
+// (simple_partitioner), kSteal's chunks go to TBB's own partitioner and work stealing, kParts'
+// parts are one task each. thread_index is the arena slot, in [0, size()).
+void ThreadPool::dispatch_tbb(Mode mode, int64_t n, int64_t grain, const RangeFn* fn,
+                              const std::function<void(int)>* part_fn) {
+  ops_.store(ops_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  const int64_t chunks = mode == Mode::kParts ? n_threads_ : (n + grain - 1) / grain;
+  const int64_t units = mode == Mode::kSplit ? std::min<int64_t>(n_threads_, chunks) : chunks;
+  auto slot = [] { return std::max(0, tbb::this_task_arena::current_thread_index()); };
+  tbb_->arena.execute([&] {
+    if (mode == Mode::kSteal) {
+      tbb::parallel_for(tbb::blocked_range<int64_t>(0, chunks, 1), [&](const tbb::blocked_range<int64_t>& r) {
+        (*fn)(r.begin() * grain, std::min(n, r.end() * grain), slot());
+      });
+      return;
+    }
+    tbb::parallel_for(
+        tbb::blocked_range<int64_t>(0, units, 1),
+        [&](const tbb::blocked_range<int64_t>& r) {
+          for (int64_t u = r.begin(); u < r.end(); ++u) {
+            if (mode == Mode::kParts) {
+              (*part_fn)(int(u));
+            } else if (mode == Mode::kChunks) {
+              (*fn)(u * grain, std::min(n, (u + 1) * grain), slot());
+            } else {  // kSplit
+              const int64_t lo = chunks * u / units, hi = chunks * (u + 1) / units;
+              (*fn)(lo * grain, std::min(n, hi * grain), slot());
+            }
+          }
+        },
+        tbb::simple_partitioner());
+  });
+}
+#else
+struct ThreadPool::TbbArena {};
+void ThreadPool::TbbArenaDeleter::operator()(TbbArena* a) const { delete a; }
+void ThreadPool::dispatch_tbb(Mode, int64_t, int64_t, const RangeFn*, const std::function<void(int)>*) {}
+#endif
+
 ThreadPool::ThreadPool(int n_threads)
     : n_threads_(std::max(1, n_threads)),
       slots_(std::make_unique<Slot[]>(kSlots)),
@@ -121,6 +175,18 @@ ThreadPool::ThreadPool(int n_threads)
   for (auto& l : lanes_) l.cap = l.width = n_threads_;
   const char* env = std::getenv("TESSERA_CPU_ADAPT");
   adaptive_ = !(env && std::string(env) == "0");
+  const char* pool = std::getenv("TESSERA_CPU_POOL");
+  if (pool && std::string(pool) == "tbb") {
+#if TESSERA_HAVE_TBB
+    if (n_threads_ > 1) {
+      tbb_.reset(new TbbArena(n_threads_));
+      adaptive_ = false;
+      return;
+    }
+#else
+    std::fprintf(stderr, "tessera: TESSERA_CPU_POOL=tbb ignored: this build has no oneTBB\n");
+#endif
+  }
   for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
 }
 
@@ -452,6 +518,7 @@ void ThreadPool::note_wait(bool stalled) {
 // Every public call: pick the width, run on the caller alone when one thread (or one unit) is
 // all the op gets, else publish it; time it while the lane evaluates widths.
 void ThreadPool::dispatch(Mode mode, int64_t n, int64_t grain, const RangeFn* fn, const std::function<void(int)>* part_fn) {
+  if (tbb_) return dispatch_tbb(mode, n, grain, fn, part_fn);
   int arm = -1;
   const int w = n_threads_ == 1 ? 1 : op_width(mode, n, grain, &arm);
   const Clock::time_point t0 = arm >= 0 ? Clock::now() : Clock::time_point{};

@@ -173,6 +173,15 @@ class ThreadPool {
   Slot& begin_op(Mode mode, int width);
   void note_wait(bool stalled);
   void dispatch(Mode mode, int64_t n, int64_t grain, const RangeFn* fn, const std::function<void(int)>* part_fn);
+  // TESSERA_CPU_POOL=tbb (builds with oneTBB only): every call runs on a oneTBB task_arena of
+  // size() threads instead of this pool's workers, for the design comparison of
+  // docs/cpu-threads.md. Null otherwise.
+  struct TbbArena;
+  struct TbbArenaDeleter {
+    void operator()(TbbArena* a) const;
+  };
+  std::unique_ptr<TbbArena, TbbArenaDeleter> tbb_;
+  void dispatch_tbb(Mode mode, int64_t n, int64_t grain, const RangeFn* fn, const std::function<void(int)>* part_fn);
 
   int n_threads_;
   std::function<void(int)> worker_hook_;
