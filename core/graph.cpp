@@ -106,9 +106,10 @@ ValueId Graph::matmul(ValueId x, ValueId w, ValueId bias) {
   return add_node(op, {x, w, bias}, std::move(out), NoParams{});
 }
 
-ValueId Graph::matmul_id(ValueId x, ValueId w, ValueId ids, ValueId weights) {
+ValueId Graph::matmul_id(ValueId x, ValueId w, ValueId ids, ValueId weights, ValueId bias) {
   const OpKind op = OpKind::kMatmulId;
-  if (!status_.ok() || !check(valid(x) && valid(w) && valid(ids) && (weights == kNoValue || valid(weights)),
+  if (!status_.ok() || !check(valid(x) && valid(w) && valid(ids) && (weights == kNoValue || valid(weights)) &&
+                                  (bias == kNoValue || valid(bias)),
                               op, "invalid value id"))
     return kNoValue;
   const Tensor& a = tensor(x);
@@ -123,14 +124,22 @@ ValueId Graph::matmul_id(ValueId x, ValueId w, ValueId ids, ValueId weights) {
       !check(dtype_row_check(b.dtype, b.shape[2]).empty(), op, dtype_row_check(b.dtype, b.shape[2])))
     return kNoValue;
   const int64_t T = r.shape[0], k = r.shape[1], N = b.shape[1];
+  if (bias != kNoValue) {
+    const Tensor& bb = tensor(bias);
+    if (!check(bb.rank == 2 && is_act(bb.dtype) && bb.shape[0] == b.shape[0] && bb.shape[1] == N && bb.is_contiguous(),
+               op,
+               "bias must be contiguous [E, N] = [" + std::to_string(b.shape[0]) + ", " + std::to_string(N) +
+                   "] float, got " + desc(bb)))
+      return kNoValue;
+  }
   if (weights != kNoValue) {
     const Tensor& wt = tensor(weights);
     if (!check(wt.dtype == DType::kF32 && wt.rank == 2 && wt.shape[0] == T && wt.shape[1] == k, op,
                "weights must be [T, k] f32 like ids " + desc(r) + ", got " + desc(wt)))
       return kNoValue;
-    return add_node(op, {x, w, ids, weights}, Tensor::make(a.dtype, {T, N}), NoParams{});
+    return add_node(op, {x, w, ids, weights, bias}, Tensor::make(a.dtype, {T, N}), NoParams{});
   }
-  return add_node(op, {x, w, ids, kNoValue}, Tensor::make(a.dtype, {T, k, N}), NoParams{});
+  return add_node(op, {x, w, ids, kNoValue, bias}, Tensor::make(a.dtype, {T, k, N}), NoParams{});
 }
 
 ValueId Graph::rms_norm(ValueId x, ValueId w, float eps) {
@@ -236,10 +245,21 @@ ValueId Graph::attention(const AttentionInputs& in, const AttentionParams& p) {
       !check(p.sliding_window >= 0 && p.softcap >= 0.0f, op, "sliding_window and softcap must be >= 0") ||
       !check(p.causal || p.sliding_window == 0, op, "a sliding window needs causal attention"))
     return kNoValue;
-  return add_node(op, {ids, ids + 9}, Tensor::make(q.dtype, q.rank, q.shape.data()), p);
+  std::vector<ValueId> inputs(ids, ids + 9);
+  inputs.push_back(in.sinks);
+  if (in.sinks != kNoValue) {
+    if (!check(valid(in.sinks), op, "invalid sinks value id")) return kNoValue;
+    const Tensor& sk = tensor(in.sinks);
+    if (!check(sk.rank == 1 && sk.dtype == DType::kF32 && sk.shape[0] == q.shape[1] && sk.is_contiguous(), op,
+               "sinks must be contiguous [Hq] = [" + std::to_string(q.shape[1]) + "] f32, got " + desc(sk)))
+      return kNoValue;
+  }
+  return add_node(op, std::move(inputs), Tensor::make(q.dtype, q.rank, q.shape.data()), p);
 }
 
-ValueId Graph::glu(ValueId gate, ValueId up, GluKind kind) {
+ValueId Graph::glu(ValueId gate, ValueId up, GluKind kind) { return glu(gate, up, GluParams{kind}); }
+
+ValueId Graph::glu(ValueId gate, ValueId up, const GluParams& p) {
   const OpKind op = OpKind::kGlu;
   if (!status_.ok() || !check(valid(gate) && valid(up), op, "invalid value id")) return kNoValue;
   const Tensor& g = tensor(gate);
@@ -247,7 +267,10 @@ ValueId Graph::glu(ValueId gate, ValueId up, GluKind kind) {
   if (!check(is_act(g.dtype) && g.dtype == u.dtype && g.same_shape(u), op,
              "gate " + desc(g) + " and up " + desc(u) + " must match"))
     return kNoValue;
-  return add_node(op, {gate, up}, Tensor::make(g.dtype, g.rank, g.shape.data()), GluParams{kind});
+  if (!check(p.kind != GluKind::kSwigluOai || (p.limit > 0.0f && std::isfinite(p.alpha)), op,
+             "swiglu_oai needs limit > 0 and a finite alpha"))
+    return kNoValue;
+  return add_node(op, {gate, up}, Tensor::make(g.dtype, g.rank, g.shape.data()), p);
 }
 
 ValueId Graph::binary(OpKind op, ValueId a, ValueId b) {

@@ -49,18 +49,20 @@ class Graph {
 
   ValueId embed(ValueId weight, ValueId ids, DType out_dtype = DType::kF32);
   ValueId matmul(ValueId x, ValueId w, ValueId bias = kNoValue);
-  ValueId matmul_id(ValueId x, ValueId w, ValueId ids, ValueId weights = kNoValue);
+  ValueId matmul_id(ValueId x, ValueId w, ValueId ids, ValueId weights = kNoValue, ValueId bias = kNoValue);
   ValueId rms_norm(ValueId x, ValueId w, float eps);
   ValueId layer_norm(ValueId x, ValueId w, ValueId b, float eps);
   ValueId gelu(ValueId x);  // erf form
   ValueId rope(ValueId x, ValueId positions, const RopeParams& p, ValueId freq_factors = kNoValue);
   struct AttentionInputs {
     ValueId q, k, v, k_cache, v_cache, slot_mapping, query_start, seq_lens, block_tables;
+    ValueId sinks = kNoValue;  // [Hq] f32 (core/op.h in::Attention)
   };
   ValueId attention(const AttentionInputs& in, const AttentionParams& p);
   ValueId swiglu(ValueId gate, ValueId up) { return glu(gate, up, GluKind::kSilu); }
   ValueId geglu(ValueId gate, ValueId up) { return glu(gate, up, GluKind::kGelu); }
   ValueId glu(ValueId gate, ValueId up, GluKind kind);
+  ValueId glu(ValueId gate, ValueId up, const GluParams& p);
   // Recurrent layers (core/op.h in::SsmConv, in::GatedDeltaNet): the state is updated in place.
   struct SsmConvInputs {
     ValueId x, w, state, query_start, state_slots;

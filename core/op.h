@@ -16,7 +16,7 @@ enum class OpKind : uint8_t {
   kRmsNorm,    // x / rms(x) (* w) over the last dim
   kRope,       // rotary embedding, normal or NeoX pairs, YaRN/linear/freq-factor scaling
   kAttention,  // varlen GQA attention (causal or not) over a paged KV cache; writes the new K/V
-  kGlu,        // act(gate) * up: SwiGLU (silu) or GeGLU (gelu, tanh form)
+  kGlu,        // act(gate) * up: SwiGLU (silu), GeGLU (gelu, tanh form), sigmoid gate, gpt-oss's clamped SwiGLU
   kAdd,        // a + b, b broadcast over leading dims
   kMul,        // a * b, b broadcast over leading dims
   kScale,      // x * s
@@ -29,14 +29,16 @@ enum class OpKind : uint8_t {
   kGelu,       // 0.5 x (1 + erf(x / sqrt 2)): the exact GELU of BERT's FFN (no gate)
   // Recurrent layers (hybrid models): each sequence's state lives in a RecurrentStatePool row
   // (core/kv/state_pool.h) that the op reads and updates in place, as attention writes the KV cache.
-  kSsmConv,       // causal depthwise conv1d over each sequence's rows, its last K-1 inputs kept
-  kGatedDeltaNet, // gated delta rule: linear attention with a per-sequence [Hv, Dk, Dv] state
+  kSsmConv,        // causal depthwise conv1d over each sequence's rows, its last K-1 inputs kept
+  kGatedDeltaNet,  // gated delta rule: linear attention with a per-sequence [Hv, Dk, Dv] state
   kCount,
 };
 inline constexpr int kNumOps = static_cast<int>(OpKind::kCount);
 const char* op_name(OpKind op);
 
-enum class GluKind : uint8_t { kSilu, kGelu, kSigmoid };  // act(gate) * up
+// act(gate) * up; kSwigluOai is gpt-oss's: g = min(gate, limit), u = clamp(up, -limit, limit),
+// out = g * sigmoid(alpha * g) * (u + 1).
+enum class GluKind : uint8_t { kSilu, kGelu, kSigmoid, kSwigluOai };
 enum class RopeMode : uint8_t {
   kNormal,  // rotate adjacent pairs (x[2i], x[2i+1])        -- llama in GGUF
   kNeox,    // rotate (x[i], x[i + n_dims/2])                  -- qwen2/3, NeoX, HF layout
@@ -48,7 +50,11 @@ struct RmsNormParams { float eps = 1e-5f; };
 struct LayerNormParams { float eps = 1e-12f; };
 struct ScaleParams { float scale = 1.0f; };
 struct SoftmaxParams { float scale = 1.0f; };
-struct GluParams { GluKind kind = GluKind::kSilu; };
+struct GluParams {
+  GluKind kind = GluKind::kSilu;
+  float alpha = 1.702f;  // kSwigluOai only
+  float limit = 7.0f;    // kSwigluOai only
+};
 struct CastParams { DType to = DType::kF32; };
 struct RopeParams {
   int n_dims = 0;             // leading dims of each head that rotate (<= head_dim; rest pass through)
@@ -99,8 +105,9 @@ enum Embed { kEmbedWeight = 0, kEmbedIds = 1 };
 enum Matmul { kMatmulX = 0, kMatmulW = 1, kMatmulBias = 2 };
 // x [T, K] (shared by all k slots) or [T, k, K]; w [E, N, K]; ids [T, k] i32;
 // weights [T, k] f32 optional: when present out is [T, N] = sum_j weights[t,j] * (W[ids[t,j]] x),
-// else out is [T, k, N].
-enum MatmulId { kMatmulIdX = 0, kMatmulIdW = 1, kMatmulIdIds = 2, kMatmulIdWeights = 3 };
+// else out is [T, k, N]. bias [E, N] float optional (gpt-oss): row ids[t,j] is added to slot j's
+// product before the weighting.
+enum MatmulId { kMatmulIdX = 0, kMatmulIdW = 1, kMatmulIdIds = 2, kMatmulIdWeights = 3, kMatmulIdBias = 4 };
 enum RmsNorm { kRmsNormX = 0, kRmsNormW = 1 };
 // x [..., C]; w [C] and b [C] optional.
 enum LayerNorm { kLayerNormX = 0, kLayerNormW = 1, kLayerNormB = 2 };
@@ -110,10 +117,20 @@ enum Rope { kRopeX = 0, kRopePos = 1, kRopeFreqFactors = 2 };
 // slot_mapping [T] i32 (cache slot block*block_size+offset of each new token, -1: do not store);
 // query_start [S+1] i32 (token rows of sequence s: query_start[s] .. query_start[s+1]);
 // seq_lens [S] i32 (context length of s including its new tokens);
-// block_tables [S, max_blocks] i32. Output [T, Hq, D].
+// block_tables [S, max_blocks] i32; sinks [Hq] f32 optional: a learned logit per q head that joins
+// each row's softmax denominator (gpt-oss): out = sum_j e^(s_j) v_j / (e^sink + sum_j e^(s_j)).
+// Output [T, Hq, D].
 enum Attention {
-  kAttnQ = 0, kAttnK, kAttnV, kAttnKCache, kAttnVCache,
-  kAttnSlotMapping, kAttnQueryStart, kAttnSeqLens, kAttnBlockTables
+  kAttnQ = 0,
+  kAttnK,
+  kAttnV,
+  kAttnKCache,
+  kAttnVCache,
+  kAttnSlotMapping,
+  kAttnQueryStart,
+  kAttnSeqLens,
+  kAttnBlockTables,
+  kAttnSinks
 };
 // logits [T, E]; bias [E] optional (added to the scores for selection only).
 // Outputs: ids [T, k] i32, weights [T, k] f32.

@@ -5,7 +5,7 @@
 //  STAGE=1  attend: one workgroup per (query row, q head); keys are taken WG at a time: each
 //           thread scores one key, then every thread folds the chunk into its share of the
 //           output dims with an online softmax. Causal or bidirectional, GQA, sliding
-//           window, softcap.
+//           window, softcap, per-head sink logits.
 // KVTYPE (a -D, default 0) picks the cache format: 0 f32/f16/bf16 (the dtype read from the
 // params), W_FP8_E4M3 or W_INT8_PC: rows of [f32 scale][D codes], one per (slot, kv head), that
 // STAGE 0 writes one thread per row with quant/'s encoder (kv_encode.glsl, bit-exact) and STAGE 1
@@ -34,6 +34,7 @@ struct AttnParams {
   uint out_dtype;
   uint causal;  // 0: every query sees all seq_lens[s] keys (encoders)
   uint pad;
+  uint64_t sinks;  // [Hq] f32 sink logits (gpt-oss): one more denominator term per head; 0: none
 };
 layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer ParamsRef { AttnParams p; };
 
@@ -194,6 +195,13 @@ void main() {
       m = m_new;
     }
     barrier();
+  }
+  if (P.sinks != 0ul) {  // the sink joins the denominator with no value row
+    const float sink = F32Ref(P.sinks + uint64_t(h) * 4u).v;
+    const float m_new = max(m, sink);
+    const float corr = exp(m - m_new);
+    l = l * corr + exp(sink - m_new);
+    for (uint i = 0; i < PER_THREAD; ++i) acc[i] *= corr;
   }
   const uint esize = dtype_size(P.out_dtype);
   const uint64_t orow = P.dst + uint64_t(t * P.Hq + h) * P.D * esize;

@@ -1,5 +1,5 @@
 #version 460
-// add, mul (b broadcast over a's leading rows), scale, swiglu/geglu/sigmoid glu, gelu (erf form), cast and copy: one thread
+// add, mul (b broadcast over a's leading rows), scale, swiglu/geglu/sigmoid glu/swiglu_oai, gelu (erf form), cast and copy: one thread
 // per output element of [rows, cols], any input strides, contiguous output. OP is a
 // specialisation constant, so each op compiles to its own small pipeline.
 #include "types.glsl"
@@ -14,6 +14,7 @@ layout(constant_id = 1) const uint OP = 0;
 #define OP_CONVERT 5u
 #define OP_GELU_ERF 6u
 #define OP_SIGMOID_GLU 7u
+#define OP_SWIGLU_OAI 8u  // gpt-oss: min(x, limit) sigmoid(alpha min(x, limit)) (clamp(up, +-limit) + 1)
 
 // erf(x) for the exact GELU (GLSL has none): Abramowitz & Stegun 7.1.26, absolute error under
 // 1.5e-7, below f32 rounding of the GELU's output at the magnitudes that matter.
@@ -30,9 +31,9 @@ struct EltParams {
   uint64_t dst;
   uint rows, cols;
   uint out_dtype;
-  float scale;
+  float scale;  // scale; swiglu_oai: alpha
   uint b_rows;
-  uint pad;
+  float limit;  // swiglu_oai
 };
 layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer ParamsRef { EltParams p; };
 
@@ -56,6 +57,10 @@ void main() {
       y = 0.5 * x * (1.0 + t) * load_elem(P.b, r, c);
     } else if (OP == OP_SIGMOID_GLU) {
       y = 1.0 / (1.0 + exp(min(-x, 88.0))) * load_elem(P.b, r, c);
+    } else if (OP == OP_SWIGLU_OAI) {
+      const float g = min(x, P.limit);
+      const float u = clamp(load_elem(P.b, r, c), -P.limit, P.limit);
+      y = g / (1.0 + exp(min(-P.scale * g, 88.0))) * (u + 1.0);
     } else if (OP == OP_GELU_ERF) {
       y = 0.5 * x * (1.0 + erf_approx(x * 0.7071067811865476));
     } else {

@@ -1,6 +1,7 @@
 #version 460
 // out = x @ w^T (+ bias) with w in any weight format (WTYPE, one SPIR-V per format), and the
-// MoE grouped form (matmul_id: each row's weight matrix is expert ids[t, j] of w [E, N, K]).
+// MoE grouped form (matmul_id: each row's weight matrix is expert ids[t, j] of w [E, N, K], with an
+// optional [E, N] bias whose row ids[t, j] joins that slot's product).
 //  TILED=0  GEMV: one subgroup per (COLS output columns, up to ROWS output rows), lanes split
 //           K in units of 16 weights and reduce through subgroupAdd; decode (M small) and every
 //           matmul_id.
@@ -103,9 +104,12 @@ void main() {
     for (uint n0 = (gl_WorkGroupID.x * gl_NumSubgroups + gl_SubgroupID) * COLS; n0 < P.N; n0 += n_step) {
       const uint nc = min(COLS, P.N - n0);
       float acc[COLS][ROWS];
+      float bsum[COLS];  // matmul_id: sum over slots of coef * bias[e, n] (added once, after the reduction)
       uint64_t xa[ROWS], wa[COLS];
-      for (uint c = 0; c < COLS; ++c)
+      for (uint c = 0; c < COLS; ++c) {
+        bsum[c] = 0.0;
         for (uint r = 0; r < ROWS; ++r) acc[c][r] = 0.0;
+      }
       for (uint r = 0; r < ROWS; ++r) xa[r] = r < nr ? row_addr(P.x, r0 + r) : 0ul;
       if (!use_ids) {
         for (uint c = 0; c < COLS; ++c) wa[c] = c < nc ? row_addr(P.w, n0 + c) : 0ul;
@@ -119,6 +123,9 @@ void main() {
           const float coef = weighted ? F32Ref(P.weights + uint64_t(t * P.k_slots + slot) * 4u).v : 1.0;
           for (uint c = 0; c < COLS; ++c) wa[c] = c < nc ? row_addr(P.w, uint(e) * P.N + n0 + c) : 0ul;
           dot_tile(P, wa, nc, xa, 1u, coef, acc);
+          if ((P.flags & FLAG_BIAS) != 0u)
+            for (uint c = 0; c < nc; ++c)
+              bsum[c] += coef * load_f(P.bias + (uint64_t(e) * P.N + n0 + c) * dtype_size(P.bias_dtype), P.bias_dtype);
         }
       }
       for (uint c = 0; c < COLS; ++c)
@@ -127,7 +134,8 @@ void main() {
           float v = subgroupAdd(acc[c][r]);
           if (gl_SubgroupInvocationID == 0u) {
             const uint n = n0 + c;
-            if ((P.flags & FLAG_BIAS) != 0u) v += load_f(P.bias + uint64_t(n) * dtype_size(P.bias_dtype), P.bias_dtype);
+            if (use_ids) v += bsum[c];
+            else if ((P.flags & FLAG_BIAS) != 0u) v += load_f(P.bias + uint64_t(n) * dtype_size(P.bias_dtype), P.bias_dtype);
             store_f(P.dst + (uint64_t(r0 + r) * P.N + n) * dtype_size(P.out_dtype), P.out_dtype, v);
           }
         }

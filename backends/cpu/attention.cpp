@@ -1,11 +1,10 @@
 // Paged varlen attention: store the new K/V into their slot_mapping slots, then GQA
-// attention (causal, or bidirectional for encoders) of every query row over its sequence's keys read through the block table, with an
-// optional sliding window and logit softcap. Flash-style: a work item is a block of consecutive
-// query tokens of one sequence times the G query heads of one kv head; each chunk of keys and
-// values is converted to f32 once per item and shared by all its rows (R = tokens x G), then
-// scores (4 rows per key load), a vectorised online softmax and P x V with the output rows held
-// in registers across the chunk. Threads take items dynamically, longest first (causal rows
-// differ in length, so static splits would leave one thread idle).
+// attention (causal, or bidirectional for encoders) of every query row over its sequence's keys read through the block
+// table, with an optional sliding window, logit softcap and per-head sink logit. Flash-style: a work item is a block of
+// consecutive query tokens of one sequence times the G query heads of one kv head; each chunk of keys and values is
+// converted to f32 once per item and shared by all its rows (R = tokens x G), then scores (4 rows per key load), a
+// vectorised online softmax and P x V with the output rows held in registers across the chunk. Threads take items
+// dynamically, longest first (causal rows differ in length, so static splits would leave one thread idle).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -35,6 +34,7 @@ struct AttnItem {
   int64_t window;             // > 0: token i sees keys from pos0 + i - window + 1
   int64_t key_end;            // > 0 (not causal): every token sees keys [0, key_end)
   float softcap;
+  const float* sinks;         // [G] sink logits of this kv head's q heads (gpt-oss), or null
   float* scratch;             // attn_scratch_floats(n_tok * G, D)
 };
 // Keys per chunk (a multiple of every target's f32 lane count) and query rows per item.
@@ -211,7 +211,13 @@ void attend(const AttnItem& a) {
     }
   }
   for (int64_t r = 0; r < R; ++r) {
-    const float inv = 1.0f / l[r];
+    float corr = 1.0f, den = l[r];
+    if (a.sinks) {  // the sink: one more term of the denominator, with no value row
+      const float sink = a.sinks[r % a.G], mx = std::max(m[r], sink);
+      corr = std::exp(m[r] - mx);  // 0 when no key was visible
+      den = l[r] * corr + std::exp(sink - mx);
+    }
+    const float inv = corr / den;
     for (int64_t i = 0; i < D; ++i) a.out[r * D + i] = acc[r * D + i] * inv;
   }
 }
@@ -279,6 +285,9 @@ Status attention(ThreadPool& pool, const Graph& g, const Node& n) {
   const int64_t G = Hq / Hkv, bs = kc.shape[1], S = sl.shape[0], max_blocks = bt.shape[1];
   const float scale = p.scale > 0.0f ? p.scale : float(1.0 / std::sqrt(double(D)));
   store_new_kv(g, n);
+  const float* sinks = g.has_input(n, in::kAttnSinks)
+                           ? static_cast<const float*>(g.input_tensor(n, in::kAttnSinks).host_data())
+                           : nullptr;  // [Hq] f32, contiguous (checked by the graph builder)
   // Per sequence: block base pointers; per token: its sequence (metadata validated above).
   std::vector<const char*> kblk(static_cast<size_t>(S * max_blocks)), vblk(static_cast<size_t>(S * max_blocks));
   std::vector<int64_t> seq_of(static_cast<size_t>(T)), pos_of(static_cast<size_t>(T)), len_of(static_cast<size_t>(S));
@@ -323,9 +332,25 @@ Status attention(ThreadPool& pool, const Graph& g, const Node& n) {
           float* dst = qbuf + (ti * G + gi) * D;
           for (int64_t i = 0; i < D; ++i) dst[i] = qr[i] * scale;
         }
-      AttnItem a{qbuf, obuf, w.n_tok, G, D, kc.dtype, &kblk[size_t(w.s * max_blocks)], &vblk[size_t(w.s * max_blocks)],
-                 bs, kc.stride[1], vc.stride[1], w.hk * kc.stride[2], w.hk * vc.stride[2], pos_of[size_t(w.t0)],
-                 p.sliding_window, p.causal ? 0 : len_of[size_t(w.s)], p.softcap, scratch};
+      AttnItem a{qbuf,
+                 obuf,
+                 w.n_tok,
+                 G,
+                 D,
+                 kc.dtype,
+                 &kblk[size_t(w.s * max_blocks)],
+                 &vblk[size_t(w.s * max_blocks)],
+                 bs,
+                 kc.stride[1],
+                 vc.stride[1],
+                 w.hk * kc.stride[2],
+                 w.hk * vc.stride[2],
+                 pos_of[size_t(w.t0)],
+                 p.sliding_window,
+                 p.causal ? 0 : len_of[size_t(w.s)],
+                 p.softcap,
+                 sinks ? sinks + w.hk * G : nullptr,
+                 scratch};
       HWY_DYNAMIC_DISPATCH(AttendItem)(a);
       for (int64_t ti = 0; ti < w.n_tok; ++ti)
         for (int64_t gi = 0; gi < G; ++gi)

@@ -1,5 +1,5 @@
-// glu (SwiGLU / GeGLU / sigmoid gate), gelu (erf form), add and mul with trailing-dim broadcast, scale, softmax. Rows go through
-// f32 (load_row_f32 handles dtypes and strides); the math is SIMD per row.
+// glu (SwiGLU / GeGLU / sigmoid gate / gpt-oss's clamped SwiGLU), gelu (erf form), add and mul with trailing-dim
+// broadcast, scale, softmax. Rows go through f32 (load_row_f32 handles dtypes and strides); the math is SIMD per row.
 #include <algorithm>
 #include <cmath>
 
@@ -37,7 +37,26 @@ HWY_INLINE VF sigmoid(DF df, VF x) {
 }
 float sigmoid_scalar(float x) { return 1.0f / (1.0f + std::exp(std::min(-x, 88.0f))); }
 
-void GluRow(GluKind kind, const float* gate, const float* up, float* out, int64_t n) {
+// gpt-oss: g = min(gate, limit), u = clamp(up, -limit, limit), g * sigmoid(alpha g) * (u + 1).
+void SwigluOaiRow(const GluParams& p, const float* gate, const float* up, float* out, int64_t n) {
+  const DF df;
+  const int64_t L = int64_t(hn::Lanes(df));
+  const VF lim = hn::Set(df, p.limit), nlim = hn::Set(df, -p.limit), al = hn::Set(df, p.alpha), one = hn::Set(df, 1.0f);
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    const VF x = hn::Min(hn::LoadU(df, gate + i), lim);
+    const VF u = hn::Clamp(hn::LoadU(df, up + i), nlim, lim);
+    hn::StoreU(hn::Mul(hn::Mul(x, sigmoid(df, hn::Mul(al, x))), hn::Add(u, one)), df, out + i);
+  }
+  for (; i < n; ++i) {
+    const float x = std::min(gate[i], p.limit), u = std::clamp(up[i], -p.limit, p.limit);
+    out[i] = x * sigmoid_scalar(p.alpha * x) * (u + 1.0f);
+  }
+}
+
+void GluRow(const GluParams& p, const float* gate, const float* up, float* out, int64_t n) {
+  const GluKind kind = p.kind;
+  if (kind == GluKind::kSwigluOai) return SwigluOaiRow(p, gate, up, out, n);
   const DF df;
   const int64_t L = int64_t(hn::Lanes(df));
   int64_t i = 0;
@@ -138,9 +157,9 @@ void for_rows(ThreadPool& pool, const Tensor& out, F&& row_fn) {
 Status glu(ThreadPool& pool, const Graph& g, const Node& n) {
   const Tensor& gate = g.input_tensor(n, 0);
   const Tensor& up = g.input_tensor(n, 1);
-  const GluKind kind = n.param<GluParams>().kind;
+  const GluParams& gp = n.param<GluParams>();
   for_rows(pool, g.output_tensor(n), [&](int64_t r, float* ta, float* tb, float* res) {
-    HWY_DYNAMIC_DISPATCH(GluRow)(kind, load_row_f32(gate, r, ta), load_row_f32(up, r, tb), res, gate.cols());
+    HWY_DYNAMIC_DISPATCH(GluRow)(gp, load_row_f32(gate, r, ta), load_row_f32(up, r, tb), res, gate.cols());
   });
   return OkStatus();
 }

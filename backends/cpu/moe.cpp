@@ -52,6 +52,8 @@ Status matmul_id(ThreadPool& pool, const Graph& g, const Node& n) {
   // the loader always provides dense rows; checked here rather than assumed.
   if (!last_dim_dense(w))
     return Unimplemented("matmul_id: expert weights with a strided last dim " + w.shape_string());
+  const bool biased = g.has_input(n, in::kMatmulIdBias);
+  std::vector<float> brow(biased ? size_t(N) : 0);
   PackedAct act;
   std::vector<float> y;
   std::vector<int64_t> rows;
@@ -66,6 +68,11 @@ Status matmul_id(ThreadPool& pool, const Graph& g, const Node& n) {
                        dtype_traits(w.dtype).block_bytes, N, K};
     y.resize(size_t(M * N));
     gemm(pool, act, wm, y.data(), N);
+    if (biased) {  // expert e's bias row on each of its results, before the weighting
+      const float* b = load_row_f32(g.input_tensor(n, in::kMatmulIdBias), e, brow.data());
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t c = 0; c < N; ++c) y[size_t(i * N + c)] += b[c];
+    }
     for (int64_t i = 0; i < M; ++i) {
       const int64_t s = slots[size_t(i)];
       const float* src = &y[size_t(i * N)];

@@ -70,12 +70,13 @@ enum class KernelError : int32_t {
 };
 const char* kernel_error_message(KernelError e);
 
-enum class Pointwise : uint8_t { kAdd, kMul, kScale, kSiluGlu, kGeluGlu, kGelu, kConvert, kSigmoidGlu };
+enum class Pointwise : uint8_t { kAdd, kMul, kScale, kSiluGlu, kGeluGlu, kGelu, kConvert, kSigmoidGlu, kSwigluOai };
 
 struct PointwiseArgs {
   Pointwise op;
   View a, b, out;  // b: the second operand of add/mul/glu (rows broadcast by r % b.rows)
-  float scale;
+  float scale;     // scale; swiglu_oai: alpha
+  float limit;     // swiglu_oai
 };
 struct NormArgs {
   bool layer;      // layer_norm (mean-centred, with an optional bias) else rms_norm
@@ -129,6 +130,7 @@ inline constexpr int kMmaMinRows = 32;
 struct MatmulIdArgs {
   View x, w, ids, weights, out;  // w [E, N, K]; weights: p == nullptr when absent
   int32_t* err;
+  View bias;  // [E, N], p == nullptr when absent: row e added to expert e's results
   // Filled by the planner: the pairs grouped by expert (MoeSortArgs), the quantised x (nullptr:
   // the float path) and, with weights, the per-pair results [T * k, N] the weighted sum reads.
   const int32_t* order = nullptr;
@@ -159,6 +161,7 @@ struct KvStoreArgs {
 };
 struct AttentionArgs {
   View q, k_cache, v_cache, query_start, seq_lens, block_tables, out;
+  View sinks;  // [Hq] f32 sink logits (gpt-oss); p null: none. With split-K the combine adds it.
   int64_t n_seqs, hkv, block_size, n_blocks;
   float scale, softcap;
   int sliding_window, causal;
@@ -173,6 +176,7 @@ struct AttentionCombineArgs {
   View out;                // [T, Hq, D]
   const float* partial;    // [T * Hq, splits, D + 2]
   int splits;
+  View sinks;  // [Hq] f32, p null: none
 };
 inline constexpr int kAttnWarps = 4;
 // Split-K policy: decode-shaped launches (fewer than kAttnSplitTarget (row, head) blocks) over

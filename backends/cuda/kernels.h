@@ -86,6 +86,11 @@ struct PointwiseKernel {
         case Pointwise::kGeluGlu: v = gelu_tanh(x) * y; break;
         case Pointwise::kGelu: v = gelu_erf(x); break;
         case Pointwise::kSigmoidGlu: v = y / (1.0f + expf(fminf(-x, 88.0f))); break;
+        case Pointwise::kSwigluOai: {
+          const float g = fminf(x, a.limit), u = fminf(fmaxf(y, -a.limit), a.limit);
+          v = g / (1.0f + expf(fminf(-a.scale * g, 88.0f))) * (u + 1.0f);
+          break;
+        }
         case Pointwise::kConvert: break;
       }
       store_f(ro + i * so, a.out.dtype, v);
@@ -549,6 +554,7 @@ struct MatmulIdKernel {
       int64_t p = 0;
       for (int r = 0; r < kMatmulRows; ++r)
         if (r == lane) v = acc[r], p = pairs[r];
+      if (a.bias.p && g < E) v += load_f(a.bias.row(g) + n * a.bias.col_stride(), a.bias.dtype);
       if (a.y) a.y[p * N + n] = v;
       else store_f(a.out.row(p) + n * a.out.col_stride(), a.out.dtype, v);
     }
@@ -695,6 +701,18 @@ struct KvStoreKernel {
   }
 };
 
+// Folds a sink logit (gpt-oss) into a softmax's running max |M| and denominator |L|: the sink is
+// one more term of the denominator with no value row. Returns the factor the unnormalised
+// accumulator must take (0 when no key was seen, M = -inf).
+TS_KFN float fold_sink(const View& sinks, int64_t h, float& M, float& L) {
+  if (!sinks.p) return 1.0f;
+  const float sink = load_f(sinks.p + h * sinks.col_stride(), DType::kF32);
+  const float m = fmaxf(M, sink), corr = L > 0.0f ? expf(M - m) : 0.0f;
+  L = L * corr + expf(sink - m);
+  M = m;
+  return corr;
+}
+
 // Paged attention of one query row (token, head) over its sequence's cached keys: kAttnWarps
 // warps take keys in turn, each with its own online softmax, merged at the end. With split-K
 // (a.splits > 1, grid x = rows * splits) the block takes one part of the keys and leaves its
@@ -780,6 +798,7 @@ struct AttentionKernel {
       const float* ow = om + w * (kMaxHeadDim + 2);
       if (ow[kMaxHeadDim + 1] > 0.0f) L += ow[kMaxHeadDim + 1] * expf(ow[kMaxHeadDim] - M);
     }
+    const float corr = part ? 1.0f : fold_sink(a.sinks, h, M, L);  // split-K: the combine folds it
     for (int64_t i = c.tid(); i < D; i += c.ntid()) {
       float acc = 0.0f;
       for (int w = 0; w < kAttnWarps; ++w) {
@@ -787,7 +806,7 @@ struct AttentionKernel {
         if (ow[kMaxHeadDim + 1] > 0.0f) acc += ow[i] * expf(ow[kMaxHeadDim] - M);
       }
       if (part) part[i] = acc;  // unnormalised, relative to M
-      else store_f(ro + i * so, a.out.dtype, L > 0.0f ? acc / L : 0.0f);
+      else store_f(ro + i * so, a.out.dtype, L > 0.0f ? acc * corr / L : 0.0f);
     }
     if (part && c.tid() == 0) { part[D] = M; part[D + 1] = L; }
   }
@@ -807,6 +826,7 @@ struct AttentionCombineKernel {
       const float* ps = base + s * (D + 2);
       if (ps[D + 1] > 0.0f) L += ps[D + 1] * expf(ps[D] - M);
     }
+    const float corr = fold_sink(a.sinks, r % a.out.shape[1], M, L);
     uint8_t* ro = a.out.row(r);
     const int64_t so = a.out.col_stride();
     for (int64_t i = c.tid(); i < D; i += c.ntid()) {
@@ -815,7 +835,7 @@ struct AttentionCombineKernel {
         const float* ps = base + s * (D + 2);
         if (ps[D + 1] > 0.0f) acc += ps[i] * expf(ps[D] - M);
       }
-      store_f(ro + i * so, a.out.dtype, L > 0.0f ? acc / L : 0.0f);
+      store_f(ro + i * so, a.out.dtype, L > 0.0f ? acc * corr / L : 0.0f);
     }
   }
 };

@@ -180,6 +180,11 @@ Status plan_node(const Graph& g, int ni, const AddressOf& address, int32_t* err,
             case GluKind::kSilu: a.op = Pointwise::kSiluGlu; break;
             case GluKind::kGelu: a.op = Pointwise::kGeluGlu; break;
             case GluKind::kSigmoid: a.op = Pointwise::kSigmoidGlu; break;
+            case GluKind::kSwigluOai:
+              a.op = Pointwise::kSwigluOai;
+              a.scale = n.param<GluParams>().alpha;
+              a.limit = n.param<GluParams>().limit;
+              break;
           }
           a.b = in(1);
           break;
@@ -265,7 +270,8 @@ Status plan_node(const Graph& g, int ni, const AddressOf& address, int32_t* err,
       break;
     }
     case OpKind::kMatmulId: {
-      MatmulIdArgs a{in(in::kMatmulIdX), in(in::kMatmulIdW), in(in::kMatmulIdIds), in(in::kMatmulIdWeights), o, err};
+      MatmulIdArgs a{in(in::kMatmulIdX),   in(in::kMatmulIdW), in(in::kMatmulIdIds), in(in::kMatmulIdWeights), o, err,
+                     in(in::kMatmulIdBias)};
       const int64_t E = a.w.shape[0], N = a.w.shape[1], K = a.w.cols(), T = a.ids.shape[0], k = a.ids.cols();
       const int64_t P = T * k, X = a.x.rows();
       const bool q8 = matmul_uses_q8(a.w.dtype, K) && X > 0;
@@ -359,6 +365,7 @@ Status plan_node(const Graph& g, int ni, const AddressOf& address, int32_t* err,
       a.query_start = in(in::kAttnQueryStart);
       a.seq_lens = in(in::kAttnSeqLens);
       a.block_tables = in(in::kAttnBlockTables);
+      a.sinks = in(in::kAttnSinks);
       a.out = o;
       a.n_seqs = a.seq_lens.shape[0];
       a.hkv = in(in::kAttnK).shape[1];
@@ -385,7 +392,7 @@ Status plan_node(const Graph& g, int ni, const AddressOf& address, int32_t* err,
         lc.kind = KernelKind::kAttentionCombine;
         lc.block = 128;
         lc.grid_x = uint32_t(units);
-        lc.args = AttentionCombineArgs{o, a.partial, a.splits};
+        lc.args = AttentionCombineArgs{o, a.partial, a.splits, a.sinks};
         out.push_back(lc);
         return OkStatus();
       }

@@ -86,6 +86,8 @@ Status record_attention(Recorder& rec, const Graph& g, const Node& n) {
   p.window = ap.sliding_window;
   p.causal = ap.causal ? 1u : 0u;
   p.out_dtype = uint32_t(out.dtype);
+  const bool has_sinks = g.has_input(n, in::kAttnSinks);
+  if (has_sinks) p.sinks = address_of(g.input_tensor(n, in::kAttnSinks));
 
   std::vector<Span> meta_spans;
   for (int i : meta) meta_spans.push_back(span_of(g.input_tensor(n, i)));
@@ -97,6 +99,7 @@ Status record_attention(Recorder& rec, const Graph& g, const Node& n) {
                                   {span_of(kc), span_of(vc)}));
   std::vector<Span> reads = meta_spans;
   for (const Tensor* t : {&q, &kc, &vc}) reads.push_back(span_of(*t));
+  if (has_sinks) reads.push_back(span_of(g.input_tensor(n, in::kAttnSinks)));
   return rec.dispatch("attention" + suffix, {kWorkgroup, kMaxHeadDim}, p, {uint32_t(T), uint32_t(Hq), 1}, reads,
                       {span_of(out)});
 }

@@ -1,11 +1,22 @@
-// add, mul, scale, swiglu/geglu, gelu, cast, copy -> elementwise.comp (OP is a specialisation constant).
+// add, mul, scale, swiglu/geglu/sigmoid glu/swiglu_oai, gelu, cast, copy -> elementwise.comp (OP is a specialisation
+// constant).
 #include "backends/vulkan/recorder.h"
 
 namespace tessera::vulkan {
 
 namespace {
 constexpr uint32_t kWorkgroup = 256;
-enum EltOp : uint32_t { kOpAdd = 0, kOpMul, kOpScale, kOpSiluGlu, kOpGeluGlu, kOpConvert, kOpGeluErf, kOpSigmoidGlu };
+enum EltOp : uint32_t {
+  kOpAdd = 0,
+  kOpMul,
+  kOpScale,
+  kOpSiluGlu,
+  kOpGeluGlu,
+  kOpConvert,
+  kOpGeluErf,
+  kOpSigmoidGlu,
+  kOpSwigluOai
+};
 
 EltOp elt_op(const Node& n) {
   switch (n.op) {
@@ -18,6 +29,8 @@ EltOp elt_op(const Node& n) {
         case GluKind::kSilu: return kOpSiluGlu;
         case GluKind::kGelu: return kOpGeluGlu;
         case GluKind::kSigmoid: return kOpSigmoidGlu;
+        case GluKind::kSwigluOai:
+          return kOpSwigluOai;
       }
       return kOpSiluGlu;
     default: return kOpConvert;
@@ -44,6 +57,10 @@ Status record_elementwise(Recorder& rec, const Graph& g, const Node& n) {
     reads.push_back(span_of(b));
   }
   if (n.op == OpKind::kScale) p.scale = n.param<ScaleParams>().scale;
+  if (op == kOpSwigluOai) {
+    p.scale = n.param<GluParams>().alpha;
+    p.limit = n.param<GluParams>().limit;
+  }
   const int64_t count = a.numel();
   if (count >= (int64_t(1) << 32)) return Unimplemented("vulkan: elementwise over more than 2^32 elements: " + a.shape_string());
   return rec.dispatch("elementwise", {kWorkgroup, uint32_t(op)}, p, {groups_for(count, kWorkgroup), 1, 1}, reads,

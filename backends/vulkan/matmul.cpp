@@ -167,6 +167,13 @@ Status record_matmul_id(Recorder& rec, const Graph& g, const Node& n) {
     p.flags |= kMatmulWeighted;
     reads.push_back(span_of(wt));
   }
+  if (g.has_input(n, in::kMatmulIdBias)) {  // [E, N], contiguous (checked by the graph builder)
+    const Tensor& b = g.input_tensor(n, in::kMatmulIdBias);
+    p.bias = address_of(b);
+    p.bias_dtype = uint32_t(b.dtype);
+    p.flags |= kMatmulBias;
+    reads.push_back(span_of(b));
+  }
   return rec.dispatch(kernel("matmul_vec", w.dtype), {kVecWorkgroup, 1}, p, vec_groups(rec, p, 1), reads,
                       {span_of(out)});
 }

@@ -23,9 +23,9 @@ struct EltParams {
   uint64_t dst = 0;
   uint32_t rows = 0, cols = 0;
   uint32_t out_dtype = 0;
-  float scale = 1.0f;
+  float scale = 1.0f;  // scale; swiglu_oai: alpha
   uint32_t b_rows = 1;
-  uint32_t pad = 0;
+  float limit = 0.0f;  // swiglu_oai
 };
 static_assert(sizeof(EltParams) == 112);
 
@@ -85,8 +85,9 @@ struct AttnParams {
   uint32_t out_dtype = 0;
   uint32_t causal = 1;
   uint32_t pad = 0;
+  uint64_t sinks = 0;  // [Hq] f32 sink logits (gpt-oss); 0: none
 };
-static_assert(sizeof(AttnParams) == 296);
+static_assert(sizeof(AttnParams) == 304);
 
 // topk.comp
 struct TopkParams {

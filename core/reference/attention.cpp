@@ -1,6 +1,6 @@
 // Reference paged attention: store the new K/V in their slots, then GQA attention of every
 // query row over its sequence's cached keys (causal: up to its own position; else all of them),
-// read through the block table.
+// read through the block table; an optional per-head sink logit joins each softmax denominator.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -57,6 +57,8 @@ Status attention(const Graph& g, const Node& n) {
   const int64_t T = q.shape[0], Hq = q.shape[1], D = q.shape[2], Hkv = k.shape[1];
   const int64_t bs = kc.shape[1], S = sl.shape[0], max_blocks = bt.shape[1];
   const double scale = p.scale > 0.0f ? p.scale : 1.0 / std::sqrt(double(D));
+  std::vector<double> sinks;
+  if (g.has_input(n, in::kAttnSinks)) sinks = load_row(g.input_tensor(n, in::kAttnSinks), 0);
 
   // 1. Store the new K/V (cache rows are [slot, head]: flat row slot*Hkv + h).
   for (int64_t t = 0; t < T; ++t) {
@@ -95,8 +97,10 @@ Status attention(const Graph& g, const Node& n) {
           values.push_back(load_row(vc, slot * Hkv + hk));
           mx = std::max(mx, d);
         }
+        // A sink is one more logit in the denominator, with no value row.
+        if (!sinks.empty()) mx = std::max(mx, sinks[size_t(h)]);
         std::vector<double> o(size_t(D), 0.0);
-        double sum = 0.0;
+        double sum = sinks.empty() ? 0.0 : std::exp(sinks[size_t(h)] - mx);
         for (size_t j = 0; j < scores.size(); ++j) {
           const double w = std::exp(scores[j] - mx);
           sum += w;

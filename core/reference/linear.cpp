@@ -57,6 +57,7 @@ Status matmul_id(const Graph& g, const Node& n) {
   const Tensor& ids = g.input_tensor(n, in::kMatmulIdIds);
   const Tensor& out = g.output_tensor(n);
   const bool weighted = g.has_input(n, in::kMatmulIdWeights);
+  const bool biased = g.has_input(n, in::kMatmulIdBias);
   const int64_t E = w.shape[0], N = w.shape[1], T = ids.shape[0], k = ids.shape[1];
   // Flat row r of w's [E*N, K] rows: expert e row j is e*N + j.
   std::vector<std::vector<std::vector<double>>> experts(static_cast<size_t>(E));
@@ -72,6 +73,10 @@ Status matmul_id(const Graph& g, const Node& n) {
       const auto xr = load_row(x, x.rank == 2 ? t : t * k + j);
       std::vector<double> y(static_cast<size_t>(N));
       for (int64_t r = 0; r < N; ++r) y[size_t(r)] = dot(xr, experts[size_t(e)][size_t(r)]);
+      if (biased) {
+        const auto b = load_row(g.input_tensor(n, in::kMatmulIdBias), e);
+        for (int64_t r = 0; r < N; ++r) y[size_t(r)] += b[size_t(r)];
+      }
       if (weighted) {
         const double wt = load_row(g.input_tensor(n, in::kMatmulIdWeights), t)[size_t(j)];
         for (int64_t r = 0; r < N; ++r) acc[size_t(r)] += wt * y[size_t(r)];

@@ -60,11 +60,18 @@ Status glu(const Graph& g, const Node& n) {
   const Tensor& gate = g.input_tensor(n, 0);
   const Tensor& up = g.input_tensor(n, 1);
   const Tensor& out = g.output_tensor(n);
-  const GluKind kind = n.param<GluParams>().kind;
+  const auto& p = n.param<GluParams>();
+  const GluKind kind = p.kind;
+  const double limit = p.limit, alpha = p.alpha;
   for (int64_t r = 0; r < gate.rows(); ++r) {
     auto a = load_row(gate, r);
     const auto b = load_row(up, r);
     for (size_t i = 0; i < a.size(); ++i) {
+      if (kind == GluKind::kSwigluOai) {
+        const double x = std::min(a[i], limit), u = std::clamp(b[i], -limit, limit);
+        a[i] = x / (1.0 + std::exp(-alpha * x)) * (u + 1.0);
+        continue;
+      }
       const double x = a[i];
       const double act = kind == GluKind::kSilu      ? x / (1.0 + std::exp(-x))
                          : kind == GluKind::kSigmoid ? 1.0 / (1.0 + std::exp(-x))

@@ -1,8 +1,8 @@
 // Conformance cases for paged attention: a varlen batch mixing decodes, a fresh prefill and a
-// prefill chunk continuing a cached prefix (a long one split into query blocks); GQA; sliding window; softcap; f32/f16/bf16 caches and
-// 8-bit ones (fp8_e4m3, int8_pc: an f32 scale per token and kv head);
-// block tables in shuffled order; padding rows that store nothing; bidirectional (encoder)
-// attention, where every query sees all of its sequence's keys.
+// prefill chunk continuing a cached prefix (a long one split into query blocks); GQA; sliding window; softcap;
+// f32/f16/bf16 caches and 8-bit ones (fp8_e4m3, int8_pc: an f32 scale per token and kv head); block tables in shuffled
+// order; padding rows that store nothing; bidirectional (encoder) attention, where every query sees all of its
+// sequence's keys; per-head sink logits (gpt-oss).
 #include <algorithm>
 #include <numeric>
 
@@ -19,6 +19,7 @@ struct AttnShape {
   float softcap;
   bool pad_row;  // one extra query row with slot -1 (a padding token of sequence 0... excluded)
   bool causal = true;
+  bool sinks = false;  // a per-head sink logit (gpt-oss) in [1, 6]: big enough to move every row
 };
 
 std::vector<ValueId> build_attention(CaseContext& c, const AttnShape& s, DType act, DType cache) {
@@ -57,10 +58,10 @@ std::vector<ValueId> build_attention(CaseContext& c, const AttnShape& s, DType a
   p.sliding_window = s.window;
   p.softcap = s.softcap;
   p.causal = s.causal;
-  const ValueId out = c.graph().attention(
-      {q, k, v, kc, vc, c.i32_values({T}, slots), c.i32_values({S + 1}, qstart), c.i32_values({S}, lens),
-       c.i32_values({S, max_blocks}, tables)},
-      p);
+  const ValueId sinks = s.sinks ? c.input(DType::kF32, {s.Hq}, 1.0f, 6.0f) : kNoValue;
+  const ValueId out = c.graph().attention({q, k, v, kc, vc, c.i32_values({T}, slots), c.i32_values({S + 1}, qstart),
+                                           c.i32_values({S}, lens), c.i32_values({S, max_blocks}, tables), sinks},
+                                          p);
   return {out, kc, vc};
 }
 }  // namespace
@@ -85,6 +86,12 @@ std::vector<Case> attention_cases() {
       // a sliding window that leaves most parts empty.
       {"long decode", 8, 2, 64, 16, {{1100, 1}, {700, 1}, {0, 1}}, 0, 0.0f, false},
       {"long decode window", 4, 1, 32, 16, {{900, 1}, {300, 2}}, 100, 0.0f, false},
+      // Attention sinks (gpt-oss): decodes, a prefill beside decodes, a sliding window with a
+      // chunked prefill, and a long decode whose keys the GPU splits (the sink joins once, at the merge).
+      {"sinks decode gqa3", 9, 3, 64, 16, {{36, 1}, {0, 1}, {15, 1}}, 0, 0.0f, false, true, true},
+      {"sinks prefill+decode", 4, 2, 64, 16, {{0, 20}, {40, 1}, {33, 7}}, 0, 0.0f, false, true, true},
+      {"sinks window chunk", 8, 2, 64, 16, {{90, 40}, {130, 1}}, 32, 0.0f, false, true, true},
+      {"sinks long decode", 8, 2, 64, 16, {{1100, 1}, {700, 1}}, 0, 0.0f, false, true, true},
   };
   std::vector<Case> cases;
   uint64_t seed = 3000;

@@ -91,14 +91,18 @@ std::vector<Case> linear_cases() {
                          }});
       }
       // matmul_id: uneven expert loads, experts with no tokens, k = 1, 2, 8, shared and per-slot x,
-      // with and without the weighted sum.
-      struct IdShape { int64_t T, E, k, N; bool per_slot, weighted; };
+      // with and without the weighted sum, with and without per-expert biases (gpt-oss).
+      struct IdShape {
+        int64_t T, E, k, N;
+        bool per_slot, weighted, biased = false;
+      };
       for (const IdShape& s : {IdShape{5, 4, 1, 9, false, false}, IdShape{6, 8, 2, 16, false, true},
-                               IdShape{3, 8, 8, 7, true, true}, IdShape{9, 6, 2, 5, true, false}}) {
+                               IdShape{3, 8, 8, 7, true, true}, IdShape{9, 6, 2, 5, true, false},
+                               IdShape{7, 8, 4, 24, false, false, true}, IdShape{6, 8, 4, 19, true, true, true}}) {
         const int64_t Kd = quantized(w) ? fit_k(w, 64) : 19;
         cases.push_back(
-            {"matmul_id/" + tag + dims("/T=%lld,E=%lld,k=%lld", s.T, s.E, s.k) + (s.per_slot ? ",x[T,k,K]" : ",x[T,K]") +
-                 (s.weighted ? ",weighted" : ""),
+            {"matmul_id/" + tag + dims("/T=%lld,E=%lld,k=%lld", s.T, s.E, s.k) +
+                 (s.per_slot ? ",x[T,k,K]" : ",x[T,K]") + (s.weighted ? ",weighted" : "") + (s.biased ? ",bias" : ""),
              OpKind::kMatmulId, a, w, ++seed, [=](CaseContext& c) {
                // Route most rows to expert 1 (uneven), never use the last expert (zero tokens), unless
                // k == E (then every expert appears once per row).
@@ -111,7 +115,8 @@ std::vector<Case> linear_cases() {
                const ValueId wt = c.input(w, {s.E, s.N, Kd});
                const ValueId id = c.i32_values({s.T, s.k}, ids);
                const ValueId weights = s.weighted ? c.input(DType::kF32, {s.T, s.k}, 0.1f, 1.0f) : kNoValue;
-               return std::vector<ValueId>{c.graph().matmul_id(x, wt, id, weights)};
+               const ValueId bias = s.biased ? c.input(DType::kF32, {s.E, s.N}, -2.0f, 2.0f) : kNoValue;
+               return std::vector<ValueId>{c.graph().matmul_id(x, wt, id, weights, bias)};
              }});
       }
     }

@@ -49,6 +49,24 @@ std::vector<Case> moe_cases() {
                      // heavy tails widen the block steps: measured up to 1.2e-4 on the CPU (every
                      // int8-activation format), so 2.5x the single-matmul tolerance.
                      2.5 * tolerance_for(DType::kF32, w)});
+  // gpt-oss's MoE block: a router with a bias, softmax over the top 4 logits, gate/up/down with
+  // per-expert biases and the clamped SwiGLU between them (its clamps reached: gate/up up to ~+-12).
+  for (DType w : all_weight_dtypes())
+    cases.push_back({std::string("gpt-oss moe block/w=") + dtype_name(w), OpKind::kMatmulId, DType::kF32, w, ++seed,
+                     [=](CaseContext& c) {
+                       const int64_t T = 5, D = fit_k(w, 64), F = fit_k(w, 64), E = 8;
+                       Graph& g = c.graph();
+                       const ValueId x = c.input(DType::kF32, {T, D});
+                       const ValueId logits = g.matmul(x, c.input(DType::kF32, {E, D}), c.input(DType::kF32, {E}));
+                       auto [ids, wts] = g.topk_route(logits, params(4, RouteScoring::kSoftmax, true, 1, 1));
+                       const ValueId gate = g.matmul_id(x, c.input(w, {E, F, D}, -2.0f, 2.0f), ids, kNoValue,
+                                                        c.input(DType::kF32, {E, F}, -4.0f, 4.0f));
+                       const ValueId up = g.matmul_id(x, c.input(w, {E, F, D}, -2.0f, 2.0f), ids, kNoValue,
+                                                      c.input(DType::kF32, {E, F}, -4.0f, 4.0f));
+                       const ValueId h = g.glu(gate, up, GluParams{GluKind::kSwigluOai, 1.702f, 7.0f});
+                       return V{g.matmul_id(h, c.input(w, {E, D, F}), ids, wts, c.input(DType::kF32, {E, D}))};
+                     },
+                     2.5 * tolerance_for(DType::kF32, w)});
   return cases;
 }
 

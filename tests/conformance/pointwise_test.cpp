@@ -70,6 +70,15 @@ std::vector<Case> pointwise_cases() {
                        [=](CaseContext& c) {
                          return V{c.graph().glu(c.input(a, {5, 77}, -6.0f, 6.0f), c.input(a, {5, 77}), k)};
                        }});
+    // gpt-oss's clamped SwiGLU: inputs past +-limit on both sides exercise both clamps; a second
+    // (alpha, limit) pair checks that the params reach the kernel.
+    for (const GluParams gp :
+         {GluParams{GluKind::kSwigluOai, 1.702f, 7.0f}, GluParams{GluKind::kSwigluOai, 0.9f, 2.5f}})
+      cases.push_back(
+          {"swiglu_oai" + at + "/limit " + std::to_string(int(gp.limit * 10)), OpKind::kGlu, a, a, ++seed,
+           [=](CaseContext& c) {
+             return V{c.graph().glu(c.input(a, {6, 83}, -11.0f, 11.0f), c.input(a, {6, 83}, -9.0f, 9.0f), gp)};
+           }});
     // add / mul: same shape, row broadcast, strided operand.
     for (OpKind op : {OpKind::kAdd, OpKind::kMul}) {
       const std::string on = op_name(op);

@@ -92,6 +92,59 @@ TEST_F(GraphTest, RejectsBadAttentionAndRouteArguments) {
   EXPECT_NE(g2.status().message().find("k=9"), std::string::npos);
 }
 
+// gpt-oss's additions: attention sinks must be [Hq] f32, matmul_id's expert bias [E, N] float,
+// swiglu_oai's limit positive; each error names the op and the shapes.
+TEST_F(GraphTest, RejectsBadAttentionSinks) {
+  const ValueId q = in(DType::kF32, {3, 4, 64});
+  const ValueId kv = in(DType::kF32, {3, 2, 64});
+  const ValueId cache = in(DType::kF32, {4, 16, 2, 64});
+  Graph::AttentionInputs a{q,
+                           kv,
+                           kv,
+                           cache,
+                           cache,
+                           in(DType::kI32, {3}),
+                           in(DType::kI32, {2}),
+                           in(DType::kI32, {1}),
+                           in(DType::kI32, {1, 4}),
+                           in(DType::kF32, {2})};
+  EXPECT_EQ(g_.attention(a, {}), kNoValue);
+  EXPECT_NE(g_.status().message().find("sinks must be contiguous [Hq] = [4] f32, got [2] f32"), std::string::npos)
+      << g_.status().message();
+}
+
+TEST_F(GraphTest, AcceptsAttentionSinksAndExpertBiases) {
+  const ValueId q = in(DType::kF16, {3, 4, 64});
+  const ValueId kv = in(DType::kF16, {3, 2, 64});
+  const ValueId cache = in(DType::kF16, {4, 16, 2, 64});
+  const ValueId o = g_.attention({q, kv, kv, cache, cache, in(DType::kI32, {3}), in(DType::kI32, {2}),
+                                  in(DType::kI32, {1}), in(DType::kI32, {1, 4}), in(DType::kF32, {4})},
+                                 {});
+  ASSERT_NE(o, kNoValue) << g_.status().to_string();
+  EXPECT_EQ(g_.nodes()[size_t(g_.value(o).producer)].inputs.size(), 10u);
+  const ValueId x = in(DType::kF32, {5, 64});
+  const ValueId ids = in(DType::kI32, {5, 2});
+  const ValueId y = g_.matmul_id(x, in(DType::kMXFP4, {8, 32, 64}), ids, kNoValue, in(DType::kF32, {8, 32}));
+  ASSERT_NE(y, kNoValue) << g_.status().to_string();
+  EXPECT_EQ(g_.tensor(y).shape[2], 32);
+  EXPECT_NE(g_.glu(y, y, GluParams{GluKind::kSwigluOai, 1.702f, 7.0f}), kNoValue);
+  EXPECT_TRUE(g_.status().ok());
+}
+
+TEST_F(GraphTest, RejectsBadExpertBiasAndGluLimit) {
+  const ValueId x = in(DType::kF32, {5, 64});
+  const ValueId ids = in(DType::kI32, {5, 2});
+  EXPECT_EQ(g_.matmul_id(x, in(DType::kF32, {8, 32, 64}), ids, kNoValue, in(DType::kF32, {8, 31})), kNoValue);
+  EXPECT_NE(g_.status().message().find("bias must be contiguous [E, N] = [8, 32] float, got [8, 31] f32"),
+            std::string::npos)
+      << g_.status().message();
+  Graph g2;
+  auto t = upload_new(dev_, Tensor::make(DType::kF32, {2, 8}), nullptr);
+  const ValueId a = g2.input(*t);
+  EXPECT_EQ(g2.glu(a, a, GluParams{GluKind::kSwigluOai, 1.702f, 0.0f}), kNoValue);
+  EXPECT_NE(g2.status().message().find("swiglu_oai needs limit > 0"), std::string::npos) << g2.status().message();
+}
+
 TEST_F(GraphTest, ShapeHashDependsOnShapes) {
   Graph a, b, c;
   auto t1 = *upload_new(dev_, Tensor::make(DType::kF32, {2, 8}), nullptr);
