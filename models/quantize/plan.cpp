@@ -87,13 +87,17 @@ bool fits(DType t, int64_t cols) { return dtype_row_check(t, cols).empty(); }
 // Rules 1-6 of quantize.h: the type the rules want for |s|, and which rule chose it.
 std::pair<DType, std::string> wanted_type(const SourceTensor& s, const QuantizeOptions& o, bool tied) {
   const bool one_d = s.shape.size() == 1;
+  const std::string suffix = ".bias";
+  const bool bias =
+      s.name.size() >= suffix.size() && s.name.compare(s.name.size() - suffix.size(), suffix.size(), suffix) == 0;
   if (!dtype_traits(s.dtype).dequantize_row) return {s.dtype, "integer tensor, copied"};
   for (const QuantRule& r : o.rules) {
     if (!std::regex_search(s.name, r.pattern)) continue;
-    if (one_d && !dtype_traits(r.dtype).is_float) continue;  // 1-D tensors must stay float
+    if ((one_d || bias) && !dtype_traits(r.dtype).is_float) continue;  // 1-D tensors and biases must stay float
     return {r.dtype, "rule '" + r.text + "'"};
   }
   if (one_d) return {DType::kF32, "1-D (norm/bias)"};
+  if (bias) return {DType::kF32, "bias"};
   if (s.name.find("ffn_gate_inp") != std::string::npos) return {DType::kF32, "MoE router"};
   const DType high_out = o.output_type.value_or(default_high_type(o.type));
   if (s.name == "token_embd.weight") {

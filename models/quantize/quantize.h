@@ -5,8 +5,9 @@
 // Rules, first match wins:
 //   1. integer tensors (i8, i32) are copied unchanged;
 //   2. user rules ('regex=type', regex searched in the tensor name, in the order given); a rule
-//      naming a block format skips 1-D tensors;
-//   3. 1-D tensors (norms, biases, rope factors) stay f32;
+//      naming a block format skips 1-D tensors and biases;
+//   3. 1-D tensors (norms, biases, rope factors) and biases of any rank (gpt-oss's per-expert
+//      [E, N] ones, which matmul_id adds in float) stay f32;
 //   4. MoE routers (ffn_gate_inp) stay f32: small, and routing is sensitive to them;
 //   5. token_embd.weight takes the embedding type and output.weight the output type; a tied
 //      token_embd (no output.weight) is the output head too and takes the output type;
