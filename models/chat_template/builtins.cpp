@@ -1,6 +1,7 @@
 // Built-in filters, string/dict methods, tests and global functions that chat templates use.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <ctime>
 #include <limits>
 
@@ -443,9 +444,20 @@ Result<Value> call_global(const std::string& name, const CallArgs& a) {
   if (name == "strftime_now") {
     const Value* fmt = a.get(0, "format");
     if (!fmt || fmt->type != Value::Type::kString) return bad_arg("strftime_now", "needs a format string");
-    const std::time_t now = std::time(nullptr);
+    // SOURCE_DATE_EPOCH (the reproducible-builds convention: seconds since 1970, read as UTC)
+    // pins the clock, so a template that prints today's date (gpt-oss's harmony system message)
+    // renders the same text every day in tests.
+    std::time_t now = std::time(nullptr);
     std::tm tm{};
-    localtime_r(&now, &tm);
+    const char* pinned = std::getenv("SOURCE_DATE_EPOCH");
+    char* end = nullptr;
+    const long long epoch = pinned ? std::strtoll(pinned, &end, 10) : 0;
+    if (pinned && *pinned && end && *end == '\0' && epoch >= 0) {
+      now = std::time_t(epoch);
+      gmtime_r(&now, &tm);
+    } else {
+      localtime_r(&now, &tm);
+    }
     char buf[256];
     const size_t n = std::strftime(buf, sizeof(buf), fmt->s.c_str(), &tm);
     return Value::string(std::string(buf, n));

@@ -34,7 +34,8 @@ class ChatTemplate {
   // of |kwargs_json| when it is a JSON object (vLLM's chat_template_kwargs, e.g.
   // {"enable_thinking": false}; they may not rename messages, tools or add_generation_prompt).
   // raise_exception(msg) in the template returns InvalidArgument(msg); other evaluation errors
-  // name line:col.
+  // name line:col. strftime_now formats the local time, or SOURCE_DATE_EPOCH (UTC) when that
+  // environment variable holds a number of seconds (reproducible renders, as in tests).
   Result<std::string> render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                              const std::map<std::string, std::string>& extra = {},
                              std::string_view tools_json = {}, std::string_view kwargs_json = {}) const;

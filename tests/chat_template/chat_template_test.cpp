@@ -39,6 +39,8 @@ std::string smollm2_template() {
 }
 
 TEST(ChatTemplate, MatchesJinja2) {
+  // gen_golden.py renders strftime_now at this instant (gpt-oss's system message prints the date).
+  setenv("SOURCE_DATE_EPOCH", "1767225600", 1);
   const auto records = testing::read_golden(testing::test_data_path("chat_template_golden.txt"));
   std::map<std::string, std::vector<ChatMessage>> conversations;
   std::map<std::string, std::string> sources;
@@ -74,7 +76,7 @@ TEST(ChatTemplate, MatchesJinja2) {
       ++raised;
     }
   }
-  EXPECT_GE(rendered, 22);  // 4 templates in tests/data x 3 conversations x 2, less 2 raising
+  EXPECT_GE(rendered, 26);  // 5 templates in tests/data x 3 conversations x 2, less those raising
   if (!sources["smollm2"].empty()) {
     EXPECT_EQ(smollm2, 6);
   }
@@ -91,6 +93,22 @@ TEST(ChatTemplate, SmolLM2Conversation) {
   EXPECT_EQ(*out,
             "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
             "Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+// gpt-oss's harmony template: the system message carries the date (pinned by SOURCE_DATE_EPOCH),
+// the reasoning effort (a chat_template_kwargs member) and the channels; the generation prompt
+// opens an assistant turn without a channel, which the model then names.
+TEST(ChatTemplate, GptOssHarmony) {
+  setenv("SOURCE_DATE_EPOCH", "1767225600", 1);
+  auto tmpl = ChatTemplate::parse(read_file(testing::test_data_path("chat_templates/gpt-oss.jinja")));
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status().to_string();
+  auto out = tmpl->render({{"user", "Hi"}}, true, {}, {}, R"({"reasoning_effort": "high"})");
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_EQ(*out,
+            "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+            "Knowledge cutoff: 2024-06\nCurrent date: 2026-01-01\n\nReasoning: high\n\n"
+            "# Valid channels: analysis, commentary, final. Channel must be included for every message."
+            "<|end|><|start|>user<|message|>Hi<|end|><|start|>assistant");
 }
 
 struct ErrorCase {

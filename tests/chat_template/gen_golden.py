@@ -11,7 +11,9 @@ Format (hex-encoded UTF-8, read by tests/chat_template/chat_template_test.cpp):
   X <template>:<conversation>:<0|1> <hex error> :   raise_exception's message
 Run: python3 tests/chat_template/gen_golden.py models-cache/SmolLM2-135M-Instruct.Q4_1.gguf
 The templates are the models' own: qwen35.jinja is Qwen3.5-4B's chat_template (as llama.cpp keeps
-it in models/templates/Qwen3.5-4B.jinja), qwen25.jinja Qwen2.5-Instruct's, and so on.
+it in models/templates/Qwen3.5-4B.jinja), qwen25.jinja Qwen2.5-Instruct's, gpt-oss.jinja
+gpt-oss's harmony template (models/templates/openai-gpt-oss-120b.jinja there), and so on.
+strftime_now renders SOURCE_DATE_EPOCH's day (the test sets the same value; gpt-oss prints the date).
 """
 import os
 import sys
@@ -28,6 +30,12 @@ CONVERSATIONS = [
      ("tool", "{\"temp\": 21}"), ("tool", "{\"sky\": \"clear\"}"), ("user", "Thanks — 日本語 too?")],
 ]
 EXTRA = {"bos_token": "<s>", "eos_token": "</s>"}
+SOURCE_DATE_EPOCH = 1767225600  # 2026-01-01 00:00:00 UTC; tests/chat_template/CMakeLists.txt sets the same
+
+
+def strftime_now(fmt):
+    import datetime
+    return datetime.datetime.fromtimestamp(SOURCE_DATE_EPOCH, datetime.timezone.utc).strftime(fmt)
 
 
 def main():
@@ -45,6 +53,7 @@ def main():
             out.append(f"M {ci}:{role} {content.encode().hex()} :")
     for name, source in templates.items():
         tmpl = _compile_jinja_template(source)
+        tmpl.globals["strftime_now"] = strftime_now
         for ci, conv in enumerate(CONVERSATIONS):
             messages = [{"role": r, "content": c} for r, c in conv]
             for agp in (0, 1):
