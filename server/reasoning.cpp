@@ -24,7 +24,19 @@ int32_t allow_all(uint32_t* mask, int32_t vocab) {
 }
 }  // namespace
 
+ThinkTags harmony_tags() {
+  ThinkTags t;
+  t.open = "<|channel|>analysis<|message|>";
+  t.close = "<|end|>";
+  t.content_prefixes = {"<|start|>assistant", "<|channel|>final<|message|>"};
+  return t;
+}
+
 std::optional<ThinkTags> think_tags_of(std::string_view chat_template) {
+  const ThinkTags h = harmony_tags();
+  if (chat_template.find(h.open) != std::string_view::npos &&
+      chat_template.find(h.content_prefixes[1]) != std::string_view::npos)
+    return h;
   ThinkTags t;
   if (chat_template.find(t.open) == std::string_view::npos || chat_template.find(t.close) == std::string_view::npos)
     return std::nullopt;
@@ -58,7 +70,7 @@ void ReasoningSplitter::feed(std::string_view text, std::string* reasoning, std:
           continue;
         }
         if (rest.size() < tags_.open.size() && std::string_view(tags_.open).substr(0, rest.size()) == rest) return;
-        phase_ = Phase::kContent;
+        phase_ = Phase::kHeader;
         continue;
       }
       case Phase::kReasoning: {
@@ -79,6 +91,18 @@ void ReasoningSplitter::feed(std::string_view text, std::string* reasoning, std:
         while (ws < held_.size() && is_space(held_[ws])) ++ws;
         held_.erase(0, ws);
         if (held_.empty()) return;
+        phase_ = Phase::kHeader;
+        continue;
+      }
+      case Phase::kHeader: {  // the optional headers before the answer (harmony), each stripped
+        for (; next_prefix_ < tags_.content_prefixes.size(); ++next_prefix_) {
+          const std::string& p = tags_.content_prefixes[next_prefix_];
+          if (held_.compare(0, p.size(), p) == 0) {
+            held_.erase(0, p.size());
+            continue;
+          }
+          if (held_.size() < p.size() && p.compare(0, held_.size(), held_) == 0) return;  // may still become it
+        }
         phase_ = Phase::kContent;
         continue;
       }

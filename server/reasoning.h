@@ -1,5 +1,6 @@
 // The reasoning split. Models that think before they answer (Qwen3, Qwen3.5, DeepSeek-R1, ...)
-// write their thoughts between tags, <think> ... </think>; the server returns them apart, as
+// write their thoughts between tags, <think> ... </think> (gpt-oss: harmony's analysis channel,
+// then the final channel); the server returns them apart, as
 // `reasoning_content` beside `content` (the field vLLM's reasoning parsers and llama.cpp's
 // --reasoning-format deepseek fill), streamed deltas included.
 //
@@ -24,9 +25,17 @@ namespace tessera::server {
 
 struct ThinkTags {
   std::string open = "<think>", close = "</think>";
+  // Headers the answer may start with, each optional, stripped in order (harmony: the next
+  // message's "<|start|>assistant", then "<|channel|>final<|message|>"). Empty for <think> models.
+  std::vector<std::string> content_prefixes;
 };
 
-// The thinking tags when the model's chat template writes them (the "auto" reasoning format).
+// gpt-oss's harmony format: the analysis channel's message is the reasoning (up to its <|end|>),
+// the final channel's message the content.
+ThinkTags harmony_tags();
+
+// The thinking tags when the model's chat template writes them (the "auto" reasoning format):
+// harmony's channels when it writes them, else <think> ... </think>.
 std::optional<ThinkTags> think_tags_of(std::string_view chat_template);
 
 // Whether |prompt| leaves the model inside a thinking block: its last open tag comes after its
@@ -45,9 +54,10 @@ class ReasoningSplitter {
   bool in_reasoning() const { return phase_ == Phase::kReasoning; }
 
  private:
-  enum class Phase { kStart, kReasoning, kAfterClose, kContent };
+  enum class Phase { kStart, kReasoning, kAfterClose, kHeader, kContent };
   ThinkTags tags_;
   Phase phase_;
+  size_t next_prefix_ = 0;  // kHeader: the first content prefix not yet looked for
   std::string held_;  // text not yet assigned (a possible tag prefix, or leading whitespace)
 };
 

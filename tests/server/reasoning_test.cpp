@@ -16,8 +16,9 @@ struct Split {
   std::string reasoning, content;
 };
 
-Split split_in_pieces(const std::string& text, bool inside, const std::vector<size_t>& cuts) {
-  ReasoningSplitter s(ThinkTags{}, inside);
+Split split_in_pieces(const std::string& text, bool inside, const std::vector<size_t>& cuts,
+                      const ThinkTags& tags = ThinkTags{}) {
+  ReasoningSplitter s(tags, inside);
   Split out;
   size_t at = 0;
   for (size_t cut : cuts) {
@@ -59,6 +60,33 @@ TEST(ReasoningSplitter, SameResultForEveryWayTheTextArrives) {
         ASSERT_EQ(s.content, c.content) << c.text << " cut at " << i << ", " << j;
       }
   }
+}
+
+// gpt-oss's harmony: the analysis channel is the reasoning, the final channel's message the
+// content, with the headers between them stripped; a reply without analysis is all content.
+TEST(ReasoningSplitter, HarmonyChannels) {
+  const std::vector<Case> cases = {
+      {"<|channel|>analysis<|message|>User says hi.<|end|><|start|>assistant<|channel|>final<|message|>Hello!", false,
+       "User says hi.", "Hello!"},
+      {"<|channel|>final<|message|>Just this.", false, "", "Just this."},
+      {"<|channel|>analysis<|message|>still going <|en", false, "still going <|en", ""},
+      {"<|channel|>analysis<|message|>a<|end|>", false, "a", ""},
+      {"plain text", false, "", "plain text"},
+      {"<|channel|>analysis<|message|>x<|end|><|start|>assistant<|channel|>commentary to=f", false, "x",
+       "<|channel|>commentary to=f"},
+  };
+  const ThinkTags h = harmony_tags();
+  for (const Case& c : cases)
+    for (size_t i = 0; i <= c.text.size(); ++i)
+      for (size_t j = i; j <= c.text.size(); j += 3) {
+        const Split s = split_in_pieces(c.text, c.inside, {i, j}, h);
+        ASSERT_EQ(s.reasoning, c.reasoning) << c.text << " cut at " << i << ", " << j;
+        ASSERT_EQ(s.content, c.content) << c.text << " cut at " << i << ", " << j;
+      }
+  ASSERT_TRUE(think_tags_of("{{- '<|channel|>analysis<|message|>' + m.thinking + '<|end|>' }}"
+                            "{{- '<|channel|>final<|message|>' + m.content }}")
+                  .has_value());
+  EXPECT_EQ(think_tags_of("<|channel|>analysis<|message|> <|channel|>final<|message|>")->open, h.open);
 }
 
 TEST(ReasoningSplitter, HoldsBackOnlyAPossibleTag) {
