@@ -49,7 +49,7 @@ ValueId GraphContext::attention(const AttentionWeights& a, ValueId h, int layer,
     q = g.rope(q, positions, rope, freq_factors);
     k = g.rope(k, positions, rope, freq_factors);
   }
-  ValueId o = paged_attention(q, k, v, layer, ap);
+  ValueId o = paged_attention(q, k, v, layer, ap, optional(a.sinks));
   o = g.reshape(o, {T, int64_t(c.n_heads) * Dh});
   return linear(o, a.wo, out_bias);
 }
@@ -65,7 +65,8 @@ ValueId GraphContext::recurrent_state(int layer, const char* name) {
   return g.input(*t);
 }
 
-ValueId GraphContext::paged_attention(ValueId q, ValueId k, ValueId v, int layer, const AttentionParams& ap) {
+ValueId GraphContext::paged_attention(ValueId q, ValueId k, ValueId v, int layer, const AttentionParams& ap,
+                                      ValueId sinks) {
   const bool windowed = kv.in_window(layer);
   if (windowed && (window_block_tables == kNoValue || ap.sliding_window <= 0 || ap.sliding_window > kv.config().window)) {
     fail(Internal("layer " + std::to_string(layer) + " is in the KV cache's window group (window " +
@@ -73,9 +74,10 @@ ValueId GraphContext::paged_attention(ValueId q, ValueId k, ValueId v, int layer
                   (window_block_tables == kNoValue ? " and the step has no window tables" : "")));
     return kNoValue;
   }
-  return g.attention({q, k, v, g.input(kv.k(layer)), g.input(kv.v(layer)), windowed ? window_slot_mapping : slot_mapping,
-                      query_start, seq_lens, windowed ? window_block_tables : block_tables},
-                     ap);
+  return g.attention(
+      {q, k, v, g.input(kv.k(layer)), g.input(kv.v(layer)), windowed ? window_slot_mapping : slot_mapping, query_start,
+       seq_lens, windowed ? window_block_tables : block_tables, sinks},
+      ap);
 }
 
 ValueId GraphContext::glu_ffn(const GluFfnWeights& f, ValueId h, Glu act) {
@@ -86,19 +88,19 @@ ValueId GraphContext::glu_ffn(const GluFfnWeights& f, ValueId h, Glu act) {
 // A shared expert (qwen2moe) is one more "expert" that every token uses, weighted by
 // sigmoid(x . shexp_gate): topk_route over a single logit with sigmoid scoring gives exactly that
 // weight (and expert id 0), so no extra op is needed.
-ValueId GraphContext::moe_ffn(const MoeWeights& m, ValueId h) {
+ValueId GraphContext::moe_ffn(const MoeWeights& m, ValueId h, const GluParams& act) {
   TopkRouteParams rp;
   rp.k = c.n_experts_used;
   rp.scoring = RouteScoring::kSoftmax;
   rp.renormalize = c.expert_weights_norm;
-  auto [ids, weights] = g.topk_route(linear(h, m.router), rp);
+  auto [ids, weights] = g.topk_route(linear(h, m.router, optional(m.router_b)), rp);
   if (opts.expert_stats) {
     g.mark_output(ids);
     route_ids.push_back(ids);
   }
-  const ValueId up = g.matmul_id(h, g.input(m.up_exps), ids);
-  const ValueId act = g.swiglu(g.matmul_id(h, g.input(m.gate_exps), ids), up);
-  ValueId y = g.matmul_id(act, g.input(m.down_exps), ids, weights);
+  const ValueId up = g.matmul_id(h, g.input(m.up_exps), ids, kNoValue, optional(m.up_exps_b));
+  const ValueId gate = g.matmul_id(h, g.input(m.gate_exps), ids, kNoValue, optional(m.gate_exps_b));
+  ValueId y = g.matmul_id(g.glu(gate, up, act), g.input(m.down_exps), ids, weights, optional(m.down_exps_b));
   if (c.n_ff_shexp > 0) {
     TopkRouteParams sp;
     sp.k = 1;

@@ -63,13 +63,14 @@ class GraphContext {
   // (with |freq_factors| when not kNoValue; none when rope.n_dims is 0), paged attention with
   // |ap| (which writes the new K/V into layer |layer| of the cache, through the window pool's
   // slots and tables when the cache holds the layer there), output projection (with |out_bias|
-  // when given).
+  // when given). With a.sinks bound, each head's sink logit joins its softmax (gpt-oss).
   ValueId attention(const AttentionWeights& a, ValueId h, int layer, const RopeParams& rope, ValueId freq_factors,
                     const AttentionParams& ap, ValueId out_bias = kNoValue);
   // The paged attention of layer |layer| alone, over q [T, Hq, Dh], k, v [T, Hkv, Dh] already
   // projected, normed and rotated: [T, Hq, Dh] (through the window pool when the cache holds the
   // layer there). For families whose projections differ (qwen35's gated q).
-  ValueId paged_attention(ValueId q, ValueId k, ValueId v, int layer, const AttentionParams& ap);
+  ValueId paged_attention(ValueId q, ValueId k, ValueId v, int layer, const AttentionParams& ap,
+                          ValueId sinks = kNoValue);
   // Layer |layer|'s recurrent state tensor |name| in the KV cache's state pool, as a graph input
   // (kNoValue, and status() fails, when the cache has none).
   ValueId recurrent_state(int layer, const char* name);
@@ -77,9 +78,10 @@ class GraphContext {
   enum class Glu { kSwiGlu, kGeGlu };
   ValueId glu_ffn(const GluFfnWeights& f, ValueId h, Glu act = Glu::kSwiGlu);
   // Routed experts: top-k of the router's softmax (c.n_experts_used, renormalised when
-  // c.expert_weights_norm), SwiGLU experts summed by weight, plus the shared expert when the
-  // model has one (c.n_ff_shexp > 0). Records the layer's expert ids when opts.expert_stats.
-  ValueId moe_ffn(const MoeWeights& m, ValueId h);
+  // c.expert_weights_norm), experts gated by |act| (SwiGLU by default) summed by weight, plus the
+  // shared expert when the model has one (c.n_ff_shexp > 0). The router and experts take their
+  // biases where the weights have them (gpt-oss). Records the layer's expert ids when opts.expert_stats.
+  ValueId moe_ffn(const MoeWeights& m, ValueId h, const GluParams& act = GluParams{});
   // A decoder's end: the final norm of every row as |hidden| (when opts.pooled), then the logits
   // [R, vocab] f32 of the sampled rows (in.logit_rows), gathered back to f32, normed and
   // projected by the output head.

@@ -93,6 +93,7 @@ struct AttentionWeights {
   WeightTensor wq, wk, wv, wo;
   WeightTensor bq, bk, bv;          // optional: no buffer when absent
   WeightTensor q_norm, k_norm;      // optional (QkNorm)
+  WeightTensor sinks;               // optional [Hq] f32: per-head sink logits (gpt-oss)
 };
 
 // A gated FFN: down(act(gate(x)) * up(x)).
@@ -104,6 +105,8 @@ struct GluFfnWeights {
 // (qwen2moe): sigmoid(x . shexp_gate) * FFN_shared(x).
 struct MoeWeights {
   WeightTensor router, gate_exps, up_exps, down_exps;
+  // Optional biases (gpt-oss): the router's [E] and each expert's [E, F] / [E, D].
+  WeightTensor router_b, gate_exps_b, up_exps_b, down_exps_b;
   WeightTensor shexp_gate, gate_shexp, up_shexp, down_shexp;
 };
 

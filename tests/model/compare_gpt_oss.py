@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""Tessera's gpt-oss logits vs the independent float64 numpy gpt-oss (tests/model/gpt_oss/numpy_gpt_oss.py,
+written from transformers' modeling_gpt_oss.py and checked against transformers itself,
+tests/model/gpt_oss/NOTES.md).
+
+make_gpt_oss.py writes a tiny random gpt-oss as a Hugging Face checkpoint and as the GGUFs
+llama.cpp's converter writes for it (MXFP4 experts, and f32 ones). A 64-token prompt (four times
+the 16-token window, past YaRN's 32-token original context) runs through `tessera eval` (KV cache
+f32) whole and in steps of 16 and 5 tokens (each continuing the KV cache of the one before), and
+through the oracle: normalised RMS error <= 1e-4 (MXFP4 experts on the CPU, whose block-format
+kernels quantise activations to int8: 5e-2) and the argmax agreeing wherever the oracle's
+top-2 margin is decisive (compare_numpy.py's checks). A model with the released 128-token window
+runs a 150-token prompt whole and in steps of 48. The features are shown to matter: the oracle
+without the sinks, without the window (every layer full) and without YaRN's rounded correction
+range (truncate false, as the released config asks) must each be far (> 20 x the tolerance) from
+Tessera. Bad files (a missing sink tensor, a mis-shaped expert bias, a missing window key, an
+expert width that is no whole number of MXFP4 blocks) fail naming the file and the tensor or key,
+and `tessera quantize` keeps the [E, N] expert biases in f32.
+Usage: compare_gpt_oss.py TESSERA_BIN_DIR SCRATCH_DIR [--device cpu|vulkan]
+"""
+import argparse
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "gpt_oss"))
+import numpy_gpt_oss  # noqa: E402
+from compare_numpy import compare, device_unusable  # noqa: E402
+
+TOL = 1e-4  # f32 experts on every device, MXFP4 experts where the matmul decodes them to float
+# MXFP4 experts on the CPU, whose block-format kernels quantise the activations to int8 per 32
+# (docs/quant.md): measured 3.1e-2 here (each matmul ~1e-2, and near-tie router choices flip), the
+# same file within 1e-6 on Vulkan. As compare_numpy.py's 4-bit formats.
+TOL_MXFP4_CPU = 5e-2
+N = 64
+
+
+def nrmse(a, b):
+    return float(np.sqrt(np.sum((a - b) ** 2) / np.sum(b ** 2)))
+
+
+def tessera_logits(bin_dir, model, ids, device, scratch, chunk):
+    out = os.path.join(scratch, "ours.npy")
+    subprocess.run([os.path.join(bin_dir, "tessera"), "eval", "-q", "-m", model, "--device", device, "--kv-dtype", "f32",
+                    "--chunk", str(chunk), "--tokens", ",".join(map(str, ids)), "-o", out], check=True)
+    return np.load(out).astype(np.float64)
+
+
+def make(scratch, name, extra):
+    out = os.path.join(scratch, name)
+    subprocess.run([sys.executable, os.path.join(HERE, "gpt_oss", "make_gpt_oss.py"), "--out", out] + extra, check=True,
+                   stdout=subprocess.DEVNULL)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("bin_dir")
+    ap.add_argument("scratch")
+    ap.add_argument("--device", default="cpu")
+    args = ap.parse_args()
+    os.makedirs(args.scratch, exist_ok=True)
+    small = make(args.scratch, "window16", [])
+    real = make(args.scratch, "window128", ["--window", "128", "--yarn-original", "64", "--seed", "21"])
+    why = device_unusable(args.bin_dir, os.path.join(small, "tiny-gpt-oss-mxfp4.gguf"), args.device, args.scratch)
+    if why:
+        print(f"SKIP: [hardware] {why}")  # a device that is absent: the one skip CI allows
+        sys.exit(77)
+    rng = np.random.default_rng(120)
+    failures = []
+    runs = [(small, N, (512, 16, 5)), (real, 150, (512, 48))]
+    for folder, n, chunks in runs:
+        ids = [int(x) for x in rng.integers(0, 264, n)]
+        oracle = numpy_gpt_oss.load(os.path.join(folder, "tiny-gpt-oss-hf"))
+        ref = oracle.forward(ids)
+        name = os.path.basename(folder)
+        mxfp4_tol = TOL_MXFP4_CPU if args.device == "cpu" else TOL
+        for gguf, tol in (("tiny-gpt-oss-f32.gguf", TOL), ("tiny-gpt-oss-mxfp4.gguf", mxfp4_tol)):
+            for chunk in chunks:
+                ours = tessera_logits(args.bin_dir, os.path.join(folder, gguf), ids, args.device, args.scratch, chunk)
+                print(f"{name}/{gguf} {n} tokens, chunk {chunk}: normalised RMS {nrmse(ours, ref):.2e}")
+                failures += compare(f"{name}/{gguf} chunk {chunk}", ours, ref, tol)
+        # The features matter: without each, the oracle is far from what Tessera computed.
+        ours = tessera_logits(args.bin_dir, os.path.join(folder, "tiny-gpt-oss-f32.gguf"), ids, args.device,
+                              args.scratch, 512)
+        for what, attr, value in (("without the sinks", "sinks", False), ("without the window", "window", False),
+                                  ("with YaRN's range unrounded", "truncate", False)):
+            old = getattr(oracle, attr)
+            setattr(oracle, attr, value)
+            far = nrmse(ours, oracle.forward(ids))
+            setattr(oracle, attr, old)
+            print(f"{name}: vs an oracle {what} {far:.2e}")
+            if not far > 20 * TOL:
+                failures.append(f"{name}: the oracle {what} is as close ({far:.2e})")
+    failures += bad_files(args)
+    failures += quantize_plan(args, os.path.join(small, "tiny-gpt-oss-f32.gguf"))
+    for f in failures:
+        print("FAIL:", f)
+    sys.exit(1 if failures else 0)
+
+
+def bad_files(args):
+    """Broken GGUFs: `tessera eval` fails with a message naming the file and the tensor or key."""
+    import make_gpt_oss
+    s = make_gpt_oss.Spec(make_gpt_oss.parse_args(["--out", args.scratch]))
+    t = make_gpt_oss.hf_weights(s, 5)
+
+    def drop_sinks(ts):
+        del ts["blk.1.attn_sinks.weight"]
+
+    def bad_bias(ts):
+        a, raw = ts["blk.2.ffn_up_exps.bias"]
+        ts["blk.2.ffn_up_exps.bias"] = (a[:, :-1].copy(), raw)
+
+    cases = [("missing sinks", {"edit_tensors": drop_sinks}, ["blk.1.attn_sinks.weight"]),
+             ("mis-shaped expert bias", {"edit_tensors": bad_bias}, ["blk.2.ffn_up_exps.bias"]),
+             ("no window key", {"drop_keys": ("sliding_window",)}, ["gpt-oss.attention.sliding_window"]),
+             ("expert width not in MXFP4 blocks", {"keys": {"expert_feed_forward_length": 48}},
+              ["expert_feed_forward_length 48"])]
+    ids = "1,2,3,4"
+    problems = []
+    for name, kw, want in cases:
+        path = os.path.join(args.scratch, "bad-" + name.replace(" ", "-") + ".gguf")
+        make_gpt_oss.write_gguf(path, s, t, mxfp4=True, **kw)
+        r = subprocess.run([os.path.join(args.bin_dir, "tessera"), "eval", "-q", "-m", path, "--device", args.device,
+                            "--tokens", ids, "-o", os.path.join(args.scratch, "bad.npy")], capture_output=True, text=True)
+        msg = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
+        print(f"{name}: exit {r.returncode}: {msg}")
+        if r.returncode == 0 or not all(w in r.stderr for w in want + [os.path.basename(path)]):
+            problems.append(f"{name}: expected a failure naming {want} and the file, got exit {r.returncode}: {msg}")
+    return problems
+
+
+def quantize_plan(args, model):
+    """`tessera quantize` keeps the [E, N] expert biases (which matmul_id adds) in f32 and quantises
+    the experts."""
+    r = subprocess.run([os.path.join(args.bin_dir, "tessera"), "quantize", model, "--type", "q4_0", "--dry-run"],
+                       capture_output=True, text=True, check=True)
+    rows = {ln.split()[0]: ln.split() for ln in r.stdout.splitlines() if ln.startswith("blk.0.")}
+    problems = []
+    for name in ("ffn_gate_exps.bias", "ffn_up_exps.bias", "ffn_down_exps.bias"):
+        row = rows.get("blk.0." + name, [])
+        print("quantize plan:", " ".join(row))
+        if len(row) < 4 or row[-3] != "f32" or row[-1] != "bias":
+            problems.append(f"tessera quantize --type q4_0 plans {name} as {row}, expected f32 (bias)")
+    if "q4_0" not in rows.get("blk.0.ffn_up_exps.weight", []):
+        problems.append("tessera quantize --type q4_0 does not quantise the experts")
+    return problems
+
+
+if __name__ == "__main__":
+    main()
