@@ -703,7 +703,7 @@ struct KvStoreKernel {
 
 // Folds a sink logit (gpt-oss) into a softmax's running max |M| and denominator |L|: the sink is
 // one more term of the denominator with no value row. Returns the factor the unnormalised
-// accumulator must take (0 when no key was seen, M = -inf).
+// accumulator (taken relative to the old |M|) must take (0 when no key was seen, M = -inf).
 TS_KFN float fold_sink(const View& sinks, int64_t h, float& M, float& L) {
   if (!sinks.p) return 1.0f;
   const float sink = load_f(sinks.p + h * sinks.col_stride(), DType::kF32);
@@ -798,12 +798,13 @@ struct AttentionKernel {
       const float* ow = om + w * (kMaxHeadDim + 2);
       if (ow[kMaxHeadDim + 1] > 0.0f) L += ow[kMaxHeadDim + 1] * expf(ow[kMaxHeadDim] - M);
     }
+    const float M0 = M;  // the accumulators are relative to the keys' max, before the sink
     const float corr = part ? 1.0f : fold_sink(a.sinks, h, M, L);  // split-K: the combine folds it
     for (int64_t i = c.tid(); i < D; i += c.ntid()) {
       float acc = 0.0f;
       for (int w = 0; w < kAttnWarps; ++w) {
         const float* ow = om + w * (kMaxHeadDim + 2);
-        if (ow[kMaxHeadDim + 1] > 0.0f) acc += ow[i] * expf(ow[kMaxHeadDim] - M);
+        if (ow[kMaxHeadDim + 1] > 0.0f) acc += ow[i] * expf(ow[kMaxHeadDim] - M0);
       }
       if (part) part[i] = acc;  // unnormalised, relative to M
       else store_f(ro + i * so, a.out.dtype, L > 0.0f ? acc * corr / L : 0.0f);
@@ -826,6 +827,7 @@ struct AttentionCombineKernel {
       const float* ps = base + s * (D + 2);
       if (ps[D + 1] > 0.0f) L += ps[D + 1] * expf(ps[D] - M);
     }
+    const float M0 = M;  // the partials are combined relative to the keys' max, before the sink
     const float corr = fold_sink(a.sinks, r % a.out.shape[1], M, L);
     uint8_t* ro = a.out.row(r);
     const int64_t so = a.out.col_stride();
@@ -833,7 +835,7 @@ struct AttentionCombineKernel {
       float acc = 0.0f;
       for (int s = 0; s < a.splits; ++s) {
         const float* ps = base + s * (D + 2);
-        if (ps[D + 1] > 0.0f) acc += ps[i] * expf(ps[D] - M);
+        if (ps[D + 1] > 0.0f) acc += ps[i] * expf(ps[D] - M0);
       }
       store_f(ro + i * so, a.out.dtype, L > 0.0f ? acc * corr / L : 0.0f);
     }
