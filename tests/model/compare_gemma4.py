@@ -106,9 +106,9 @@ def bad_files(args, ids):
         return edit
 
     cases = [
-        ("missing tensor", {"edit_tensors": drop("blk.1.attn_v.weight")}, ["blk.1.attn_v.weight"]),
+        ("missing tensor", {"edit_tensors": drop("blk.0.attn_v.weight")}, ["blk.0.attn_v.weight"]),
         ("missing per-layer embedding", {"edit_tensors": drop("blk.3.inp_gate.weight")}, ["blk.3.inp_gate.weight"]),
-        ("mis-shaped global q", {"edit_tensors": halve("blk.2.attn_q.weight")}, ["blk.2.attn_q.weight"]),
+        ("mis-shaped global q", {"edit_tensors": halve("blk.1.attn_q.weight")}, ["blk.1.attn_q.weight"]),
         ("mis-shaped double-wide ffn", {"edit_tensors": halve("blk.5.ffn_up.weight")}, ["blk.5.ffn_up.weight"]),
         ("pattern of the wrong length", {"keys": {"attention.sliding_window_pattern": ([True, False], "bools")}},
          ["gemma4.attention.sliding_window_pattern"]),

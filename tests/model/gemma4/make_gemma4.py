@@ -16,7 +16,8 @@ Two shapes (docs/gemma4.md), the real ones in miniature:
       no per-layer embeddings, no KV sharing;
   --variant 26b: the 31b shape plus Gemma 4 26B-A4B's mixture of experts on every layer (8 experts,
       2 per token, expert FFN 32, beside the dense FFN): files tiny-gemma4-26b-*.
-Both: 6 layers, sliding sliding global sliding sliding global, sliding window 8, hidden 64, 4 q heads,
+All: 6 layers (e2b: sliding and global alternating; the others: sliding sliding global x 2), sliding
+window 8, hidden 64, 4 q heads,
 sliding layers head_dim 16 with 2 KV heads, global layers head_dim 32 ("global_head_dim") with
 proportional RoPE over 0.25 of the head, RoPE bases 1e4 / 1e6, final logit softcap 3 (30 in the
 real models; 3 makes it bite on these small logits), random layer_scalar per layer.
@@ -53,7 +54,13 @@ class Spec:
         self.variant = a.variant
         self.L, self.D, self.F = 6, 64, 128
         self.H, self.HKV, self.Dh, self.Dg = 4, 2, 16, 32
-        self.layer_types = ["sliding_attention", "sliding_attention", "full_attention"] * 2
+        # E2B-like: sliding and global alternating, so the last layer that computes K/V is global
+        # and the one before it sliding, as in the released E models (llama.cpp's loader assumes
+        # that: its sharing layers read layer first_shared - 1 (global) or - 2 (sliding)).
+        if a.variant == "e2b":
+            self.layer_types = ["sliding_attention", "full_attention"] * 3
+        else:
+            self.layer_types = ["sliding_attention", "sliding_attention", "full_attention"] * 2
         self.window = 8
         self.theta_swa, self.theta = 10000.0, 1000000.0
         self.partial = 0.25
