@@ -269,7 +269,8 @@ ValueId Graph::scale(ValueId x, float s, float softcap) {
   if (!status_.ok() || !check(valid(x), op, "invalid value id")) return kNoValue;
   const Tensor& a = tensor(x);
   if (!check(is_act(a.dtype), op, "x must be float, got " + desc(a)) ||
-      !check(softcap >= 0.0f && std::isfinite(softcap), op, "softcap must be finite and >= 0, got " + std::to_string(softcap)))
+      !check(softcap >= 0.0f && std::isfinite(softcap), op,
+             "softcap must be finite and >= 0, got " + std::to_string(softcap)))
     return kNoValue;
   return add_node(op, {x}, Tensor::make(a.dtype, a.rank, a.shape.data()), ScaleParams{s, softcap});
 }

@@ -29,8 +29,8 @@ enum class OpKind : uint8_t {
   kGelu,       // 0.5 x (1 + erf(x / sqrt 2)): the exact GELU of BERT's FFN (no gate)
   // Recurrent layers (hybrid models): each sequence's state lives in a RecurrentStatePool row
   // (core/kv/state_pool.h) that the op reads and updates in place, as attention writes the KV cache.
-  kSsmConv,       // causal depthwise conv1d over each sequence's rows, its last K-1 inputs kept
-  kGatedDeltaNet, // gated delta rule: linear attention with a per-sequence [Hv, Dk, Dv] state
+  kSsmConv,        // causal depthwise conv1d over each sequence's rows, its last K-1 inputs kept
+  kGatedDeltaNet,  // gated delta rule: linear attention with a per-sequence [Hv, Dk, Dv] state
   kCount,
 };
 inline constexpr int kNumOps = static_cast<int>(OpKind::kCount);

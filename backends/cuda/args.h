@@ -76,7 +76,7 @@ struct PointwiseArgs {
   Pointwise op;
   View a, b, out;  // b: the second operand of add/mul/glu (rows broadcast by r % b.rows)
   float scale;
-  float softcap;   // scale: > 0 caps v to softcap * tanh(v / softcap)
+  float softcap;  // scale: > 0 caps v to softcap * tanh(v / softcap)
 };
 struct NormArgs {
   bool layer;      // layer_norm (mean-centred, with an optional bias) else rms_norm

@@ -712,7 +712,7 @@ struct AttentionKernelT {
     const int64_t group = Hq / a.hkv, hk = h / group;
     const int lane = c.tid() % kWarp, warp = c.tid() / kWarp;
     float* q = c.template smem<1, float, kMaxD>();
-    float* om = c.template smem<2, float, kAttnWarps * (kMaxD + 2)>();
+    float* om = c.template smem<2, float, kAttnWarps*(kMaxD + 2)>();
     // The sequence of token t: the last s with query_start[s] <= t.
     int64_t lo_s = 0, hi_s = a.n_seqs - 1;
     while (lo_s < hi_s) {
@@ -775,7 +775,10 @@ struct AttentionKernelT {
     float* mine = om + warp * (kMaxD + 2);
     for (int i = 0; i < kPer; ++i)
       if (lane + i * kWarp < D) mine[lane + i * kWarp] = o[i];
-    if (lane == 0) { mine[kMaxD] = m; mine[kMaxD + 1] = l; }
+    if (lane == 0) {
+      mine[kMaxD] = m;
+      mine[kMaxD + 1] = l;
+    }
     c.sync();
     float M = -INFINITY;
     for (int w = 0; w < kAttnWarps; ++w) M = fmaxf(M, om[w * (kMaxD + 2) + kMaxD]);

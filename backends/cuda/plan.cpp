@@ -31,7 +31,8 @@ const char* kernel_name(KernelKind k) {
     case KernelKind::kTopkRoute: return "topk_route";
     case KernelKind::kKvStore: return "kv_store";
     case KernelKind::kAttention: return "attention";
-    case KernelKind::kAttentionWide: return "attention_wide";
+    case KernelKind::kAttentionWide:
+      return "attention_wide";
     case KernelKind::kQuantizeQ8: return "quantize_q8";
     case KernelKind::kAttentionCombine: return "attention_combine";
     case KernelKind::kMoeSort: return "moe_sort";
@@ -346,7 +347,8 @@ Status plan_node(const Graph& g, int ni, const AddressOf& address, int32_t* err,
       const auto& p = n.param<AttentionParams>();
       const View q = in(in::kAttnQ), kc = in(in::kAttnKCache);
       const int64_t D = q.cols();
-      if (D > kMaxHeadDimWide) return fail("head dim " + std::to_string(D) + " above " + std::to_string(kMaxHeadDimWide));
+      if (D > kMaxHeadDimWide)
+        return fail("head dim " + std::to_string(D) + " above " + std::to_string(kMaxHeadDimWide));
       if (q.shape[0] > kMaxGridX || q.shape[1] > kMaxGridY) return fail("too many tokens or heads for one launch");
       KvStoreArgs s{in(in::kAttnK), in(in::kAttnV), kc, in(in::kAttnVCache), in(in::kAttnSlotMapping),
                     kc.shape[0] * kc.shape[1], err};

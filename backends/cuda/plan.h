@@ -13,8 +13,24 @@
 namespace tessera::gpu {
 
 enum class KernelKind : uint8_t {
-  kPointwise, kNorm, kSoftmax, kRope, kEmbed, kMatmul, kMatmulId, kTopkRoute, kKvStore, kAttention, kQuantizeQ8,
-  kAttentionCombine, kMoeSort, kMoeWeightedSum, kMatmulMma, kSsmConv, kGatedDeltaNet, kAttentionWide,
+  kPointwise,
+  kNorm,
+  kSoftmax,
+  kRope,
+  kEmbed,
+  kMatmul,
+  kMatmulId,
+  kTopkRoute,
+  kKvStore,
+  kAttention,
+  kQuantizeQ8,
+  kAttentionCombine,
+  kMoeSort,
+  kMoeWeightedSum,
+  kMatmulMma,
+  kSsmConv,
+  kGatedDeltaNet,
+  kAttentionWide,
 };
 const char* kernel_name(KernelKind k);
 

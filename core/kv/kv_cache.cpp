@@ -21,8 +21,8 @@ Result<std::unique_ptr<KvCache>> KvCache::create(Device& device, const KvCacheCo
   if ((!cfg.layer_kv_heads.empty() && cfg.layer_kv_heads.size() != size_t(cfg.n_layers)) ||
       (!cfg.layer_head_dim.empty() && cfg.layer_head_dim.size() != size_t(cfg.n_layers)) ||
       (!cfg.kv_source.empty() && cfg.kv_source.size() != size_t(cfg.n_layers)))
-    return InvalidArgument("kv cache: per-layer kv heads (" + std::to_string(cfg.layer_kv_heads.size()) + "), head dims (" +
-                           std::to_string(cfg.layer_head_dim.size()) + ") and kv sources (" +
+    return InvalidArgument("kv cache: per-layer kv heads (" + std::to_string(cfg.layer_kv_heads.size()) +
+                           "), head dims (" + std::to_string(cfg.layer_head_dim.size()) + ") and kv sources (" +
                            std::to_string(cfg.kv_source.size()) + ") must each be empty or one per layer (" +
                            std::to_string(cfg.n_layers) + ")");
   for (int l = 0; l < cfg.n_layers; ++l) {
@@ -30,7 +30,8 @@ Result<std::unique_ptr<KvCache>> KvCache::create(Device& device, const KvCacheCo
       return InvalidArgument("kv cache: layer " + std::to_string(l) + ": kv heads " + std::to_string(cfg.kv_heads(l)) +
                              " and head dim " + std::to_string(cfg.head_dim_of(l)) + " must be positive");
     if (const std::string bad = dtype_row_check(cfg.dtype, cfg.head_dim_of(l)); !bad.empty())
-      return InvalidArgument("kv cache: layer " + std::to_string(l) + ": head dim " + std::to_string(cfg.head_dim_of(l)) + ": " + bad);
+      return InvalidArgument("kv cache: layer " + std::to_string(l) + ": head dim " +
+                             std::to_string(cfg.head_dim_of(l)) + ": " + bad);
     const int src = cfg.source(l);
     // A source is an earlier layer that keeps its own K/V, of the same shape and window group.
     if (src != l && (src < 0 || src > l || cfg.source(src) != src || cfg.kv_heads(src) != cfg.kv_heads(l) ||
@@ -46,7 +47,8 @@ Result<std::unique_ptr<KvCache>> KvCache::create(Device& device, const KvCacheCo
                            std::to_string(cfg.n_layers) + " layers)");
   std::unique_ptr<KvCache> kv(new KvCache(device, cfg));
   if (cfg.window > 0)
-    for (int l = 0; l < cfg.n_layers; ++l) kv->n_window_layers_ += cfg.window_layers[size_t(l)] != 0 && cfg.source(l) == l;
+    for (int l = 0; l < cfg.n_layers; ++l)
+      kv->n_window_layers_ += cfg.window_layers[size_t(l)] != 0 && cfg.source(l) == l;
   std::vector<bool> recurrent(size_t(cfg.n_layers), false);
   for (const RecurrentLayerSpec& r : cfg.recurrent.layers) {
     if (r.layer < 0 || r.layer >= cfg.n_layers)

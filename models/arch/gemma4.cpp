@@ -39,17 +39,19 @@ struct Gemma4Layer {
   AttentionWeights attn;
   GluFfnWeights ffn;
   // MoE: the router's input scale, fused gate/up experts, each expert's output scale, the norms.
-  WeightTensor router, router_scale, gate_up_exps, down_exps, expert_scale, pre_ffn_norm_2, post_ffn_norm_1, post_ffn_norm_2;
+  WeightTensor router, router_scale, gate_up_exps, down_exps, expert_scale, pre_ffn_norm_2, post_ffn_norm_1,
+      post_ffn_norm_2;
   WeightTensor ple_gate, ple_proj, ple_post_norm;  // per-layer embeddings
 };
 struct Gemma4Weights : ArchWeights {
   std::vector<Gemma4Layer> layers;
-  WeightTensor rope_freqs;                         // the global layers' divisors
+  WeightTensor rope_freqs;  // the global layers' divisors
   WeightTensor ple_table, ple_model_proj, ple_proj_norm;
 };
 
 // A key that is one integer for every layer or an array of one per layer.
-Result<std::vector<int>> per_layer_ints(const gguf::File& f, const std::string& key, int n_layers, std::optional<int64_t> fallback) {
+Result<std::vector<int>> per_layer_ints(const gguf::File& f, const std::string& key, int n_layers,
+                                        std::optional<int64_t> fallback) {
   const gguf::Value* v = f.find(key);
   if (v && v->type == gguf::ValueType::kArray) {
     std::vector<int64_t> a;
@@ -59,7 +61,8 @@ Result<std::vector<int>> per_layer_ints(const gguf::File& f, const std::string& 
                              std::to_string(n_layers) + " layers");
     std::vector<int> out;
     for (int64_t x : a) {
-      if (x <= 0 || x > (int64_t(1) << 30)) return InvalidArgument(f.path() + ": " + key + " entry " + std::to_string(x) + " out of range");
+      if (x <= 0 || x > (int64_t(1) << 30))
+        return InvalidArgument(f.path() + ": " + key + " entry " + std::to_string(x) + " out of range");
       out.push_back(int(x));
     }
     return out;
@@ -88,15 +91,14 @@ Result<ModelConfig> gemma4_config(const gguf::File& f) {
   TS_ASSIGN_OR_RETURN(c.arch, f.get_string("general.architecture"));
   if (c.arch != "gemma4") return Internal("gemma4_config_from_gguf: architecture '" + c.arch + "'");
   const std::string a = c.arch + ".";
-  if (f.find("general.name")) {
-    TS_ASSIGN_OR_RETURN(c.name, f.get_string("general.name"));
-  }
+  if (f.find("general.name")) { TS_ASSIGN_OR_RETURN(c.name, f.get_string("general.name")); }
   TS_ASSIGN_OR_RETURN(c.n_layers, gguf_int32_key(f, a + "block_count"));
   TS_ASSIGN_OR_RETURN(c.n_embd, gguf_int32_key(f, a + "embedding_length"));
   TS_ASSIGN_OR_RETURN(c.n_heads, gguf_int32_key(f, a + "attention.head_count"));
   TS_ASSIGN_OR_RETURN(c.n_ctx_train, gguf_int32_key(f, a + "context_length", 131072));
   if (c.n_layers <= 0 || c.n_embd <= 0 || c.n_heads <= 0 || c.n_ctx_train <= 0)
-    return InvalidArgument(f.path() + ": block_count, embedding_length, attention.head_count and context_length must be positive");
+    return InvalidArgument(f.path() +
+                           ": block_count, embedding_length, attention.head_count and context_length must be positive");
   // Each layer has tensors of its own: checked before per-layer tables are sized by a count that
   // could be any 32-bit value.
   if (size_t(c.n_layers) > f.tensors().size())
@@ -107,7 +109,8 @@ Result<ModelConfig> gemma4_config(const gguf::File& f) {
   // The MoE variant: routed experts beside the dense FFN (no shared expert; top-k renormalised).
   TS_RETURN_IF_ERROR(read_moe_config(f, &c, /*required=*/false, /*weights_norm=*/true, /*shared_default=*/false));
   if (c.is_moe() && (c.n_ff_shexp != 0 || !c.expert_weights_norm))
-    return InvalidArgument(f.path() + ": " + a + "expert_shared_feed_forward_length / expert_weights_norm: Gemma 4's experts have no "
+    return InvalidArgument(f.path() + ": " + a +
+                           "expert_shared_feed_forward_length / expert_weights_norm: Gemma 4's experts have no "
                            "shared expert and renormalise their top-k weights");
   TS_ASSIGN_OR_RETURN(c.layer_kv_heads, per_layer_ints(f, a + "attention.head_count_kv", c.n_layers, c.n_heads));
   c.n_kv_heads = c.layer_kv_heads[0];
@@ -118,19 +121,22 @@ Result<ModelConfig> gemma4_config(const gguf::File& f) {
   TS_ASSIGN_OR_RETURN(head_swa, gguf_int32_key(f, a + "attention.key_length_swa", head_full));
   TS_ASSIGN_OR_RETURN(v_swa, gguf_int32_key(f, a + "attention.value_length_swa", head_swa));
   if (head_full <= 0 || head_swa <= 0 || head_full % 2 || head_swa % 2 || v_full != head_full || v_swa != head_swa)
-    return InvalidArgument(f.path() + ": " + a + "attention.key_length " + std::to_string(head_full) + " / value_length " +
-                           std::to_string(v_full) + " and key_length_swa " + std::to_string(head_swa) + " / value_length_swa " +
-                           std::to_string(v_swa) + " must be positive, even and keys as wide as values");
+    return InvalidArgument(f.path() + ": " + a + "attention.key_length " + std::to_string(head_full) +
+                           " / value_length " + std::to_string(v_full) + " and key_length_swa " +
+                           std::to_string(head_swa) + " / value_length_swa " + std::to_string(v_swa) +
+                           " must be positive, even and keys as wide as values");
   TS_ASSIGN_OR_RETURN(rot_full, gguf_int32_key(f, a + "rope.dimension_count", head_full));
   TS_ASSIGN_OR_RETURN(rot_swa, gguf_int32_key(f, a + "rope.dimension_count_swa", head_swa));
   if (rot_full <= 0 || rot_full > head_full || rot_full % 2 || rot_swa <= 0 || rot_swa > head_swa || rot_swa % 2)
-    return InvalidArgument(f.path() + ": " + a + "rope.dimension_count " + std::to_string(rot_full) + " and rope.dimension_count_swa " +
-                           std::to_string(rot_swa) + " must be even and within their heads (" + std::to_string(head_full) +
-                           ", " + std::to_string(head_swa) + ")");
+    return InvalidArgument(f.path() + ": " + a + "rope.dimension_count " + std::to_string(rot_full) +
+                           " and rope.dimension_count_swa " + std::to_string(rot_swa) +
+                           " must be even and within their heads (" + std::to_string(head_full) + ", " +
+                           std::to_string(head_swa) + ")");
   double d = 0;
   TS_ASSIGN_OR_RETURN(d, gguf_float_or(f, a + "attention.layer_norm_rms_epsilon", 1e-6));
   c.rms_eps = float(d);
-  if (!(c.rms_eps > 0.0f)) return InvalidArgument(f.path() + ": " + a + "attention.layer_norm_rms_epsilon must be positive");
+  if (!(c.rms_eps > 0.0f))
+    return InvalidArgument(f.path() + ": " + a + "attention.layer_norm_rms_epsilon must be positive");
   c.rope.mode = RopeMode::kNeox;  // HF's rotate_half; the converter leaves q/k rows as they are
   c.rope.n_dims = rot_full;
   TS_ASSIGN_OR_RETURN(d, gguf_float_or(f, a + "rope.freq_base", 1000000.0));
@@ -143,7 +149,8 @@ Result<ModelConfig> gemma4_config(const gguf::File& f) {
   if (!(c.rope.freq_base > 0) || !(c.rope_sliding.freq_base > 0))
     return InvalidArgument(f.path() + ": " + a + "rope.freq_base and rope.freq_base_swa must be positive");
   TS_ASSIGN_OR_RETURN(d, gguf_float_or(f, a + "final_logit_softcapping", 0.0));
-  if (!(d >= 0) || !std::isfinite(d)) return InvalidArgument(f.path() + ": " + a + "final_logit_softcapping must be >= 0");
+  if (!(d >= 0) || !std::isfinite(d))
+    return InvalidArgument(f.path() + ": " + a + "final_logit_softcapping must be >= 0");
   c.final_softcap = float(d);
   c.qk_norm = QkNorm::kPerHead;
   c.embd_scale = std::sqrt(float(c.n_embd));
@@ -152,7 +159,8 @@ Result<ModelConfig> gemma4_config(const gguf::File& f) {
   // Which layers slide: one bool per layer (the global layers use the whole context).
   TS_ASSIGN_OR_RETURN(c.sliding_window, gguf_int32_key(f, a + "attention.sliding_window"));
   if (c.sliding_window <= 0)
-    return InvalidArgument(f.path() + ": " + a + "attention.sliding_window must be positive, got " + std::to_string(c.sliding_window));
+    return InvalidArgument(f.path() + ": " + a + "attention.sliding_window must be positive, got " +
+                           std::to_string(c.sliding_window));
   const gguf::Value* pat = f.find(a + "attention.sliding_window_pattern");
   if (!pat || pat->type != gguf::ValueType::kArray || pat->array_type != gguf::ValueType::kBool ||
       pat->array.size() != size_t(c.n_layers))
@@ -173,7 +181,8 @@ Result<ModelConfig> gemma4_config(const gguf::File& f) {
   int shared = 0;
   TS_ASSIGN_OR_RETURN(shared, gguf_int32_key(f, a + "attention.shared_kv_layers", 0));
   if (shared < 0 || shared >= c.n_layers)
-    return InvalidArgument(f.path() + ": " + a + "attention.shared_kv_layers " + std::to_string(shared) + " outside [0, block_count)");
+    return InvalidArgument(f.path() + ": " + a + "attention.shared_kv_layers " + std::to_string(shared) +
+                           " outside [0, block_count)");
   c.layer_kv_source.resize(size_t(c.n_layers));
   const int first_shared = c.n_layers - shared;
   for (int l = 0; l < c.n_layers; ++l) {
@@ -183,11 +192,12 @@ Result<ModelConfig> gemma4_config(const gguf::File& f) {
       for (int j = first_shared - 1; j >= 0 && src < 0; --j)
         if (c.layer_sliding[size_t(j)] == c.layer_sliding[size_t(l)]) src = j;
       if (src < 0)
-        return InvalidArgument(f.path() + ": layer " + std::to_string(l) + " shares K/V (" + a + "attention.shared_kv_layers " +
-                               std::to_string(shared) + ") but no earlier layer of its kind computes them");
+        return InvalidArgument(f.path() + ": layer " + std::to_string(l) + " shares K/V (" + a +
+                               "attention.shared_kv_layers " + std::to_string(shared) +
+                               ") but no earlier layer of its kind computes them");
       if (c.layer_kv_heads[size_t(src)] != c.layer_kv_heads[size_t(l)])
-        return InvalidArgument(f.path() + ": layer " + std::to_string(l) + " shares the K/V of layer " + std::to_string(src) +
-                               " but their head_count_kv differ");
+        return InvalidArgument(f.path() + ": layer " + std::to_string(l) + " shares the K/V of layer " +
+                               std::to_string(src) + " but their head_count_kv differ");
     }
     c.layer_kv_source[size_t(l)] = src;
   }
@@ -198,9 +208,7 @@ Result<ModelConfig> gemma4_config(const gguf::File& f) {
   if (int64_t(c.n_embd_per_layer) * c.n_layers > (int64_t(1) << 30))
     return InvalidArgument(f.path() + ": " + a + "embedding_length_per_layer_input x block_count too large");
   c.layer_out_scale.resize(size_t(c.n_layers));
-  for (int l = 0; l < c.n_layers; ++l) {
-    TS_ASSIGN_OR_RETURN(c.layer_out_scale[size_t(l)], layer_scalar(f, l));
-  }
+  for (int l = 0; l < c.n_layers; ++l) { TS_ASSIGN_OR_RETURN(c.layer_out_scale[size_t(l)], layer_scalar(f, l)); }
   return c;
 }
 
@@ -217,11 +225,13 @@ class Gemma4 final : public Architecture {
     // One table of divisors for every global layer (absent: plain RoPE over rope.dimension_count).
     s.push_back({"rope_freqs.weight", {c.rope.n_dims / 2}, false, &w->rope_freqs});
     if (P > 0)
-      s.insert(s.end(), {
-          {"per_layer_token_embd.weight", {c.n_vocab, L * P}, true, &w->ple_table, false, false, false, 0, 0, true},
-          {"per_layer_model_proj.weight", {L * P, D}, true, &w->ple_model_proj},
-          {"per_layer_proj_norm.weight", {P}, true, &w->ple_proj_norm},
-      });
+      s.insert(
+          s.end(),
+          {
+              {"per_layer_token_embd.weight", {c.n_vocab, L * P}, true, &w->ple_table, false, false, false, 0, 0, true},
+              {"per_layer_model_proj.weight", {L * P, D}, true, &w->ple_model_proj},
+              {"per_layer_proj_norm.weight", {P}, true, &w->ple_proj_norm},
+          });
     w->layers.resize(size_t(c.n_layers));
     for (int l = 0; l < c.n_layers; ++l) {
       Gemma4Layer& Ly = w->layers[size_t(l)];
@@ -230,39 +240,39 @@ class Gemma4 final : public Architecture {
       // A KV-sharing layer computes no K/V: a file may still carry the projections (unused).
       const bool own_kv = c.kv_source(l) == l;
       s.insert(s.end(), {
-          {p + "attn_norm.weight", {D}, true, &Ly.attn_norm},
-          {p + "attn_q.weight", {Q, D}, true, &Ly.attn.wq},
-          {p + "attn_q_norm.weight", {Dh}, true, &Ly.attn.q_norm},
-          {p + "attn_k.weight", {KV, D}, own_kv, &Ly.attn.wk},
-          {p + "attn_k_norm.weight", {Dh}, own_kv, &Ly.attn.k_norm},
-          // Global layers may take their values from the key projection (no attn_v).
-          {p + "attn_v.weight", {KV, D}, own_kv && c.is_sliding(l), &Ly.attn.wv},
-          {p + "attn_output.weight", {D, Q}, true, &Ly.attn.wo},
-          {p + "post_attention_norm.weight", {D}, true, &Ly.post_attn_norm},
-          {p + "ffn_norm.weight", {D}, true, &Ly.ffn_norm},
-          {p + "post_ffw_norm.weight", {D}, true, &Ly.post_ffn_norm},
-      });
+                            {p + "attn_norm.weight", {D}, true, &Ly.attn_norm},
+                            {p + "attn_q.weight", {Q, D}, true, &Ly.attn.wq},
+                            {p + "attn_q_norm.weight", {Dh}, true, &Ly.attn.q_norm},
+                            {p + "attn_k.weight", {KV, D}, own_kv, &Ly.attn.wk},
+                            {p + "attn_k_norm.weight", {Dh}, own_kv, &Ly.attn.k_norm},
+                            // Global layers may take their values from the key projection (no attn_v).
+                            {p + "attn_v.weight", {KV, D}, own_kv && c.is_sliding(l), &Ly.attn.wv},
+                            {p + "attn_output.weight", {D, Q}, true, &Ly.attn.wo},
+                            {p + "post_attention_norm.weight", {D}, true, &Ly.post_attn_norm},
+                            {p + "ffn_norm.weight", {D}, true, &Ly.ffn_norm},
+                            {p + "post_ffw_norm.weight", {D}, true, &Ly.post_ffn_norm},
+                        });
       add_glu_specs(&s, p, D, c.n_ff_of(l), &Ly.ffn);
       if (c.is_moe()) {
         const int64_t E = c.n_experts, Fe = c.n_ff_exp;
         s.insert(s.end(), {
-            {p + "ffn_gate_inp.weight", {E, D}, true, &Ly.router},
-            {p + "ffn_gate_inp.scale", {D}, true, &Ly.router_scale},
-            {p + "ffn_gate_up_exps.weight", {E, 2 * Fe, D}, true, &Ly.gate_up_exps, true},
-            {p + "ffn_down_exps.weight", {E, D, Fe}, true, &Ly.down_exps, true},
-            // Gathered per routed row by the embed op (as an [E, 1] table).
-            {p + "ffn_down_exps.scale", {E}, true, &Ly.expert_scale, false, false, false, 0, 0, true},
-            {p + "pre_ffw_norm_2.weight", {D}, true, &Ly.pre_ffn_norm_2},
-            {p + "post_ffw_norm_1.weight", {D}, true, &Ly.post_ffn_norm_1},
-            {p + "post_ffw_norm_2.weight", {D}, true, &Ly.post_ffn_norm_2},
-        });
+                              {p + "ffn_gate_inp.weight", {E, D}, true, &Ly.router},
+                              {p + "ffn_gate_inp.scale", {D}, true, &Ly.router_scale},
+                              {p + "ffn_gate_up_exps.weight", {E, 2 * Fe, D}, true, &Ly.gate_up_exps, true},
+                              {p + "ffn_down_exps.weight", {E, D, Fe}, true, &Ly.down_exps, true},
+                              // Gathered per routed row by the embed op (as an [E, 1] table).
+                              {p + "ffn_down_exps.scale", {E}, true, &Ly.expert_scale, false, false, false, 0, 0, true},
+                              {p + "pre_ffw_norm_2.weight", {D}, true, &Ly.pre_ffn_norm_2},
+                              {p + "post_ffw_norm_1.weight", {D}, true, &Ly.post_ffn_norm_1},
+                              {p + "post_ffw_norm_2.weight", {D}, true, &Ly.post_ffn_norm_2},
+                          });
       }
       if (P > 0)
         s.insert(s.end(), {
-            {p + "inp_gate.weight", {P, D}, true, &Ly.ple_gate},
-            {p + "proj.weight", {D, P}, true, &Ly.ple_proj},
-            {p + "post_norm.weight", {D}, true, &Ly.ple_post_norm},
-        });
+                              {p + "inp_gate.weight", {P, D}, true, &Ly.ple_gate},
+                              {p + "proj.weight", {D, P}, true, &Ly.ple_proj},
+                              {p + "post_norm.weight", {D}, true, &Ly.ple_post_norm},
+                          });
     }
     return s;
   }
@@ -285,7 +295,7 @@ class Gemma4 final : public Architecture {
     const ModelConfig& c = ctx.c;
     Graph& g = ctx.g;
     const int64_t T = ctx.n_tokens, P = c.n_embd_per_layer;
-    ValueId x = ctx.embed_tokens(w.tok_embd, c.embd_scale);  // [T, D]
+    ValueId x = ctx.embed_tokens(w.tok_embd, c.embd_scale);              // [T, D]
     const ValueId ple = P > 0 ? per_layer_inputs(ctx, w, x) : kNoValue;  // [T, L * P]
     const ValueId freq = ctx.optional(w.rope_freqs);
     std::vector<std::pair<ValueId, ValueId>> kv(size_t(c.n_layers), {kNoValue, kNoValue});  // each layer's own K, V
@@ -344,7 +354,8 @@ class Gemma4 final : public Architecture {
       ctx.route_ids.push_back(ids);
     }
     // Each chosen weight times its expert's scale: the scales gathered by the routed ids.
-    const ValueId per_expert = g.embed(g.reshape(g.input(Ly.expert_scale), {E, 1}), g.reshape(ids, {T * k}), DType::kF32);
+    const ValueId per_expert =
+        g.embed(g.reshape(g.input(Ly.expert_scale), {E, 1}), g.reshape(ids, {T * k}), DType::kF32);
     weights = g.mul(weights, g.reshape(per_expert, {T, k}));
     const ValueId h = g.rms_norm(x, g.input(Ly.pre_ffn_norm_2), c.rms_eps);
     const ValueId gu = g.matmul_id(h, g.input(Ly.gate_up_exps), ids);  // [T, k, 2 Fe]: gate rows, then up rows

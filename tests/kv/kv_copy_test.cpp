@@ -120,7 +120,12 @@ TEST_F(KvCopy, PerLayerShapesAndSharedLayers) {
     SCOPED_TRACE(name);
     CountingDevice dev(inner);
     KvCacheConfig c;
-    c.n_layers = 4; c.n_kv_heads = 2; c.head_dim = 16; c.block_size = 4; c.n_blocks = kBlocks; c.dtype = DType::kF16;
+    c.n_layers = 4;
+    c.n_kv_heads = 2;
+    c.head_dim = 16;
+    c.block_size = 4;
+    c.n_blocks = kBlocks;
+    c.dtype = DType::kF16;
     c.layer_kv_heads = {2, 1, 2, 1};
     c.layer_head_dim = {16, 32, 16, 32};
     c.kv_source = {0, 1, 0, 1};
