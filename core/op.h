@@ -19,7 +19,7 @@ enum class OpKind : uint8_t {
   kGlu,        // act(gate) * up: SwiGLU (silu) or GeGLU (gelu, tanh form)
   kAdd,        // a + b, b broadcast over leading dims
   kMul,        // a * b, b broadcast over leading dims
-  kScale,      // x * s
+  kScale,      // x * s, then softcap * tanh(. / softcap) when softcap > 0 (Gemma's logit softcap)
   kSoftmax,    // softmax(x * scale) over the last dim
   kTopkRoute,  // router scores -> (expert ids, weights)
   kCast,       // dtype conversion between f32/f16/bf16
@@ -29,8 +29,8 @@ enum class OpKind : uint8_t {
   kGelu,       // 0.5 x (1 + erf(x / sqrt 2)): the exact GELU of BERT's FFN (no gate)
   // Recurrent layers (hybrid models): each sequence's state lives in a RecurrentStatePool row
   // (core/kv/state_pool.h) that the op reads and updates in place, as attention writes the KV cache.
-  kSsmConv,       // causal depthwise conv1d over each sequence's rows, its last K-1 inputs kept
-  kGatedDeltaNet, // gated delta rule: linear attention with a per-sequence [Hv, Dk, Dv] state
+  kSsmConv,        // causal depthwise conv1d over each sequence's rows, its last K-1 inputs kept
+  kGatedDeltaNet,  // gated delta rule: linear attention with a per-sequence [Hv, Dk, Dv] state
   kCount,
 };
 inline constexpr int kNumOps = static_cast<int>(OpKind::kCount);
@@ -46,7 +46,10 @@ enum class RouteScoring : uint8_t { kSoftmax, kSigmoid };
 struct NoParams {};
 struct RmsNormParams { float eps = 1e-5f; };
 struct LayerNormParams { float eps = 1e-12f; };
-struct ScaleParams { float scale = 1.0f; };
+struct ScaleParams {
+  float scale = 1.0f;
+  float softcap = 0.0f;  // 0: none; else y = softcap * tanh(scale * x / softcap)
+};
 struct SoftmaxParams { float scale = 1.0f; };
 struct GluParams { GluKind kind = GluKind::kSilu; };
 struct CastParams { DType to = DType::kF32; };

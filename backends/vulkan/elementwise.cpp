@@ -43,7 +43,10 @@ Status record_elementwise(Recorder& rec, const Graph& g, const Node& n) {
     p.b_rows = uint32_t(b.rows());  // add/mul: b broadcasts over a's leading rows
     reads.push_back(span_of(b));
   }
-  if (n.op == OpKind::kScale) p.scale = n.param<ScaleParams>().scale;
+  if (n.op == OpKind::kScale) {
+    p.scale = n.param<ScaleParams>().scale;
+    p.softcap = n.param<ScaleParams>().softcap;
+  }
   const int64_t count = a.numel();
   if (count >= (int64_t(1) << 32)) return Unimplemented("vulkan: elementwise over more than 2^32 elements: " + a.shape_string());
   return rec.dispatch("elementwise", {kWorkgroup, uint32_t(op)}, p, {groups_for(count, kWorkgroup), 1, 1}, reads,

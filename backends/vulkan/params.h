@@ -25,7 +25,7 @@ struct EltParams {
   uint32_t out_dtype = 0;
   float scale = 1.0f;
   uint32_t b_rows = 1;
-  uint32_t pad = 0;
+  float softcap = 0.0f;  // scale: > 0 caps y to softcap * tanh(y / softcap)
 };
 static_assert(sizeof(EltParams) == 112);
 

@@ -8,7 +8,8 @@ namespace tessera {
   X(gemma3)                      \
   X(phi3)                        \
   X(bert)                        \
-  X(qwen35)
+  X(qwen35)                      \
+  X(gemma4)
 
 #define TESSERA_DECLARE_ARCH(name) const Architecture& name##_architecture();
 TESSERA_ARCHITECTURES(TESSERA_DECLARE_ARCH)
