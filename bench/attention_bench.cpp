@@ -18,12 +18,6 @@
 namespace tessera::bench {
 namespace {
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 // A device tensor of |shape| with values uniform in [-1, 1), quantised row by row into |dt|.
 Result<Tensor> random_tensor(Device& dev, DType dt, const std::vector<int64_t>& shape, std::mt19937& rng) {
   const Tensor desc = Tensor::make(dt, int(shape.size()), shape.data());
@@ -85,8 +79,8 @@ Status measure(Device& dev, DType cache, const AttentionBenchArgs& a) {
     cpu.push_back((process_cpu_seconds() - c0) / threads);
   }
   // The GFLOP/s are of the device's own time where it has a clock, else of CPU time / threads.
-  const double w = median(wall), c = median(cpu), flops = 4.0 * double(Hq * D) * double(fresh) * double(ctx);
-  const double basis = device.empty() ? c : median(device);
+  const double w = median_of(wall), c = median_of(cpu), flops = 4.0 * double(Hq * D) * double(fresh) * double(ctx);
+  const double basis = device.empty() ? c : median_of(device);
   std::printf("cache=%-8s ctx=%lld new=%lld: wall %8.2f ms (%.3f ms/query token) | cpu-time/threads %8.2f ms", dtype_name(cache),
               (long long)ctx, (long long)fresh, w * 1e3, w * 1e3 / double(fresh), c * 1e3);
   if (!device.empty()) std::printf(" | device %8.2f ms", basis * 1e3);

@@ -39,12 +39,6 @@
 namespace tessera::bench {
 namespace {
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 struct Timing {
   double wall = 0, cpu = 0;  // seconds
 };
@@ -188,7 +182,7 @@ Result<Measured> time_matmul(cpu::CpuDevice& device, DType w, int64_t M, int64_t
       bw.push_back(double(pass_bytes) / rd.wall / 1e9), bc.push_back(double(pass_bytes) / rd.cpu / 1e9);
     }
   }
-  return Measured{{median(wall), median(cpu)}, median(rw), median(rc), median(bw), median(bc)};
+  return Measured{{median_of(wall), median_of(cpu)}, median_of(rw), median_of(rc), median_of(bw), median_of(bc)};
 }
 
 // The decode kernel's rate with the weights in cache: every thread runs the GEMV tile on its
@@ -248,7 +242,7 @@ double in_cache_gbs(cpu::ThreadPool& pool, DType w, int64_t K, double seconds, b
     });
     gbs.push_back(double(threads) * double(calls) * double(rb * rows_used) / (now_seconds() - t0) / 1e9);
   }
-  return median(gbs);
+  return median_of(gbs);
 }
 
 }  // namespace
@@ -324,17 +318,21 @@ int run_gemv(const GemvArgs& a) {
             auto g = time_matmul(device, w, m, N_prefill, K, 1, a.quick ? 2 : 3, nullptr, prep);
             if (g.ok()) gf[prep ? 0 : 1].push_back(2.0 * double(m) * double(N_prefill) * double(K) / g->call.wall / 1e9);
           }
-        std::printf("        %-10s GEMM M=%-4lld N=%lld K=%lld GFLOP/s: prepared %.1f, rows %.1f (x%.2f)\n", r.dtype.c_str(),
-                    static_cast<long long>(m), static_cast<long long>(N_prefill), static_cast<long long>(K),
-                    median(gf[0]), median(gf[1]), median(gf[1]) > 0 ? median(gf[0]) / median(gf[1]) : 0.0);
-        rows.push_back({t, dtype_name(w), "gemm_m" + std::to_string(m) + "_prepared", median(gf[0]), median(gf[0]), 0, 0});
-        rows.push_back({t, dtype_name(w), "gemm_m" + std::to_string(m) + "_rows", median(gf[1]), median(gf[1]), 0, 0});
+        std::printf("        %-10s GEMM M=%-4lld N=%lld K=%lld GFLOP/s: prepared %.1f, rows %.1f (x%.2f)\n",
+                    r.dtype.c_str(), static_cast<long long>(m), static_cast<long long>(N_prefill),
+                    static_cast<long long>(K), median_of(gf[0]), median_of(gf[1]),
+                    median_of(gf[1]) > 0 ? median_of(gf[0]) / median_of(gf[1]) : 0.0);
+        rows.push_back(
+            {t, dtype_name(w), "gemm_m" + std::to_string(m) + "_prepared", median_of(gf[0]), median_of(gf[0]), 0, 0});
+        rows.push_back(
+            {t, dtype_name(w), "gemm_m" + std::to_string(m) + "_rows", median_of(gf[1]), median_of(gf[1]), 0, 0});
       }
       std::fflush(stdout);
     }
-    rows.push_back({t, "-", "read", median(read_w), median(read_c), 100, 100});
-    std::printf("read bandwidth, %d thread%s (median over the formats' paired passes): wall %.1f GB/s, cpu-time %.1f GB/s\n",
-                t, t > 1 ? "s" : "", median(read_w), median(read_c));
+    rows.push_back({t, "-", "read", median_of(read_w), median_of(read_c), 100, 100});
+    std::printf(
+        "read bandwidth, %d thread%s (median over the formats' paired passes): wall %.1f GB/s, cpu-time %.1f GB/s\n", t,
+        t > 1 ? "s" : "", median_of(read_w), median_of(read_c));
   }
   if (!a.csv.empty()) {
     std::ofstream f(a.csv);

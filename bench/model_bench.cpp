@@ -97,11 +97,6 @@ Result<RunResult> run_requests(Model& m, int n_seqs, int prompt, int decode) {
   return out;
 }
 
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
 int run_model_bench(const ModelBenchArgs& a) {
   if (!force_cpu_isa(a.isa)) return 1;
   const size_t n = (size_t(512) << 20) / sizeof(float);

@@ -3,6 +3,7 @@
 #pragma once
 #include <vector>
 
+#include "bench/timing.h"
 #include "models/model.h"
 
 namespace tessera::bench {
@@ -24,7 +25,5 @@ struct RunResult {
 // |n_seqs| requests of |prompt| tokens each generating |decode| tokens, all submitted at once;
 // prefill from the median TTFT, decode from the median TPOT.
 Result<RunResult> run_requests(Model& m, int n_seqs, int prompt, int decode);
-
-double median_of(std::vector<double> v);
 
 }  // namespace tessera::bench

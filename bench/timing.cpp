@@ -6,6 +6,12 @@
 
 namespace tessera::bench {
 
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 Result<Stat> time_calls(const std::function<Status(int64_t)>& call, const std::function<Status()>& finish,
                         const TimingBudget& budget, std::string* note) {
   int64_t index = 0;

@@ -5,11 +5,15 @@
 #include <ctime>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "bench/roofline_model.h"
 #include "core/status.h"
 
 namespace tessera::bench {
+
+// The median of |v| (the upper one of an even count); 0 when empty.
+double median_of(std::vector<double> v);
 
 inline double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();

@@ -68,3 +68,13 @@ if(Boost_CONTEXT_FOUND)
 endif()
 
 message(STATUS "tessera: Vulkan=${TESSERA_HAVE_VULKAN} CUDA=${TESSERA_HAVE_CUDA} HIP=${TESSERA_HAVE_HIP} oneDNN=${dnnl_FOUND}")
+
+# Optional: oneTBB (libtbb-dev) and OpenMP, for the pool design comparison (backends/cpu). Found
+# here, at the top scope, because an installed static tessera_backends names TBB::tbb in its link
+# interface and tesseraConfig.cmake must then find it for a consumer.
+find_package(OpenMP QUIET)
+find_package(TBB CONFIG QUIET)
+set(TESSERA_HAVE_TBB OFF)
+if(TBB_FOUND)
+  set(TESSERA_HAVE_TBB ON)
+endif()

@@ -287,12 +287,15 @@ ValueId Graph::binary(OpKind op, ValueId a, ValueId b) {
 ValueId Graph::add(ValueId a, ValueId b) { return binary(OpKind::kAdd, a, b); }
 ValueId Graph::mul(ValueId a, ValueId b) { return binary(OpKind::kMul, a, b); }
 
-ValueId Graph::scale(ValueId x, float s) {
+ValueId Graph::scale(ValueId x, float s, float softcap) {
   const OpKind op = OpKind::kScale;
   if (!status_.ok() || !check(valid(x), op, "invalid value id")) return kNoValue;
   const Tensor& a = tensor(x);
-  if (!check(is_act(a.dtype), op, "x must be float, got " + desc(a))) return kNoValue;
-  return add_node(op, {x}, Tensor::make(a.dtype, a.rank, a.shape.data()), ScaleParams{s});
+  if (!check(is_act(a.dtype), op, "x must be float, got " + desc(a)) ||
+      !check(softcap >= 0.0f && std::isfinite(softcap), op,
+             "softcap must be finite and >= 0, got " + std::to_string(softcap)))
+    return kNoValue;
+  return add_node(op, {x}, Tensor::make(a.dtype, a.rank, a.shape.data()), ScaleParams{s, softcap});
 }
 
 ValueId Graph::softmax(ValueId x, float scale) {

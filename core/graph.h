@@ -74,7 +74,8 @@ class Graph {
   ValueId gated_delta_net(const GatedDeltaNetInputs& in, const GatedDeltaNetParams& p);
   ValueId add(ValueId a, ValueId b);
   ValueId mul(ValueId a, ValueId b);
-  ValueId scale(ValueId x, float s);
+  // x * s; with |softcap| > 0 then softcap * tanh(. / softcap) (final logit softcapping).
+  ValueId scale(ValueId x, float s, float softcap = 0.0f);
   ValueId softmax(ValueId x, float scale = 1.0f);
   // Returns {ids [T,k] i32, weights [T,k] f32}.
   std::pair<ValueId, ValueId> topk_route(ValueId logits, const TopkRouteParams& p,

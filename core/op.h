@@ -19,7 +19,7 @@ enum class OpKind : uint8_t {
   kGlu,        // act(gate) * up: SwiGLU (silu), GeGLU (gelu, tanh form), sigmoid gate, gpt-oss's clamped SwiGLU
   kAdd,        // a + b, b broadcast over leading dims
   kMul,        // a * b, b broadcast over leading dims
-  kScale,      // x * s
+  kScale,      // x * s, then softcap * tanh(. / softcap) when softcap > 0 (Gemma's logit softcap)
   kSoftmax,    // softmax(x * scale) over the last dim
   kTopkRoute,  // router scores -> (expert ids, weights)
   kCast,       // dtype conversion between f32/f16/bf16
@@ -48,7 +48,10 @@ enum class RouteScoring : uint8_t { kSoftmax, kSigmoid };
 struct NoParams {};
 struct RmsNormParams { float eps = 1e-5f; };
 struct LayerNormParams { float eps = 1e-12f; };
-struct ScaleParams { float scale = 1.0f; };
+struct ScaleParams {
+  float scale = 1.0f;
+  float softcap = 0.0f;  // 0: none; else y = softcap * tanh(scale * x / softcap)
+};
 struct SoftmaxParams { float scale = 1.0f; };
 struct GluParams {
   GluKind kind = GluKind::kSilu;

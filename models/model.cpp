@@ -498,6 +498,9 @@ Result<std::unique_ptr<KvCache>> Model::create_kv_cache(int64_t n_tokens, DType 
   kc.n_layers = cfg_.n_layers;
   kc.n_kv_heads = cfg_.n_kv_heads;
   kc.head_dim = cfg_.head_dim;
+  kc.layer_kv_heads = cfg_.layer_kv_heads;
+  kc.layer_head_dim = cfg_.layer_head_dim;
+  kc.kv_source = cfg_.layer_kv_source;
   kc.block_size = block_size;
   kc.n_blocks = int((n_tokens + block_size - 1) / block_size);
   kc.dtype = dtype;

@@ -71,8 +71,22 @@ struct ModelConfig {
   int ssm_v_heads = 0;           // Hv: value heads (a multiple of Hk)
   int ssm_head_dim = 0;          // Dk = Dv
   bool attn_output_gate = false;  // the q projection carries a per-head sigmoid gate of the output
+  // Gemma 4: layers that differ in shape, KV-sharing layers, per-layer embeddings.
+  std::vector<int> layer_head_dim;  // [n_layers]; empty: every layer head_dim
+  std::vector<int> layer_kv_heads;  // [n_layers]; empty: every layer n_kv_heads
+  std::vector<int> layer_n_ff;      // [n_layers]; empty: every layer n_ff
+  // [n_layers]: the layer whose K/V layer l attends over: l itself, or for a KV-sharing layer the
+  // earlier layer of its kind that computed them. Empty: every layer its own.
+  std::vector<int> layer_kv_source;
+  std::vector<float> layer_out_scale;  // [n_layers]: multiplies each layer's output; empty: 1
+  int n_embd_per_layer = 0;            // width of each layer's per-layer embedding input; 0: none
+  float final_softcap = 0.0f;          // logits = cap * tanh(logits / cap); 0: none
 
   bool is_encoder() const { return !causal; }
+  int head_dim_of(int layer) const { return layer_head_dim.empty() ? head_dim : layer_head_dim[size_t(layer)]; }
+  int kv_heads_of(int layer) const { return layer_kv_heads.empty() ? n_kv_heads : layer_kv_heads[size_t(layer)]; }
+  int n_ff_of(int layer) const { return layer_n_ff.empty() ? n_ff : layer_n_ff[size_t(layer)]; }
+  int kv_source(int layer) const { return layer_kv_source.empty() ? layer : layer_kv_source[size_t(layer)]; }
 
   bool is_moe() const { return n_experts > 0; }
   bool is_recurrent(int layer) const {

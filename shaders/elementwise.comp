@@ -34,6 +34,7 @@ struct EltParams {
   float scale;  // scale; swiglu_oai: alpha
   uint b_rows;
   float limit;  // swiglu_oai
+  float softcap;
 };
 layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer ParamsRef { EltParams p; };
 
@@ -50,6 +51,7 @@ void main() {
       y = OP == OP_ADD ? x + z : x * z;
     } else if (OP == OP_SCALE) {
       y = x * P.scale;
+      if (P.softcap > 0.0) y = P.softcap * tanh(y / P.softcap);
     } else if (OP == OP_SILU_GLU) {
       y = x / (1.0 + exp(-x)) * load_elem(P.b, r, c);
     } else if (OP == OP_GELU_GLU) {

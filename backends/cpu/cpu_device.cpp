@@ -133,6 +133,7 @@ std::string CpuDevice::thread_summary() const {
   char buf[512];
   std::string out = std::to_string(threads_decode_) + " threads";
   if (threads_batch_ != threads_decode_) out += " (" + std::to_string(threads_batch_) + " for prefill)";
+  if (s.tbb) return out + ", on a oneTBB arena (TESSERA_CPU_POOL=tbb)";
   if (!s.adaptive) return out + ", fixed (TESSERA_CPU_ADAPT=0)";
   if (s.ops == 0) return out + ", adaptive";
   std::snprintf(buf, sizeof(buf),

@@ -186,9 +186,12 @@ Status binary(ThreadPool& pool, const Graph& g, const Node& n) {
 
 Status scale(ThreadPool& pool, const Graph& g, const Node& n) {
   const Tensor& x = g.input_tensor(n, 0);
-  const float s = n.param<ScaleParams>().scale;
+  const float s = n.param<ScaleParams>().scale, cap = n.param<ScaleParams>().softcap;
   for_rows(pool, g.output_tensor(n), [&](int64_t r, float* ta, float*, float* res) {
     HWY_DYNAMIC_DISPATCH(ScaleRow)(load_row_f32(x, r, ta), s, res, x.cols());
+    // NOTE: scalar tanh; the softcap runs once per step on the sampled rows' logits.
+    if (cap > 0)
+      for (int64_t i = 0; i < x.cols(); ++i) res[i] = cap * std::tanh(res[i] / cap);
   });
   return OkStatus();
 }

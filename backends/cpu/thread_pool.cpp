@@ -220,6 +220,7 @@ ThreadPoolStats ThreadPool::stats() const {
   ThreadPoolStats s;
   s.threads = n_threads_;
   s.adaptive = adaptive_;
+  s.tbb = tbb_ != nullptr;
   for (int l = 0; l < 2; ++l) {
     s.cap[l] = lanes_[l].cap;
     s.width[l] = lanes_[l].width;

@@ -41,6 +41,7 @@ struct ThreadPoolStats {
   int width[2] = {0, 0};      // per lane: the width now
   int min_width[2] = {0, 0};  // per lane: the narrowest width used (0: lane unused)
   bool adaptive = false;
+  bool tbb = false;           // the calls run on a oneTBB arena (TESSERA_CPU_POOL=tbb)
   uint64_t ops = 0;           // calls of the pool
   uint64_t narrow_ops = 0;    // calls run below their lane's cap (the pool shrank under load)
   uint64_t shrinks = 0;       // times a lane narrowed

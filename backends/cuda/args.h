@@ -75,8 +75,9 @@ enum class Pointwise : uint8_t { kAdd, kMul, kScale, kSiluGlu, kGeluGlu, kGelu, 
 struct PointwiseArgs {
   Pointwise op;
   View a, b, out;  // b: the second operand of add/mul/glu (rows broadcast by r % b.rows)
-  float scale;     // scale; swiglu_oai: alpha
-  float limit;     // swiglu_oai
+  float scale;    // scale; swiglu_oai: alpha
+  float limit;    // swiglu_oai
+  float softcap;  // scale: > 0 caps v to softcap * tanh(v / softcap)
 };
 struct NormArgs {
   bool layer;      // layer_norm (mean-centred, with an optional bias) else rms_norm
@@ -187,6 +188,7 @@ inline constexpr int kAttnSplitKeys = 256;
 inline constexpr int kAttnSplitTarget = 512;
 inline constexpr int kAttnMaxSplits = 64;
 inline constexpr int kMaxHeadDim = 256;
+inline constexpr int kMaxHeadDimWide = 512;  // AttentionKernelWide
 
 // The recurrent layers (core/op.h in::SsmConv, in::GatedDeltaNet): one thread per (sequence,
 // channel) of the conv and per (sequence, value head, state column) of the delta rule.

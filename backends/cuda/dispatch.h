@@ -50,6 +50,9 @@ void dispatch(R& r, const Launch& l) {
     case KernelKind::kTopkRoute: r.template run<TopkRouteKernel>(l, std::get<TopkRouteArgs>(l.args)); break;
     case KernelKind::kKvStore: r.template run<KvStoreKernel>(l, std::get<KvStoreArgs>(l.args)); break;
     case KernelKind::kAttention: r.template run<AttentionKernel>(l, std::get<AttentionArgs>(l.args)); break;
+    case KernelKind::kAttentionWide:
+      r.template run<AttentionKernelWide>(l, std::get<AttentionArgs>(l.args));
+      break;
     case KernelKind::kQuantizeQ8: r.template run<QuantizeQ8Kernel>(l, std::get<QuantizeQ8Args>(l.args)); break;
     case KernelKind::kMoeSort: r.template run<MoeSortKernel>(l, std::get<MoeSortArgs>(l.args)); break;
     case KernelKind::kMoeWeightedSum: r.template run<MoeWeightedSumKernel>(l, std::get<MoeWeightedSumArgs>(l.args)); break;

@@ -81,7 +81,10 @@ struct PointwiseKernel {
       switch (a.op) {
         case Pointwise::kAdd: v = x + y; break;
         case Pointwise::kMul: v = x * y; break;
-        case Pointwise::kScale: v = x * a.scale; break;
+        case Pointwise::kScale:
+          v = x * a.scale;
+          if (a.softcap > 0.0f) v = a.softcap * tanhf(v / a.softcap);
+          break;
         case Pointwise::kSiluGlu: v = x / (1.0f + expf(-x)) * y; break;
         case Pointwise::kGeluGlu: v = gelu_tanh(x) * y; break;
         case Pointwise::kGelu: v = gelu_erf(x); break;
@@ -717,7 +720,8 @@ TS_KFN float fold_sink(const View& sinks, int64_t h, float& M, float& L) {
 // warps take keys in turn, each with its own online softmax, merged at the end. With split-K
 // (a.splits > 1, grid x = rows * splits) the block takes one part of the keys and leaves its
 // unnormalised sum, max and denominator to AttentionCombineKernel.
-struct AttentionKernel {
+template <int kMaxD>
+struct AttentionKernelT {
   using Args = AttentionArgs;
   template <class C> TS_KFN static void run(C& c, const Args& a) {
     const int64_t t = c.bx() / a.splits, split = c.bx() % a.splits, h = c.by();
@@ -725,8 +729,8 @@ struct AttentionKernel {
     float* part = a.splits > 1 ? a.partial + ((t * Hq + h) * a.splits + split) * (D + 2) : nullptr;
     const int64_t group = Hq / a.hkv, hk = h / group;
     const int lane = c.tid() % kWarp, warp = c.tid() / kWarp;
-    float* q = c.template smem<1, float, kMaxHeadDim>();
-    float* om = c.template smem<2, float, kAttnWarps * (kMaxHeadDim + 2)>();
+    float* q = c.template smem<1, float, kMaxD>();
+    float* om = c.template smem<2, float, kAttnWarps*(kMaxD + 2)>();
     // The sequence of token t: the last s with query_start[s] <= t.
     int64_t lo_s = 0, hi_s = a.n_seqs - 1;
     while (lo_s < hi_s) {
@@ -762,7 +766,7 @@ struct AttentionKernel {
     const uint8_t* rq = a.q.row(t * Hq + h);
     for (int64_t i = c.tid(); i < D; i += c.ntid()) q[i] = load_f(rq + i * a.q.col_stride(), a.q.dtype);
     c.sync();
-    constexpr int kPer = kMaxHeadDim / kWarp;
+    constexpr int kPer = kMaxD / kWarp;
     float o[kPer];
     for (int i = 0; i < kPer; ++i) o[i] = 0.0f;
     float m = -INFINITY, l = 0.0f;
@@ -786,25 +790,28 @@ struct AttentionKernel {
       m = m_new;
     }
     if (bad && lane == 0) c.set_error(a.err, KernelError::kAttnMetadata);
-    float* mine = om + warp * (kMaxHeadDim + 2);
+    float* mine = om + warp * (kMaxD + 2);
     for (int i = 0; i < kPer; ++i)
       if (lane + i * kWarp < D) mine[lane + i * kWarp] = o[i];
-    if (lane == 0) { mine[kMaxHeadDim] = m; mine[kMaxHeadDim + 1] = l; }
+    if (lane == 0) {
+      mine[kMaxD] = m;
+      mine[kMaxD + 1] = l;
+    }
     c.sync();
     float M = -INFINITY;
-    for (int w = 0; w < kAttnWarps; ++w) M = fmaxf(M, om[w * (kMaxHeadDim + 2) + kMaxHeadDim]);
+    for (int w = 0; w < kAttnWarps; ++w) M = fmaxf(M, om[w * (kMaxD + 2) + kMaxD]);
     float L = 0.0f;
     for (int w = 0; w < kAttnWarps; ++w) {
-      const float* ow = om + w * (kMaxHeadDim + 2);
-      if (ow[kMaxHeadDim + 1] > 0.0f) L += ow[kMaxHeadDim + 1] * expf(ow[kMaxHeadDim] - M);
+      const float* ow = om + w * (kMaxD + 2);
+      if (ow[kMaxD + 1] > 0.0f) L += ow[kMaxD + 1] * expf(ow[kMaxD] - M);
     }
     const float M0 = M;  // the accumulators are relative to the keys' max, before the sink
     const float corr = part ? 1.0f : fold_sink(a.sinks, h, M, L);  // split-K: the combine folds it
     for (int64_t i = c.tid(); i < D; i += c.ntid()) {
       float acc = 0.0f;
       for (int w = 0; w < kAttnWarps; ++w) {
-        const float* ow = om + w * (kMaxHeadDim + 2);
-        if (ow[kMaxHeadDim + 1] > 0.0f) acc += ow[i] * expf(ow[kMaxHeadDim] - M0);
+        const float* ow = om + w * (kMaxD + 2);
+        if (ow[kMaxD + 1] > 0.0f) acc += ow[i] * expf(ow[kMaxD] - M0);
       }
       if (part) part[i] = acc;  // unnormalised, relative to M
       else store_f(ro + i * so, a.out.dtype, L > 0.0f ? acc * corr / L : 0.0f);
@@ -812,6 +819,10 @@ struct AttentionKernel {
     if (part && c.tid() == 0) { part[D] = M; part[D + 1] = L; }
   }
 };
+// Heads up to 256 wide, and up to 512 (Gemma 4's global layers) with twice the registers and
+// shared memory per block, so the narrower heads keep the smaller kernel.
+using AttentionKernel = AttentionKernelT<kMaxHeadDim>;
+using AttentionKernelWide = AttentionKernelT<kMaxHeadDimWide>;
 
 // attention_combine: merges the split-K partials of one (row, head) per block: out = sum_s
 // acc_s e^(M_s - M) / sum_s L_s e^(M_s - M), over the splits that saw keys (L_s > 0).

@@ -31,6 +31,8 @@ const char* kernel_name(KernelKind k) {
     case KernelKind::kTopkRoute: return "topk_route";
     case KernelKind::kKvStore: return "kv_store";
     case KernelKind::kAttention: return "attention";
+    case KernelKind::kAttentionWide:
+      return "attention_wide";
     case KernelKind::kQuantizeQ8: return "quantize_q8";
     case KernelKind::kAttentionCombine: return "attention_combine";
     case KernelKind::kMoeSort: return "moe_sort";
@@ -174,7 +176,11 @@ Status plan_node(const Graph& g, int ni, const AddressOf& address, int32_t* err,
       switch (n.op) {
         case OpKind::kAdd: a.op = Pointwise::kAdd; a.b = in(1); break;
         case OpKind::kMul: a.op = Pointwise::kMul; a.b = in(1); break;
-        case OpKind::kScale: a.op = Pointwise::kScale; a.scale = n.param<ScaleParams>().scale; break;
+        case OpKind::kScale:
+          a.op = Pointwise::kScale;
+          a.scale = n.param<ScaleParams>().scale;
+          a.softcap = n.param<ScaleParams>().softcap;
+          break;
         case OpKind::kGlu:
           switch (n.param<GluParams>().kind) {
             case GluKind::kSilu: a.op = Pointwise::kSiluGlu; break;
@@ -347,7 +353,8 @@ Status plan_node(const Graph& g, int ni, const AddressOf& address, int32_t* err,
       const auto& p = n.param<AttentionParams>();
       const View q = in(in::kAttnQ), kc = in(in::kAttnKCache);
       const int64_t D = q.cols();
-      if (D > kMaxHeadDim) return fail("head dim " + std::to_string(D) + " above " + std::to_string(kMaxHeadDim));
+      if (D > kMaxHeadDimWide)
+        return fail("head dim " + std::to_string(D) + " above " + std::to_string(kMaxHeadDimWide));
       if (q.shape[0] > kMaxGridX || q.shape[1] > kMaxGridY) return fail("too many tokens or heads for one launch");
       KvStoreArgs s{in(in::kAttnK), in(in::kAttnV), kc, in(in::kAttnVCache), in(in::kAttnSlotMapping),
                     kc.shape[0] * kc.shape[1], err};
@@ -376,7 +383,7 @@ Status plan_node(const Graph& g, int ni, const AddressOf& address, int32_t* err,
       a.sliding_window = p.sliding_window;
       a.causal = p.causal;
       a.err = err;
-      l.kind = KernelKind::kAttention;
+      l.kind = D > kMaxHeadDim ? KernelKind::kAttentionWide : KernelKind::kAttention;
       l.block = kAttnWarps * 32;
       a.splits = attention_splits(q.shape[0], q.shape[1], a.block_tables.cols() * a.block_size);
       if (q.shape[0] * a.splits > kMaxGridX) a.splits = 1;

@@ -13,8 +13,24 @@
 namespace tessera::gpu {
 
 enum class KernelKind : uint8_t {
-  kPointwise, kNorm, kSoftmax, kRope, kEmbed, kMatmul, kMatmulId, kTopkRoute, kKvStore, kAttention, kQuantizeQ8,
-  kAttentionCombine, kMoeSort, kMoeWeightedSum, kMatmulMma, kSsmConv, kGatedDeltaNet,
+  kPointwise,
+  kNorm,
+  kSoftmax,
+  kRope,
+  kEmbed,
+  kMatmul,
+  kMatmulId,
+  kTopkRoute,
+  kKvStore,
+  kAttention,
+  kQuantizeQ8,
+  kAttentionCombine,
+  kMoeSort,
+  kMoeWeightedSum,
+  kMatmulMma,
+  kSsmConv,
+  kGatedDeltaNet,
+  kAttentionWide,
 };
 const char* kernel_name(KernelKind k);
 
@@ -51,7 +67,7 @@ struct Scratch {
 };
 
 // The launches of |node|, in order; |err| is the device's error word (args.h KernelError).
-// Fails, naming the node, on a shape the kernels do not take (a head dim above kMaxHeadDim, a
+// Fails, naming the node, on a shape the kernels do not take (a head dim above kMaxHeadDimWide, a
 // weight in another backend's layout, more than kMaxRouteExperts experts, a grid too large).
 Status plan_node(const Graph& graph, int node_index, const AddressOf& address, int32_t* err, Scratch& scratch,
                  std::vector<Launch>& out);

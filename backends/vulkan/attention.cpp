@@ -13,7 +13,10 @@ namespace tessera::vulkan {
 
 namespace {
 constexpr uint32_t kWorkgroup = 64;
-constexpr uint32_t kMaxHeadDim = 256;  // attention.comp MAX_D (shared memory for q)
+// attention.comp's MAX_D (shared memory for q): 256, or 512 for wider heads (Gemma 4's global
+// layers) in a pipeline of their own. Each thread keeps PER_THREAD (8) output dims: 512 / 64.
+constexpr uint32_t kMaxHeadDim = 512;
+static_assert(kMaxHeadDim <= 8 * kWorkgroup, "attention.comp: PER_THREAD (8) dims per thread must cover MAX_D");
 
 // The kernel-name suffix of a cache dtype (the KVTYPE variants of CMakeLists.txt).
 Result<std::string> cache_suffix(DType d) {
@@ -100,7 +103,8 @@ Status record_attention(Recorder& rec, const Graph& g, const Node& n) {
   std::vector<Span> reads = meta_spans;
   for (const Tensor* t : {&q, &kc, &vc}) reads.push_back(span_of(*t));
   if (has_sinks) reads.push_back(span_of(g.input_tensor(n, in::kAttnSinks)));
-  return rec.dispatch("attention" + suffix, {kWorkgroup, kMaxHeadDim}, p, {uint32_t(T), uint32_t(Hq), 1}, reads,
+  const uint32_t max_d = D > 256 ? kMaxHeadDim : 256;
+  return rec.dispatch("attention" + suffix, {kWorkgroup, max_d}, p, {uint32_t(T), uint32_t(Hq), 1}, reads,
                       {span_of(out)});
 }
 

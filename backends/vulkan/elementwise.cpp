@@ -56,7 +56,10 @@ Status record_elementwise(Recorder& rec, const Graph& g, const Node& n) {
     p.b_rows = uint32_t(b.rows());  // add/mul: b broadcasts over a's leading rows
     reads.push_back(span_of(b));
   }
-  if (n.op == OpKind::kScale) p.scale = n.param<ScaleParams>().scale;
+  if (n.op == OpKind::kScale) {
+    p.scale = n.param<ScaleParams>().scale;
+    p.softcap = n.param<ScaleParams>().softcap;
+  }
   if (op == kOpSwigluOai) {
     p.scale = n.param<GluParams>().alpha;
     p.limit = n.param<GluParams>().limit;

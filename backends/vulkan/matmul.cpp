@@ -25,7 +25,8 @@ uint32_t vec_rows(int64_t m) {
 // (topk_route) are in range by construction and the shaders skip any that are not.
 Status check_ids(const Recorder& rec, const Graph& g, ValueId v, int64_t limit, const char* op, const char* what) {
   const Value& val = g.value(v);
-  if (val.kind == Value::Kind::kIntermediate || !rec.host_current(val.tensor)) return OkStatus();
+  // NOTE: a view of a computed value (Gemma 4 reshapes topk_route's ids) is computed too.
+  if (Recorder::computed_in_graph(g, v) || !rec.host_current(val.tensor)) return OkStatus();
   const Tensor& ids = val.tensor;
   for (int64_t i = 0; i < ids.numel(); ++i) {
     const int32_t id = ref::load_i32(ids, i);

@@ -25,9 +25,10 @@ struct EltParams {
   uint32_t out_dtype = 0;
   float scale = 1.0f;  // scale; swiglu_oai: alpha
   uint32_t b_rows = 1;
-  float limit = 0.0f;  // swiglu_oai
+  float limit = 0.0f;    // swiglu_oai
+  float softcap = 0.0f;  // scale: > 0 caps y to softcap * tanh(y / softcap)
 };
-static_assert(sizeof(EltParams) == 112);
+static_assert(sizeof(EltParams) == 120);
 
 // norm.comp (rms_norm, layer_norm, softmax)
 struct NormParams {

@@ -67,8 +67,14 @@ class Recorder {
   // Whether the host can check input |input| of |n| now (ids, slots, tables a shader will trust):
   // a value not computed in-graph whose memory is host_current.
   bool host_checkable(const Graph& g, const Node& n, int input) const {
-    const Value& v = g.value(n.inputs[size_t(input)]);
-    return v.kind != Value::Kind::kIntermediate && host_current(v.tensor);
+    const ValueId id = n.inputs[size_t(input)];
+    return !computed_in_graph(g, id) && host_current(g.value(id).tensor);
+  }
+  // Whether |v|, or the value a view of it aliases, is computed by the graph (its bytes are not
+  // there yet when the graph is recorded).
+  static bool computed_in_graph(const Graph& g, ValueId v) {
+    while (g.value(v).kind == Value::Kind::kView && g.value(v).view_base != kNoValue) v = g.value(v).view_base;
+    return g.value(v).kind == Value::Kind::kIntermediate;
   }
   uint32_t dispatches() const { return n_dispatch_; }
 

@@ -36,6 +36,7 @@ class KeyHasher {
           using P = std::decay_t<decltype(v)>;
           if constexpr (std::is_same_v<P, RmsNormParams> || std::is_same_v<P, LayerNormParams>) mix_float(v.eps);
           if constexpr (std::is_same_v<P, ScaleParams> || std::is_same_v<P, SoftmaxParams>) mix_float(v.scale);
+          if constexpr (std::is_same_v<P, ScaleParams>) mix_float(v.softcap);
           if constexpr (std::is_same_v<P, GluParams>) {
             mix(uint64_t(v.kind));
             mix_float(v.alpha);

@@ -18,15 +18,37 @@ Result<std::unique_ptr<KvCache>> KvCache::create(Device& device, const KvCacheCo
   if (!dtype_traits(cfg.dtype).is_float && !quant8)
     return InvalidArgument(std::string("kv cache: dtype must be f32, f16, bf16, fp8_e4m3 or int8_pc, got ") +
                            dtype_name(cfg.dtype));
-  if (const std::string bad = dtype_row_check(cfg.dtype, cfg.head_dim); !bad.empty())
-    return InvalidArgument("kv cache: head dim " + std::to_string(cfg.head_dim) + ": " + bad);
+  if ((!cfg.layer_kv_heads.empty() && cfg.layer_kv_heads.size() != size_t(cfg.n_layers)) ||
+      (!cfg.layer_head_dim.empty() && cfg.layer_head_dim.size() != size_t(cfg.n_layers)) ||
+      (!cfg.kv_source.empty() && cfg.kv_source.size() != size_t(cfg.n_layers)))
+    return InvalidArgument("kv cache: per-layer kv heads (" + std::to_string(cfg.layer_kv_heads.size()) +
+                           "), head dims (" + std::to_string(cfg.layer_head_dim.size()) + ") and kv sources (" +
+                           std::to_string(cfg.kv_source.size()) + ") must each be empty or one per layer (" +
+                           std::to_string(cfg.n_layers) + ")");
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    if (cfg.kv_heads(l) <= 0 || cfg.head_dim_of(l) <= 0)
+      return InvalidArgument("kv cache: layer " + std::to_string(l) + ": kv heads " + std::to_string(cfg.kv_heads(l)) +
+                             " and head dim " + std::to_string(cfg.head_dim_of(l)) + " must be positive");
+    if (const std::string bad = dtype_row_check(cfg.dtype, cfg.head_dim_of(l)); !bad.empty())
+      return InvalidArgument("kv cache: layer " + std::to_string(l) + ": head dim " +
+                             std::to_string(cfg.head_dim_of(l)) + ": " + bad);
+    const int src = cfg.source(l);
+    // A source is an earlier layer that keeps its own K/V, of the same shape and window group.
+    if (src != l && (src < 0 || src > l || cfg.source(src) != src || cfg.kv_heads(src) != cfg.kv_heads(l) ||
+                     cfg.head_dim_of(src) != cfg.head_dim_of(l) ||
+                     (cfg.window > 0 && cfg.window_layers.size() == size_t(cfg.n_layers) &&
+                      cfg.window_layers[size_t(src)] != cfg.window_layers[size_t(l)])))
+      return InvalidArgument("kv cache: layer " + std::to_string(l) + " reads the K/V of layer " + std::to_string(src) +
+                             ", which must be an earlier layer keeping its own K/V of the same shape and window group");
+  }
   if (cfg.window > 0 && (cfg.n_window_blocks <= 0 || cfg.window_layers.size() != size_t(cfg.n_layers)))
     return InvalidArgument("kv cache: a window group needs window blocks (" + std::to_string(cfg.n_window_blocks) +
                            ") and one window flag per layer (" + std::to_string(cfg.window_layers.size()) + " for " +
                            std::to_string(cfg.n_layers) + " layers)");
   std::unique_ptr<KvCache> kv(new KvCache(device, cfg));
   if (cfg.window > 0)
-    for (uint8_t w : cfg.window_layers) kv->n_window_layers_ += w != 0;
+    for (int l = 0; l < cfg.n_layers; ++l)
+      kv->n_window_layers_ += cfg.window_layers[size_t(l)] != 0 && cfg.source(l) == l;
   std::vector<bool> recurrent(size_t(cfg.n_layers), false);
   for (const RecurrentLayerSpec& r : cfg.recurrent.layers) {
     if (r.layer < 0 || r.layer >= cfg.n_layers)
@@ -42,7 +64,7 @@ Result<std::unique_ptr<KvCache>> KvCache::create(Device& device, const KvCacheCo
     kv->states_ = std::move(pool).value();
   }
   for (int l = 0; l < cfg.n_layers; ++l) {
-    if (recurrent[size_t(l)]) {  // no K/V: an empty tensor keeps the layer's index
+    if (recurrent[size_t(l)] || cfg.source(l) != l) {  // no K/V: an empty tensor keeps the layer's index
       kv->k_.emplace_back();
       kv->v_.emplace_back();
       continue;
@@ -50,7 +72,7 @@ Result<std::unique_ptr<KvCache>> KvCache::create(Device& device, const KvCacheCo
     ++kv->n_kv_layers_;
     const int64_t blocks = kv->in_window(l) ? cfg.n_window_blocks : cfg.n_blocks;
     for (auto* vec : {&kv->k_, &kv->v_}) {
-      Tensor t = Tensor::make(cfg.dtype, {blocks, cfg.block_size, cfg.n_kv_heads, cfg.head_dim});
+      Tensor t = Tensor::make(cfg.dtype, {blocks, cfg.block_size, cfg.kv_heads(l), cfg.head_dim_of(l)});
       t.name = std::string(vec == &kv->k_ ? "k_cache." : "v_cache.") + std::to_string(l);
       auto buf = device.alloc(size_t(t.nbytes()));
       if (!buf.ok())
@@ -74,8 +96,15 @@ int64_t KvCache::bytes() const {
 
 namespace tessera {
 
-int64_t KvCache::block_bytes() const {
-  return Tensor::make(cfg_.dtype, {1, cfg_.block_size, cfg_.n_kv_heads, cfg_.head_dim}).nbytes();
+int64_t KvCache::block_bytes(int layer) const {
+  return Tensor::make(cfg_.dtype, {1, cfg_.block_size, cfg_.kv_heads(layer), cfg_.head_dim_of(layer)}).nbytes();
+}
+
+int64_t KvCache::group_block_bytes(bool window) const {
+  int64_t b = 0;
+  for (int l = 0; l < cfg_.n_layers; ++l)
+    if (has_kv(l) && in_window(l) == window) b += 2 * block_bytes(l);
+  return b;
 }
 
 Status KvCache::check_block(const char* what, BlockId b, int n_blocks) const {
@@ -99,7 +128,6 @@ Status KvCache::copy_window_blocks(std::span<const std::pair<BlockId, BlockId>> 
 
 Status KvCache::copy_group(std::span<const std::pair<BlockId, BlockId>> pairs, bool window) {
   if (pairs.empty()) return OkStatus();
-  const size_t bytes = size_t(block_bytes());
   const int n_blocks = window ? cfg_.n_window_blocks : cfg_.n_blocks;
   std::vector<CopyRegion> regions;
   regions.reserve(pairs.size() * 2 * k_.size());
@@ -108,6 +136,7 @@ Status KvCache::copy_group(std::span<const std::pair<BlockId, BlockId>> pairs, b
     TS_RETURN_IF_ERROR(check_block("copy destination", dst, n_blocks));
     for (int l = 0; l < cfg_.n_layers; ++l) {
       if (in_window(l) != window || !has_kv(l)) continue;
+      const size_t bytes = size_t(block_bytes(l));
       for (const Tensor* t : {&k_[size_t(l)], &v_[size_t(l)]})
         regions.push_back({t->buffer.get(), t->offset + size_t(src) * bytes, t->buffer.get(), t->offset + size_t(dst) * bytes, bytes});
     }
@@ -120,7 +149,8 @@ Status KvCache::reserve_swap(int32_t n_slots) {
   swap_.reset();
   swap_slots_ = 0;
   if (n_slots <= 0) return OkStatus();
-  const size_t bytes = size_t(n_slots) * 2 * size_t(n_kv_layers_) * size_t(block_bytes());
+  // A slot holds one block of every full-attention layer (window groups recompute instead).
+  const size_t bytes = size_t(n_slots) * size_t(group_block_bytes(false));
   auto buf = device_.alloc(bytes, MemoryKind::kHostPinned);
   if (!buf.ok())
     return Status(buf.status().code(), "kv cache: swap space of " + std::to_string(n_slots) + " blocks (" +
@@ -131,10 +161,10 @@ Status KvCache::reserve_swap(int32_t n_slots) {
 }
 
 void KvCache::add_swap_regions(BlockId b, int32_t slot, bool to_host, std::vector<CopyRegion>* out) const {
-  const size_t bytes = size_t(block_bytes());
-  size_t host = size_t(slot) * 2 * size_t(n_kv_layers_) * bytes;
+  size_t host = size_t(slot) * size_t(group_block_bytes(false));
   for (int l = 0; l < cfg_.n_layers; ++l) {
     if (in_window(l) || !has_kv(l)) continue;  // window groups recompute rather than swap (HybridKv)
+    const size_t bytes = size_t(block_bytes(l));
     for (const Tensor* t : {&k_[size_t(l)], &v_[size_t(l)]}) {
       const size_t dev = t->offset + size_t(b) * bytes;
       if (to_host) out->push_back({t->buffer.get(), dev, swap_.get(), host, bytes});

@@ -4,6 +4,9 @@
 // n_window_blocks blocks of their own, handed out by a second pool (window_pool) whose sequences
 // keep only the blocks their window still covers (core/kv/hybrid_kv.h), so a window layer holds
 // about window + one step's tokens per sequence instead of the whole context.
+// Layers may differ in K/V shape (Gemma 4's global layers have wider heads than its window
+// layers: layer_kv_heads / layer_head_dim), and a layer may read another's K/V instead of keeping
+// its own (Gemma 4's KV-sharing layers: kv_source), so k(l) and v(l) are the source layer's tensors.
 // Recurrent layers (hybrid models: Gated DeltaNet, Mamba, short convolutions) keep no K/V here:
 // the config's |recurrent| lists them, and the cache owns a RecurrentStatePool
 // (core/kv/state_pool.h) of fixed-size per-sequence states for them instead.
@@ -37,6 +40,15 @@ struct KvCacheConfig {
   // Recurrent layers: their per-sequence states (layers empty: none). These layers get no K/V
   // tensors (k() and v() of them are empty tensors).
   RecurrentStateConfig recurrent;
+  // Per-layer K/V shapes, [n_layers] each (empty: every layer n_kv_heads x head_dim).
+  std::vector<int> layer_kv_heads, layer_head_dim;
+  // [n_layers]: the layer whose K/V layer l reads: l itself, or an earlier layer of the same
+  // window group (a KV-sharing layer, which gets no tensors of its own). Empty: each its own.
+  std::vector<int> kv_source;
+
+  int kv_heads(int layer) const { return layer_kv_heads.empty() ? n_kv_heads : layer_kv_heads[size_t(layer)]; }
+  int head_dim_of(int layer) const { return layer_head_dim.empty() ? head_dim : layer_head_dim[size_t(layer)]; }
+  int source(int layer) const { return kv_source.empty() ? layer : kv_source[size_t(layer)]; }
 };
 
 class KvCache {
@@ -44,8 +56,9 @@ class KvCache {
   static Result<std::unique_ptr<KvCache>> create(Device& device, const KvCacheConfig& cfg);
 
   const KvCacheConfig& config() const { return cfg_; }
-  const Tensor& k(int layer) const { return k_[size_t(layer)]; }
-  const Tensor& v(int layer) const { return v_[size_t(layer)]; }
+  // Layer |layer|'s K/V tensors (a KV-sharing layer's are its source layer's).
+  const Tensor& k(int layer) const { return k_[size_t(cfg_.source(layer))]; }
+  const Tensor& v(int layer) const { return v_[size_t(cfg_.source(layer))]; }
   BlockPool& pool() { return pool_; }
   const BlockPool& pool() const { return pool_; }
   // The window layers' pool, or nullptr when the cache has no window group.
@@ -54,15 +67,16 @@ class KvCache {
   bool has_window() const { return cfg_.window > 0 && n_window_layers_ > 0; }
   bool in_window(int layer) const { return has_window() && cfg_.window_layers[size_t(layer)] != 0; }
   int n_window_layers() const { return n_window_layers_; }
-  // Whether layer |layer| keeps K/V here (false for a recurrent layer).
+  // Whether layer |layer| keeps K/V of its own here (false for a recurrent or a KV-sharing layer).
   bool has_kv(int layer) const { return k_[size_t(layer)].buffer != nullptr; }
   int n_kv_layers() const { return n_kv_layers_; }
   // The recurrent layers' state pool, or nullptr when the model has none.
   RecurrentStatePool* states() { return states_.get(); }
   const RecurrentStatePool* states() const { return states_.get(); }
   int64_t bytes() const;
-  // Bytes of one block of one layer (K and V together).
-  int64_t layer_block_bytes() const { return 2 * block_bytes(); }
+  // Bytes of one block over every layer of the full-attention (|window| false) or the window
+  // group that keeps K/V of its own, K and V together.
+  int64_t group_block_bytes(bool window) const;
   // Copies the K/V of each (src, dst) block pair in every layer (copy-on-write of shared partial
   // blocks). Destinations must be distinct and no source may be another pair's destination.
   Status copy_blocks(std::span<const std::pair<BlockId, BlockId>> pairs);
@@ -84,7 +98,7 @@ class KvCache {
   Status check_block(const char* what, BlockId b, int n_blocks) const;
   Status copy_group(std::span<const std::pair<BlockId, BlockId>> pairs, bool window);
   Status check_slot(const char* what, int32_t slot) const;
-  int64_t block_bytes() const;
+  int64_t block_bytes(int layer) const;  // one block of layer |layer|'s K (or V)
   // Appends the regions copying block |b| of every layer's K and V to (or from, when
   // |to_host| is false) host slot |slot|.
   void add_swap_regions(BlockId b, int32_t slot, bool to_host, std::vector<CopyRegion>* out) const;

@@ -100,10 +100,10 @@ Status binary(const Graph& g, const Node& n) {
 Status scale(const Graph& g, const Node& n) {
   const Tensor& x = g.input_tensor(n, 0);
   const Tensor& out = g.output_tensor(n);
-  const double s = n.param<ScaleParams>().scale;
+  const double s = n.param<ScaleParams>().scale, cap = n.param<ScaleParams>().softcap;
   for (int64_t r = 0; r < x.rows(); ++r) {
     auto v = load_row(x, r);
-    for (double& e : v) e *= s;
+    for (double& e : v) e = cap > 0 ? cap * std::tanh(e * s / cap) : e * s;
     store_row(out, r, v.data());
   }
   return OkStatus();

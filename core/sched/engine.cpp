@@ -414,8 +414,7 @@ EngineStats Engine::stats() const {
   st.sched = scheduler_.stats();
   st.kv = scheduler_.kv().stats();
   st.kv_usage = scheduler_.kv().usage();
-  const int n_window_layers = kv_.has_window() ? kv_.n_window_layers() : 0;
-  st.kv_bytes_full = int64_t(st.kv_usage.blocks_used) * (kv_.n_kv_layers() - n_window_layers) * kv_.layer_block_bytes();
+  st.kv_bytes_full = int64_t(st.kv_usage.blocks_used) * kv_.group_block_bytes(false);
   if (const StateManager* sm = scheduler_.states()) {
     st.has_state = true;
     st.state = sm->stats();
@@ -423,7 +422,7 @@ EngineStats Engine::stats() const {
   }
   if (const KvManager* w = scheduler_.window_kv()) {
     st.window_kv_usage = w->usage();
-    st.kv_bytes_window = int64_t(st.window_kv_usage.blocks_used) * n_window_layers * kv_.layer_block_bytes();
+    st.kv_bytes_window = int64_t(st.window_kv_usage.blocks_used) * kv_.group_block_bytes(true);
     st.kv_window = kv_.config().window;
   }
   st.exec = model_.executor_stats();

@@ -64,15 +64,19 @@ Result<std::shared_ptr<const Grammar>> request_grammar(const Model& model, const
 void print_kv_memory(const EngineStats& st, const KvCache& kv) {
   const KvCacheConfig& c = kv.config();
   const int n_window = kv.has_window() ? kv.n_window_layers() : 0;
-  const double mib = 1.0 / (1 << 20), per_block = double(kv.layer_block_bytes());
+  // Bytes of one block over each group's layers (their K/V shapes may differ: Gemma 4).
+  const double mib = 1.0 / (1 << 20), full_block = double(kv.group_block_bytes(false));
+  const double window_block = double(kv.group_block_bytes(true));
   const int n_full = kv.n_kv_layers() - n_window;
-  std::fprintf(stderr, "stats: KV held at the last step (peak): %d full-attention layers %d (%d) blocks, %.2f (%.2f) MiB",
-               n_full, st.kv_blocks_last_step, st.kv_blocks_peak, st.kv_blocks_last_step * per_block * n_full * mib,
-               st.kv_blocks_peak * per_block * n_full * mib);
+  std::fprintf(stderr,
+               "stats: KV held at the last step (peak): %d full-attention layers %d (%d) blocks, %.2f (%.2f) MiB",
+               n_full, st.kv_blocks_last_step, st.kv_blocks_peak, st.kv_blocks_last_step * full_block * mib,
+               st.kv_blocks_peak * full_block * mib);
   if (n_window > 0)
-    std::fprintf(stderr, "; %d window layers %d (%d) blocks, %.2f (%.2f) MiB (window %d tokens = %.1f blocks of %d)", n_window,
-                 st.kv_window_blocks_last_step, st.kv_window_blocks_peak, st.kv_window_blocks_last_step * per_block * n_window * mib,
-                 st.kv_window_blocks_peak * per_block * n_window * mib, c.window, double(c.window) / c.block_size, c.block_size);
+    std::fprintf(stderr, "; %d window layers %d (%d) blocks, %.2f (%.2f) MiB (window %d tokens = %.1f blocks of %d)",
+                 n_window, st.kv_window_blocks_last_step, st.kv_window_blocks_peak,
+                 st.kv_window_blocks_last_step * window_block * mib, st.kv_window_blocks_peak * window_block * mib,
+                 c.window, double(c.window) / c.block_size, c.block_size);
   // Recurrent layers hold one fixed-size state per sequence, whatever its length.
   if (const RecurrentStatePool* states = kv.states())
     std::fprintf(stderr, "; %zu recurrent layers %.2f MiB of state per sequence", states->config().layers.size(),

@@ -125,7 +125,8 @@ ValueId GraphContext::decoder_output(const ArchWeights& w, ValueId x) {
   // Only the rows that sample need the (large) output head.
   x = g.embed(x, g.input(in.logit_rows), DType::kF32);
   x = g.rms_norm(x, g.input(w.output_norm), c.rms_eps);
-  const ValueId logits = linear(x, w.head(c));
+  ValueId logits = linear(x, w.head(c));
+  if (c.final_softcap > 0) logits = g.scale(logits, 1.0f, c.final_softcap);
   g.mark_output(logits);
   return logits;
 }

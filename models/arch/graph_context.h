@@ -84,7 +84,7 @@ class GraphContext {
   ValueId moe_ffn(const MoeWeights& m, ValueId h, const GluParams& act = GluParams{});
   // A decoder's end: the final norm of every row as |hidden| (when opts.pooled), then the logits
   // [R, vocab] f32 of the sampled rows (in.logit_rows), gathered back to f32, normed and
-  // projected by the output head.
+  // projected by the output head (then softcapped when c.final_softcap > 0).
   ValueId decoder_output(const ArchWeights& w, ValueId x);
 
  private:

@@ -9,6 +9,7 @@ namespace tessera {
   X(phi3)                        \
   X(bert)                        \
   X(qwen35)                      \
+  X(gemma4)                      \
   X(gpt_oss)
 
 #define TESSERA_DECLARE_ARCH(name) const Architecture& name##_architecture();

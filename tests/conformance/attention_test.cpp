@@ -73,6 +73,8 @@ std::vector<Case> attention_cases() {
       {"mha d128 bs8", 2, 2, 128, 8, {{5, 3}, {0, 9}}, 0, 0.0f, false},
       {"sliding window", 4, 1, 32, 16, {{50, 4}, {0, 30}}, 8, 0.0f, false},
       {"softcap", 6, 2, 64, 16, {{10, 5}}, 0, 30.0f, false},
+      // Gemma 4's global layers: heads of 512, GQA, a decode beside a prefill chunk.
+      {"d512 gqa2", 4, 2, 512, 16, {{20, 3}, {0, 1}}, 0, 0.0f, false},
       // A prefill chunk over a long prefix split into several query blocks (the CPU kernel's
       // items: 32 / G tokens), beside decodes, with ragged key chunks.
       {"long chunk gqa3", 9, 3, 64, 16, {{203, 23}, {70, 1}, {0, 1}}, 0, 0.0f, false},

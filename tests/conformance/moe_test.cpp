@@ -67,6 +67,18 @@ std::vector<Case> moe_cases() {
                        return V{g.matmul_id(h, c.input(w, {E, D, F}), ids, wts, c.input(DType::kF32, {E, D}))};
                      },
                      2.5 * tolerance_for(DType::kF32, w)});
+  // Gemma 4's per-expert scales: gathered by embed through a reshaped view of the routed ids (ids
+  // computed in the graph, which a backend must not read before they exist).
+  cases.push_back(
+      {"embed/ids viewed from topk_route", OpKind::kEmbed, DType::kF32, DType::kF32, ++seed, [=](CaseContext& c) {
+         const int64_t T = 5, E = 8, k = 2;
+         Graph& g = c.graph();
+         TopkRouteParams p;
+         p.k = int(k);
+         auto [ids, w] = g.topk_route(c.input(DType::kF32, {T, E}, -4.0f, 4.0f), p);
+         const ValueId scale = g.embed(g.reshape(c.input(DType::kF32, {E}), {E, 1}), g.reshape(ids, {T * k}));
+         return V{g.mul(w, g.reshape(scale, {T, k}))};
+       }});
   return cases;
 }
 

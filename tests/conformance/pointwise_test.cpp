@@ -97,6 +97,10 @@ std::vector<Case> pointwise_cases() {
     }
     cases.push_back({"scale" + at, OpKind::kScale, a, a, ++seed,
                      [=](CaseContext& c) { return V{c.graph().scale(c.input(a, {3, 101}), -0.37f)}; }});
+    // Gemma's final logit softcap: inputs well past the cap, so tanh saturates on some.
+    cases.push_back({"scale" + at + "/softcap", OpKind::kScale, a, a, ++seed, [=](CaseContext& c) {
+                       return V{c.graph().scale(c.input(a, {3, 257}, -90.0f, 90.0f), 0.5f, 30.0f)};
+                     }});
     for (int64_t n : {int64_t(1), int64_t(37), int64_t(5000)})
       cases.push_back({"softmax" + at + "/n=" + std::to_string(n), OpKind::kSoftmax, a, a, ++seed, [=](CaseContext& c) {
                          return V{c.graph().softmax(c.input(a, {3, n}, -8.0f, 8.0f), 0.7f)};

@@ -142,6 +142,23 @@ TEST(GpuPlan, AttentionStoresTheCacheThenAttendsPerTokenAndHead) {
   EXPECT_EQ(args.err, &f.err);
 }
 
+// A head dim above 256 (Gemma 4's 512-wide global layers) runs on the wide attention kernel; one
+// at or below 256 keeps the narrow one.
+TEST(GpuPlan, WideHeadsTakeTheWideAttentionKernel) {
+  for (const int64_t D : {int64_t(256), int64_t(320), int64_t(512)}) {
+    Fixture f;
+    Graph::AttentionInputs in{f.input(DType::kF32, {1, 1, D}), f.input(DType::kF32, {1, 1, D}),
+                              f.input(DType::kF32, {1, 1, D}), f.input(DType::kF32, {1, 16, 1, D}),
+                              f.input(DType::kF32, {1, 16, 1, D}), f.input(DType::kI32, {1}),
+                              f.input(DType::kI32, {2}), f.input(DType::kI32, {1}), f.input(DType::kI32, {1, 1})};
+    f.g.mark_output(f.g.attention(in, AttentionParams{}));
+    auto p = f.plan();
+    ASSERT_TRUE(p.ok()) << "D=" << D << ": " << p.status().to_string();
+    ASSERT_EQ(p->size(), 2u);
+    EXPECT_EQ((*p)[1].kind, D > 256 ? KernelKind::kAttentionWide : KernelKind::kAttention) << "D=" << D;
+  }
+}
+
 // A long-context decode splits its keys over several blocks per (row, head) and merges them in
 // a second launch; a prefill-sized launch or a short KV capacity does not split.
 TEST(GpuPlan, LongDecodeAttentionSplitsKeysAndCombines) {
@@ -212,8 +229,8 @@ TEST(GpuPlan, MatmulIdSortsPairsThenRunsOneGroupedLaunch) {
 
 TEST(GpuPlan, RefusesShapesTheKernelsDoNotTakeNamingTheNode) {
   {
-    Fixture f;  // head dim above kMaxHeadDim
-    const int64_t D = 320;
+    Fixture f;  // head dim above kMaxHeadDimWide (512, Gemma 4's global layers)
+    const int64_t D = 640;
     Graph::AttentionInputs in{f.input(DType::kF32, {1, 1, D}), f.input(DType::kF32, {1, 1, D}),
                               f.input(DType::kF32, {1, 1, D}), f.input(DType::kF32, {1, 16, 1, D}),
                               f.input(DType::kF32, {1, 16, 1, D}), f.input(DType::kI32, {1}),
@@ -221,7 +238,7 @@ TEST(GpuPlan, RefusesShapesTheKernelsDoNotTakeNamingTheNode) {
     f.g.mark_output(f.g.attention(in, AttentionParams{}));
     auto p = f.plan();
     ASSERT_FALSE(p.ok());
-    EXPECT_NE(p.status().message().find("head dim 320"), std::string::npos) << p.status().to_string();
+    EXPECT_NE(p.status().message().find("head dim 640"), std::string::npos) << p.status().to_string();
     EXPECT_NE(p.status().message().find("attention"), std::string::npos);
   }
   {

@@ -112,6 +112,70 @@ TEST_F(KvCopy, BadBlocksAndSlotsAreErrorsThatCopyNothing) {
   }
 }
 
+// Layers of different K/V shapes (Gemma 4: wide global heads, narrow window heads) and layers that
+// read another's K/V (KV sharing): each layer's tensors have its own shape, block copies and swaps
+// move each layer's own block size, and a sharing layer's k()/v() are its source's tensors.
+TEST_F(KvCopy, PerLayerShapesAndSharedLayers) {
+  for (auto& [name, inner] : devices()) {
+    SCOPED_TRACE(name);
+    CountingDevice dev(inner);
+    KvCacheConfig c;
+    c.n_layers = 4;
+    c.n_kv_heads = 2;
+    c.head_dim = 16;
+    c.block_size = 4;
+    c.n_blocks = kBlocks;
+    c.dtype = DType::kF16;
+    c.layer_kv_heads = {2, 1, 2, 1};
+    c.layer_head_dim = {16, 32, 16, 32};
+    c.kv_source = {0, 1, 0, 1};
+    auto kv = KvCache::create(dev, c);
+    ASSERT_TRUE(kv.ok()) << kv.status().to_string();
+    KvCache& k = **kv;
+    EXPECT_EQ(k.n_kv_layers(), 2);
+    EXPECT_TRUE(k.has_kv(1));
+    EXPECT_FALSE(k.has_kv(3));
+    EXPECT_EQ(k.k(1).shape[2], 1);
+    EXPECT_EQ(k.k(1).shape[3], 32);
+    EXPECT_EQ(k.k(2).buffer, k.k(0).buffer) << "layer 2 reads layer 0's K";
+    EXPECT_EQ(k.v(3).buffer, k.v(1).buffer) << "layer 3 reads layer 1's V";
+    EXPECT_EQ(k.group_block_bytes(false), 2 * (4 * 2 * 16 + 4 * 1 * 32) * 2) << "K and V of layers 0 and 1, f16";
+    EXPECT_EQ(k.bytes(), kBlocks * k.group_block_bytes(false));
+    ASSERT_TRUE(k.reserve_swap(2).ok());
+    EXPECT_EQ(k.swap_bytes(), 2 * k.group_block_bytes(false));
+    for (int l : {0, 1}) {
+      for (const Tensor* t : {&k.k(l), &k.v(l)}) {
+        std::vector<uint8_t> bytes(size_t(t->nbytes()));
+        std::mt19937 rng(uint32_t(7 + l));
+        for (auto& b : bytes) b = uint8_t(rng());
+        ASSERT_TRUE(dev.upload(*t, bytes.data(), bytes.size()).ok());
+        host_[t] = bytes;
+      }
+    }
+    dev.reset();
+    const std::vector<std::pair<BlockId, BlockId>> fork = {{1, 5}};
+    ASSERT_TRUE(k.copy_blocks(fork).ok());
+    EXPECT_EQ(dev.regions_copied, 2 * 2) << "the K and V of the two layers with K/V of their own";
+    const std::vector<std::pair<BlockId, int32_t>> out = {{2, 1}};
+    ASSERT_TRUE(k.swap_out(out).ok());
+    const std::vector<std::pair<int32_t, BlockId>> in = {{1, 6}};
+    ASSERT_TRUE(k.swap_in(in).ok());
+    for (int l : {0, 1})
+      for (const Tensor* t : {&k.k(l), &k.v(l)}) {
+        EXPECT_EQ(block(dev, *t, 5), original(*t, 1)) << "layer " << l << ": fork copy 1 -> 5";
+        EXPECT_EQ(block(dev, *t, 6), original(*t, 2)) << "layer " << l << ": swap 2 -> slot 1 -> 6";
+      }
+    // A source must be an earlier layer keeping its own K/V of the same shape.
+    for (std::vector<int> bad : {std::vector<int>{0, 1, 3, 1}, std::vector<int>{0, 1, 1, 1}, std::vector<int>{0, 0}}) {
+      KvCacheConfig b = c;
+      b.kv_source = bad;
+      auto r = KvCache::create(dev, b);
+      EXPECT_FALSE(r.ok());
+      EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().to_string();
+    }
+  }
+}
+
 // Device::copy checks every region before queueing any.
 TEST(DeviceCopy, OutOfBoundsRegionIsRejectedWhole) {
   for (auto& [name, dev] : devices()) {
