@@ -270,6 +270,53 @@ json xml_call(const ParsedRequest& req, const std::string& body) {
   return {{"name", name}, {"arguments", dump(args)}};
 }
 
+// gpt-oss's harmony messages: a call is a message whose header names a recipient,
+// "<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{args}" (the recipient may
+// also stand in the role header, "<|start|>assistant to=functions.NAME<|channel|>..."), ended by
+// <|call|> (an end-of-generation token, so usually not in the text), <|end|> or the text's end.
+// Messages are separated by "<|start|>assistant". Messages without a recipient (a commentary
+// preamble, a final answer) are the text beside the calls. Null unless at least one message is a
+// call, each call names an offered function and its arguments are a JSON object.
+json harmony_calls(const ParsedRequest& req, std::string_view text, std::string* before) {
+  static constexpr std::string_view kStart = "<|start|>assistant", kMessage = "<|message|>", kTo = "to=functions.";
+  json calls = json::array();
+  std::string prose;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t next = text.find(kStart, at);
+    if (next == at) {
+      at += kStart.size();
+      continue;
+    }
+    const std::string_view msg = text.substr(at, next == std::string_view::npos ? std::string_view::npos : next - at);
+    at = next == std::string_view::npos ? text.size() : next;
+    const size_t m = msg.find(kMessage);
+    if (m == std::string_view::npos) {  // no header: text of its own
+      if (!trim(msg).empty()) prose += (prose.empty() ? "" : "\n") + trim(msg);
+      continue;
+    }
+    const std::string_view header = msg.substr(0, m);
+    std::string_view body = msg.substr(m + kMessage.size());
+    for (std::string_view end : {std::string_view("<|call|>"), std::string_view("<|end|>"), std::string_view("<|return|>")})
+      if (const size_t e = body.find(end); e != std::string_view::npos) body = body.substr(0, e);
+    const size_t to = header.find(kTo);
+    if (to == std::string_view::npos) {
+      if (!trim(body).empty()) prose += (prose.empty() ? "" : "\n") + trim(body);
+      continue;
+    }
+    const size_t name_at = to + kTo.size();
+    const size_t name_end = header.find_first_of(" \t\r\n<", name_at);
+    const std::string name(header.substr(name_at, name_end == std::string_view::npos ? std::string_view::npos : name_end - name_at));
+    if (!offered(req, name)) return nullptr;
+    const json args = json::parse(body, nullptr, false);
+    if (args.is_discarded() || !args.is_object()) return nullptr;
+    calls.push_back({{"name", name}, {"arguments", dump(args)}});
+  }
+  if (calls.empty()) return nullptr;
+  if (before) *before = prose;
+  return calls;
+}
+
 }  // namespace
 
 json parse_tool_calls(const ParsedRequest& req, const std::string& text, const std::string& id_prefix, std::string* before) {
@@ -278,6 +325,12 @@ json parse_tool_calls(const ParsedRequest& req, const std::string& text, const s
   auto add = [&](json fn) {
     calls.push_back({{"id", id_prefix + std::to_string(calls.size())}, {"type", "function"}, {"function", std::move(fn)}});
   };
+  if (text.find("<|message|>") != std::string::npos && text.find("to=functions.") != std::string::npos) {
+    json fns = harmony_calls(req, text, before);
+    if (fns.is_null()) return nullptr;
+    for (json& fn : fns) add(std::move(fn));
+    return calls;
+  }
   // Hermes-style templates (Qwen 2.5/3, many others) wrap each call in <tool_call> tags; Qwen3.5's
   // holds an XML function inside them. Every block must be a call of an offered function.
   const size_t first = text.find("<tool_call>");

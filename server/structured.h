@@ -31,7 +31,8 @@ std::optional<ApiError> prepare_grammar(ServerContext& ctx, const nlohmann::json
 // one of the offered functions: the reply is then ordinary content). |id_prefix| names the calls.
 // Forms: the whole text one JSON call {"name", "arguments"}; or one or more <tool_call> blocks,
 // each such a JSON call (Hermes, Qwen2.5/3) or an XML <function=NAME><parameter=P>value...
-// (Qwen3-Coder, Qwen3.5), then nothing but whitespace. |before|: the text before the first block
+// (Qwen3-Coder, Qwen3.5), then nothing but whitespace; or gpt-oss's harmony messages addressed
+// "to=functions.NAME" with JSON arguments. |before|: the text before the first block
 // (the reply's content beside its calls), when given.
 nlohmann::json parse_tool_calls(const ParsedRequest& req, const std::string& text, const std::string& id_prefix,
                                 std::string* before = nullptr);

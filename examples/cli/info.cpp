@@ -1,11 +1,14 @@
 // `tessera info`: the devices found and, for each backend compiled in but unusable, why.
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/registry.h"
 #include "models/arch/registry.h"
+#include "models/arch/sequence_memory.h"
 #include "models/gguf/gguf.h"
 #include "models/safetensors/hf_model.h"
 #include "examples/cli/commands.h"
@@ -62,8 +65,43 @@ std::string value_string(const gguf::Value& v) {
 }
 
 namespace {
+struct MemoryOptions {
+  std::vector<int64_t> contexts;  // extra context lengths (--context)
+  std::string kv_dtype = "f16";
+};
+
+// One sequence's memory at a few context lengths (4k, 32k, the trained context, --context), by
+// kind of layer: the attention layers' K/V grows with the context, a recurrent state does not.
+void print_sequence_memory(const Architecture& arch, const ModelConfig& c, const MemoryOptions& mo) {
+  const auto kv = dtype_from_name(mo.kv_dtype);
+  if (!kv) {
+    std::fprintf(stderr, "error: --kv-dtype %s: not a dtype\n", mo.kv_dtype.c_str());
+    set_exit_code(1);
+    return;
+  }
+  std::vector<int64_t> lens = {4096, 32768};
+  if (c.n_ctx_train > 0) lens.push_back(c.n_ctx_train);
+  for (int64_t n : mo.contexts)
+    if (n > 0) lens.push_back(n);
+  std::sort(lens.begin(), lens.end());
+  lens.erase(std::unique(lens.begin(), lens.end()), lens.end());
+  const SequenceMemory first = sequence_memory(arch, c, lens.front(), *kv);
+  std::printf("memory per sequence (K/V %s in blocks of 16 tokens; MiB):\n", dtype_name(*kv));
+  std::printf("  layers: %d full attention, %d sliding window%s, %d sharing an earlier layer's K/V, %d recurrent\n",
+              first.full_layers, first.window_layers,
+              first.window ? (" (" + std::to_string(first.window) + " tokens)").c_str() : "", first.shared_layers,
+              first.recurrent_layers);
+  std::printf("  %9s %12s %12s %12s %12s\n", "tokens", "full K/V", "window K/V", "state", "total");
+  const double mib = 1.0 / (1 << 20);
+  for (int64_t n : lens) {
+    const SequenceMemory m = sequence_memory(arch, c, n, *kv);
+    std::printf("  %9lld %12.2f %12.2f %12.2f %12.2f\n", (long long)n, double(m.full_bytes) * mib,
+                double(m.window_bytes) * mib, double(m.state_bytes) * mib, double(m.total()) * mib);
+  }
+}
+
 // A Hugging Face checkpoint: the config as we read it, shards, tensors by dtype.
-void print_checkpoint(const std::string& dir, bool all_tensors) {
+void print_checkpoint(const std::string& dir, bool all_tensors, const MemoryOptions& mo) {
   safetensors::QuantConfig q;
   auto cfg = safetensors::read_config(dir, &q);
   auto ckpt = safetensors::Checkpoint::open(dir);
@@ -90,11 +128,11 @@ void print_checkpoint(const std::string& dir, bool all_tensors) {
   const size_t show = all_tensors ? names.size() : std::min<size_t>(12, names.size());
   std::printf("tensors%s:\n", all_tensors ? "" : " (first 12; --tensors for all)");
   for (size_t i = 0; i < show; ++i) std::printf("  %-52s %s\n", names[i].c_str(), (*ckpt)->find(names[i]).info->shape_string().c_str());
+  if (const Architecture* arch = ArchRegistry::find(c.arch)) print_sequence_memory(*arch, c, mo);
 }
-}  // namespace
 
-void print_model(const std::string& path, bool all_tensors) {
-  if (safetensors::is_checkpoint_dir(path)) return print_checkpoint(path, all_tensors);
+void print_model(const std::string& path, bool all_tensors, const MemoryOptions& mo) {
+  if (safetensors::is_checkpoint_dir(path)) return print_checkpoint(path, all_tensors, mo);
   auto f = gguf::File::open(path);
   if (!f.ok()) {
     std::fprintf(stderr, "error: %s\n", f.status().to_string().c_str());
@@ -120,7 +158,24 @@ void print_model(const std::string& path, bool all_tensors) {
     for (int d = 0; d < t.rank; ++d) shape += (d ? ", " : "") + std::to_string(t.shape[size_t(d)]);
     std::printf("  %-36s %-6s [%s]\n", t.name.c_str(), dtype_name(t.dtype), shape.c_str());
   }
+  // The memory plan needs a family Tessera runs; any other file is still described above.
+  auto arch_name = (*f)->get_string("general.architecture");
+  const Architecture* arch = arch_name.ok() ? ArchRegistry::find(*arch_name) : nullptr;
+  if (!arch) {
+    std::printf("memory per sequence: not computed (%s)\n",
+                arch_name.ok() ? ("architecture '" + *arch_name + "' is not one Tessera runs").c_str()
+                               : arch_name.status().message().c_str());
+    return;
+  }
+  auto cfg = arch->config_from_gguf(**f);
+  if (!cfg.ok()) {
+    std::fprintf(stderr, "error: %s: %s\n", path.c_str(), cfg.status().to_string().c_str());
+    set_exit_code(1);
+    return;
+  }
+  print_sequence_memory(*arch, *cfg, mo);
 }
+}  // namespace
 
 void set_exit_code(int code) { g_exit_code = code; }
 int exit_code() { return g_exit_code; }
@@ -129,11 +184,17 @@ void add_info_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("info", "List the devices found (and why a compiled-in backend is unusable), or describe a model file");
   auto path = std::make_shared<std::string>();
   auto all = std::make_shared<bool>(false);
-  cmd->add_option("model", *path, "a GGUF file or Hugging Face checkpoint directory: print its metadata and tensor table");
+  auto mo = std::make_shared<MemoryOptions>();
+  cmd->add_option("model", *path,
+                  "a GGUF file or Hugging Face checkpoint directory: print its metadata, tensor table and the memory one "
+                  "sequence keeps at 4k, 32k and its trained context");
   cmd->add_flag("--tensors", *all, "list every tensor");
-  cmd->callback([path, all] {
+  cmd->add_option("--context", mo->contexts, "more context lengths for the memory table (tokens)");
+  cmd->add_option("--kv-dtype", mo->kv_dtype, "KV cache dtype for the memory table: f16, bf16, f32, fp8_e4m3 or int8_pc")
+      ->capture_default_str();
+  cmd->callback([path, all, mo] {
     if (path->empty()) print_devices();
-    else print_model(*path, *all);
+    else print_model(*path, *all, *mo);
   });
 }
 

@@ -101,11 +101,19 @@ Status Tokenizer::build() {
     if (id >= 0) eog_.insert(id);
   }
   // Chat models end a turn with these even when the metadata names another eos.
-  for (const char* name : {"<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>",
-                           "<end_of_turn>", "<|end|>", "<|eom_id|>"}) {
+  auto control = [&](const char* name) {
     auto it = vocab_.find(name);
-    if (it != vocab_.end() && type_of(it->second) == kTokenControl) eog_.insert(it->second);
-  }
+    return it != vocab_.end() && type_of(it->second) == kTokenControl ? it->second : -1;
+  };
+  for (const char* name : {"<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "<end_of_turn>", "<|end|>",
+                           "<|eom_id|>", "<|return|>", "<|call|>"})
+    if (const int32_t id = control(name); id >= 0) eog_.insert(id);
+  // gpt-oss's harmony format: <|end|> closes one message (the analysis channel's, before the final
+  // answer) and the reply goes on; <|return|> ends the reply and <|call|> ends it with a tool call.
+  // A vocabulary with both of those ends generation there, not at <|end|>.
+  if (const int32_t end = control("<|end|>"); end >= 0 && control("<|return|>") >= 0 && control("<|call|>") >= 0 &&
+                                              end != data_.eos && end != data_.eot)
+    eog_.erase(end);
   return OkStatus();
 }
 

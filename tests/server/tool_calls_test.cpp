@@ -1,6 +1,7 @@
 // Tool-call replies parsed back into OpenAI's tool_calls (server/structured.h parse_tool_calls):
 // the whole-text JSON call, Hermes <tool_call> blocks (several, with text before them), and
-// Qwen3.5's XML functions with typed parameters; anything else stays content.
+// Qwen3.5's XML functions with typed parameters, gpt-oss's harmony messages to functions;
+// anything else stays content.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -62,6 +63,43 @@ TEST(ToolCalls, Qwen35XmlFunctionsWithTypedParameters) {
   const json unclosed = parse_tool_calls(req, "<tool_call>\n<function=get_time>\n<parameter=zone>\n42\n</parameter>\n</function>", "c-");
   ASSERT_EQ(unclosed.size(), 1u);
   EXPECT_EQ(args_of(unclosed[0]), json({{"zone", "42"}}));
+}
+
+// gpt-oss's harmony replies, as they reach the parser: the reasoning splitter has taken the
+// analysis message and the first "<|start|>assistant"; <|call|> ends generation, so it is usually
+// not in the text.
+TEST(ToolCalls, HarmonyMessagesAddressedToFunctions) {
+  const auto req = weather_request();
+  std::string before = "stale";
+  json calls = parse_tool_calls(
+      req, "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Oslo\", \"days\": 2}", "h-",
+      &before);
+  ASSERT_EQ(calls.size(), 1u) << calls.dump();
+  EXPECT_EQ(calls[0]["id"], "h-0");
+  EXPECT_EQ(calls[0]["function"]["name"], "get_weather");
+  EXPECT_EQ(args_of(calls[0]), json({{"city", "Oslo"}, {"days", 2}}));
+  EXPECT_EQ(before, "");
+
+  // The recipient in the role header, a commentary preamble before it, <|call|> kept, and a
+  // second call in a message of its own.
+  calls = parse_tool_calls(req,
+                           "<|channel|>commentary<|message|>Checking both.<|end|>"
+                           "<|start|>assistant to=functions.get_time<|channel|>commentary json<|message|>{\"zone\": \"CET\"}<|call|>"
+                           "<|start|>assistant<|channel|>commentary to=functions.get_weather<|message|>{\"city\": \"Rome\"}<|call|>",
+                           "h-", &before);
+  ASSERT_EQ(calls.size(), 2u) << calls.dump();
+  EXPECT_EQ(calls[0]["function"]["name"], "get_time");
+  EXPECT_EQ(args_of(calls[0]), json({{"zone", "CET"}}));
+  EXPECT_EQ(calls[1]["id"], "h-1");
+  EXPECT_EQ(args_of(calls[1]), json({{"city", "Rome"}}));
+  EXPECT_EQ(before, "Checking both.");
+
+  // Not calls: a final answer, a function not offered, arguments that are not a JSON object.
+  EXPECT_TRUE(parse_tool_calls(req, "<|channel|>final<|message|>It is sunny.", "h-").is_null());
+  EXPECT_TRUE(parse_tool_calls(req, "<|channel|>commentary to=functions.rm_rf <|constrain|>json<|message|>{}", "h-").is_null());
+  EXPECT_TRUE(parse_tool_calls(req, "<|channel|>commentary to=functions.get_time<|message|>[1, 2]", "h-").is_null());
+  EXPECT_TRUE(parse_tool_calls(req, "<|channel|>commentary to=functions.get_time<|message|>{\"zone\": ", "h-").is_null())
+      << "cut off mid-arguments";
 }
 
 TEST(ToolCalls, AnythingElseIsContent) {

@@ -74,6 +74,33 @@ TEST(SpmTokenizer, HandComputedSegmentation) {
   EXPECT_TRUE(t.is_eog(2));
 }
 
+// End of generation: the chat models' turn ends count beside the metadata's eos; in a harmony
+// vocabulary (gpt-oss: <|return|> and <|call|> present) <|end|> closes one message of a reply that
+// goes on, so it does not end generation.
+TEST(SpmTokenizer, TurnEndsAndHarmonysMessageEnd) {
+  auto with = [](std::vector<std::string> names) {
+    TokenizerData d = tiny_spm(kHello);
+    for (const std::string& n : names) {
+      d.tokens.push_back(n);
+      d.token_types.push_back(kTokenControl);
+      d.scores.push_back(0);
+    }
+    auto tok = Tokenizer::create(d);
+    EXPECT_TRUE(tok.ok()) << tok.status().to_string();
+    return std::move(tok).value();
+  };
+  const int32_t first = int32_t(tiny_spm(kHello).tokens.size());
+  const auto phi = with({"<|end|>", "<|user|>"});
+  EXPECT_TRUE(phi->is_eog(first)) << "<|end|> ends a Phi-3 turn";
+  EXPECT_FALSE(phi->is_eog(first + 1));
+  const auto harmony = with({"<|end|>", "<|return|>", "<|call|>", "<|start|>"});
+  EXPECT_FALSE(harmony->is_eog(first)) << "<|end|> only closes a harmony message";
+  EXPECT_TRUE(harmony->is_eog(first + 1));
+  EXPECT_TRUE(harmony->is_eog(first + 2));
+  EXPECT_FALSE(harmony->is_eog(first + 3));
+  EXPECT_TRUE(harmony->is_eog(2)) << "the metadata's eos";
+}
+
 TEST(SpmTokenizer, ScoresDecideMergeOrder) {
   // "abc": the better-scoring pair merges first and blocks the other.
   auto ab_first = Tokenizer::create(tiny_spm({{"a", -5}, {"b", -5}, {"c", -5}, {"ab", -1}, {"bc", -2}}));
