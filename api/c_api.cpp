@@ -71,7 +71,7 @@ tessera_status tessera_model_load_ex(const char* path, const tessera_model_param
   }
   auto dev = tessera::Registry::global().find(p.device ? p.device : "auto");
   if (!dev.ok()) return report(dev.status());
-  if ((p.n_threads != 0 || p.n_threads_batch != 0) && (*dev)->info().kind == tessera::DeviceKind::kCpu) {
+  if ((p.n_threads != 0 || p.n_threads_batch != 0) && (*dev)->info().threads > 0) {
     auto t = tessera::resolve_cpu_threads({p.n_threads, p.n_threads_batch});
     if (!t.ok()) return report(tessera::InvalidArgument("tessera_model_load_ex: " + t.status().message()));
     *dev = tessera::make_cpu_device(*t);
@@ -85,7 +85,7 @@ tessera_status tessera_model_load_ex(const char* path, const tessera_model_param
 int32_t tessera_model_n_threads(const tessera_model* m) {
   if (!m || !m->model) return 0;
   const tessera::DeviceInfo& i = m->model->device().info();
-  return i.kind == tessera::DeviceKind::kCpu ? i.threads : 0;
+  return i.threads;
 }
 
 tessera_status tessera_model_load_vocab(const char* path, tessera_model** out) {

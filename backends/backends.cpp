@@ -1,4 +1,6 @@
-// The probes of every compiled-in backend, in preference order.
+// The probes of every compiled-in backend, in preference order. The list comes from
+// backends/CMakeLists.txt's tessera_backend() lines (generated/backend_list.inc): registering a
+// backend edits nothing here.
 #include <cstdlib>
 #include <string>
 
@@ -8,29 +10,19 @@
 
 namespace tessera {
 
-void probe_cpu(std::vector<DeviceEntry>& out);
-#if TESSERA_HAVE_VULKAN
-void probe_vulkan(std::vector<DeviceEntry>& out);
-#endif
-#if TESSERA_HAVE_CUDA
-void probe_cuda(std::vector<DeviceEntry>& out);
-#endif
-#if TESSERA_HAVE_HIP
-void probe_hip(std::vector<DeviceEntry>& out);
-#endif
+#define TS_BACKEND(name) void probe_##name(std::vector<DeviceEntry>& out);
+#define TS_BACKEND_NOT_BUILT(name)
+#include "backend_list.inc"
+#undef TS_BACKEND
+#undef TS_BACKEND_NOT_BUILT
 
 std::vector<std::pair<std::string, BackendProbe>> builtin_backend_probes() {
   std::vector<std::pair<std::string, BackendProbe>> probes;
-#if TESSERA_HAVE_CUDA
-  probes.emplace_back("cuda", probe_cuda);
-#endif
-#if TESSERA_HAVE_HIP
-  probes.emplace_back("hip", probe_hip);
-#endif
-#if TESSERA_HAVE_VULKAN
-  probes.emplace_back("vulkan", probe_vulkan);
-#endif
-  probes.emplace_back("cpu", probe_cpu);
+#define TS_BACKEND(name) probes.emplace_back(#name, probe_##name);
+#define TS_BACKEND_NOT_BUILT(name)
+#include "backend_list.inc"
+#undef TS_BACKEND
+#undef TS_BACKEND_NOT_BUILT
   // The GPU kernels on the host simulator (backends/cuda/sim): for developers and tests, only
   // under TESSERA_CUDA_SIM=1; emulated, so never the default.
   probes.emplace_back("cuda-sim", [](std::vector<DeviceEntry>& out) {
@@ -53,15 +45,11 @@ Registry& Registry::global() {
 // Backends compiled out of this build, for `tessera info`.
 std::vector<std::string> backends_not_built() {
   std::vector<std::string> out;
-#if !TESSERA_HAVE_VULKAN
-  out.push_back("vulkan");
-#endif
-#if !TESSERA_HAVE_CUDA
-  out.push_back("cuda");
-#endif
-#if !TESSERA_HAVE_HIP
-  out.push_back("hip");
-#endif
+#define TS_BACKEND(name)
+#define TS_BACKEND_NOT_BUILT(name) out.push_back(#name);
+#include "backend_list.inc"
+#undef TS_BACKEND
+#undef TS_BACKEND_NOT_BUILT
   return out;
 }
 

@@ -64,14 +64,14 @@ Result<std::vector<DevicePtr>> select_devices(const std::vector<std::string>& sp
 DeviceReport measure_device(Device& device, bool quick, bool hal_only) {
   const DeviceInfo& info = device.info();
   DeviceReport d;
-  d.id = info.id, d.name = info.name, d.kind = device_kind_name(info.kind);
+  d.id = info.id, d.name = info.name, d.kind = info.backend;
   d.threads = info.threads, d.emulated = info.emulated;
   CeilingOptions co;
   co.quick = quick;
   co.buffer_bytes = quick ? size_t(256) << 20 : size_t(1) << 30;
   co.repeats = quick ? 5 : 9;
   std::fprintf(stderr, "tessera-bench: %s: measuring ceilings\n", d.id.c_str());
-  if (info.kind == DeviceKind::kCpu && !hal_only) {
+  if (info.type == DeviceType::kCpu && info.threads > 0 && !hal_only) {
     d.ceilings = cpu_ceilings(std::max(1, info.threads), co);
     bool has_flops = false;
     for (const auto& c : d.ceilings) has_flops |= c.unit == "GFLOP/s";

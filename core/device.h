@@ -20,16 +20,27 @@
 
 namespace tessera {
 
-enum class DeviceKind : uint8_t { kCpu, kVulkan, kCuda, kHip, kReference };
-const char* device_kind_name(DeviceKind k);
+// What a device is, by capability rather than vendor (as ggml types its devices): everything
+// above backends/ that must treat devices differently branches on this and on DeviceInfo's
+// flags, never on which backend or vendor a device comes from, so a new backend changes no code
+// outside its own folder.
+enum class DeviceType : uint8_t {
+  kCpu,            // the host's own cores computing on host memory (the CPU backend, the reference)
+  kGpu,            // a GPU with memory of its own
+  kIntegratedGpu,  // a GPU sharing the host's memory (and GPU APIs implemented on the CPU: lavapipe)
+  kAccelerator,    // anything else with memory of its own (an NPU)
+};
+const char* device_type_name(DeviceType t);
 
 struct DeviceInfo {
   std::string id;           // "cpu", "vulkan:0", "cuda:1": what --device takes
   std::string name;         // "AMD EPYC 9R45 (2 threads, AVX-512 VNNI)", "llvmpipe (LLVM 15.0.7, 256 bits)"
-  DeviceKind kind = DeviceKind::kCpu;
-  bool emulated = false;    // a CPU-type implementation of a GPU API (lavapipe): never the default
-  size_t memory_bytes = 0;  // usable device memory
-  int threads = 0;          // worker threads (CPU) or 0
+  std::string backend;      // "cpu", "vulkan", "cuda", "hip", "cuda-sim", "reference": shown, never branched on
+  DeviceType type = DeviceType::kCpu;
+  bool emulated = false;      // a GPU API implemented on the CPU (lavapipe, cuda-sim): never the default
+  bool by_name_only = false;  // chosen only by its id (the reference device): never "auto", not in devices()
+  size_t memory_bytes = 0;    // usable device memory
+  int threads = 0;            // the worker threads --threads sizes (the CPU backend's pool), or 0
   std::string features;     // "avx2 avx512 vnni", "fp16 int8 subgroup=8"
   // The dtype models build activations in on this device: f32 where the kernels are fastest in
   // it (the CPU's int8-dot and f32 paths, lavapipe), f16/bf16 where matrix units want it (GPUs).

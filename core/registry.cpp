@@ -4,13 +4,12 @@
 
 namespace tessera {
 
-const char* device_kind_name(DeviceKind k) {
-  switch (k) {
-    case DeviceKind::kCpu: return "cpu";
-    case DeviceKind::kVulkan: return "vulkan";
-    case DeviceKind::kCuda: return "cuda";
-    case DeviceKind::kHip: return "hip";
-    case DeviceKind::kReference: return "reference";
+const char* device_type_name(DeviceType t) {
+  switch (t) {
+    case DeviceType::kCpu: return "cpu";
+    case DeviceType::kGpu: return "gpu";
+    case DeviceType::kIntegratedGpu: return "integrated-gpu";
+    case DeviceType::kAccelerator: return "accelerator";
   }
   return "unknown";
 }
@@ -43,15 +42,16 @@ Registry::Registry(const std::vector<std::pair<std::string, BackendProbe>>& prob
 }
 
 namespace {
+// Devices with memory of their own first, then integrated GPUs, then the CPU, then emulated
+// GPU APIs; within a rank, the probes' order (builtin_backend_probes: CUDA before Vulkan).
 int rank_of(const Device& d) {
   const DeviceInfo& i = d.info();
   if (i.emulated) return 3;
-  switch (i.kind) {
-    case DeviceKind::kCuda:
-    case DeviceKind::kHip: return 0;
-    case DeviceKind::kVulkan: return 1;
-    case DeviceKind::kCpu: return 2;
-    case DeviceKind::kReference: break;  // never listed: see devices()
+  switch (i.type) {
+    case DeviceType::kGpu:
+    case DeviceType::kAccelerator: return 0;
+    case DeviceType::kIntegratedGpu: return 1;
+    case DeviceType::kCpu: return 2;
   }
   return 4;
 }
@@ -60,7 +60,7 @@ int rank_of(const Device& d) {
 std::vector<DevicePtr> Registry::devices() const {
   std::vector<DevicePtr> out;
   for (const auto& e : entries_)
-    if (e.device && e.device->info().kind != DeviceKind::kReference) out.push_back(e.device);
+    if (e.device && !e.device->info().by_name_only) out.push_back(e.device);
   std::stable_sort(out.begin(), out.end(), [](const DevicePtr& a, const DevicePtr& b) { return rank_of(*a) < rank_of(*b); });
   return out;
 }

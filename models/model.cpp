@@ -427,7 +427,7 @@ StepCostCoefficients Model::cost_prior() const {
   for (const Tensor* t : weight_tensors()) bytes += double(t->nbytes());
   // Nominal speeds when tessera-bench has not measured the device: a few AVX2 cores, or a GPU.
   const DeviceInfo& info = device_->info();
-  const bool cpu = info.kind == DeviceKind::kCpu || info.kind == DeviceKind::kReference || info.emulated;
+  const bool cpu = info.type == DeviceType::kCpu || info.emulated;
   double flops_per_ms = cpu ? 1e7 * std::max(1, info.threads) : 2e10;
   for (const auto& [dtype, f] : info.peak_flops) flops_per_ms = std::max(flops_per_ms, f / 1e3);
   const double bytes_per_ms = (info.peak_read_gbs > 0 ? info.peak_read_gbs : cpu ? 10.0 : 500.0) * 1e6;

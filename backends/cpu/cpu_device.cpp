@@ -55,7 +55,8 @@ CpuDevice::CpuDevice(int n_threads, int n_threads_batch)
       threads_batch_(n_threads_batch > 0 ? std::min(n_threads_batch, pool_.size()) : threads_decode_) {
   pool_.set_caps(threads_decode_, threads_batch_);
   info_.id = "cpu";
-  info_.kind = DeviceKind::kCpu;
+  info_.backend = "cpu";
+  info_.type = DeviceType::kCpu;
   info_.threads = pool_.size();
   info_.name = cpu_model_name() + " (" + std::to_string(threads_decode_) + " threads" +
                (threads_batch_ != threads_decode_ ? ", " + std::to_string(threads_batch_) + " for prefill" : "") + ")";

@@ -258,7 +258,8 @@ class GpuDevice final : public Device {
     TS_RETURN_IF_ERROR(gpu_status(gpuGetDeviceProperties(&prop, ordinal_), "device properties"));
     info_.id = std::string(TS_GPU_NAME) + ":" + std::to_string(ordinal_);
     info_.name = prop.name;
-    info_.kind = TS_GPU_KIND;
+    info_.backend = TS_GPU_BACKEND;
+    info_.type = DeviceType::kGpu;
     info_.memory_bytes = prop.totalGlobalMem;
     sms_ = prop.multiProcessorCount;
     info_.features = "cc " + std::to_string(prop.major) + "." + std::to_string(prop.minor) + " sms " +

@@ -8,7 +8,7 @@
 #include <hip/hip_runtime.h>
 #define TS_GPU_NS hip
 #define TS_GPU_NAME "hip"
-#define TS_GPU_KIND ::tessera::DeviceKind::kHip
+#define TS_GPU_BACKEND "hip"
 // HIP 5.2 has no *_sync shuffles; every lane of the 32-lane group takes part here, so the
 // unsynchronised form is equivalent. Width 32 keeps wave64 GPUs (CDNA) in halves, as kWarp says.
 #define TS_SHFL_XOR(v, m) __shfl_xor((v), (m), 32)
@@ -62,7 +62,7 @@
 #include <cuda_runtime.h>
 #define TS_GPU_NS cuda
 #define TS_GPU_NAME "cuda"
-#define TS_GPU_KIND ::tessera::DeviceKind::kCuda
+#define TS_GPU_BACKEND "cuda"
 #define TS_SHFL_XOR(v, m) __shfl_xor_sync(0xffffffffu, (v), (m), 32)
 #define TS_SHFL(v, src) __shfl_sync(0xffffffffu, (v), (src), 32)
 #define gpuError_t cudaError_t

@@ -12,7 +12,7 @@ namespace {
 
 // Whether |device| computes on host memory, so any host-addressable buffer is its to read.
 bool computes_on_host(const Device& device) {
-  return device.info().kind == DeviceKind::kCpu || device.info().kind == DeviceKind::kReference;
+  return device.info().type == DeviceType::kCpu;
 }
 
 }  // namespace

@@ -34,8 +34,9 @@ Status run_node(const Graph& g, const Node& n) {
 ReferenceDevice::ReferenceDevice() {
   info_.id = "reference";
   info_.name = "scalar reference (double accumulation)";
-  info_.kind = DeviceKind::kReference;
-  info_.threads = 1;
+  info_.backend = "reference";
+  info_.type = DeviceType::kCpu;
+  info_.by_name_only = true;
 }
 
 ReferenceDevice::~ReferenceDevice() { release_executor(); }

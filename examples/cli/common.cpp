@@ -64,7 +64,7 @@ void add_thread_options(CLI::App* cmd, int* threads, int* threads_batch) {
 Result<DevicePtr> find_device(const std::string& spec, int threads, int threads_batch, bool quiet) {
   TS_ASSIGN_OR_RETURN(DevicePtr dev, Registry::global().find(spec));
   if (threads == 0 && threads_batch == 0) return dev;
-  if (dev->info().kind != DeviceKind::kCpu) {
+  if (dev->info().threads == 0) {
     if (!quiet) std::fprintf(stderr, "note: --threads/--threads-batch apply to the CPU device only; %s ignores them\n", dev->info().id.c_str());
     return dev;
   }

@@ -27,7 +27,7 @@ void print_devices() {
       const DeviceInfo& i = e.device->info();
       std::printf("  %-10s %s%s\n", i.id.c_str(), i.name.c_str(),
                   e.device == best                       ? "  [default]"
-                  : i.kind == DeviceKind::kReference ? "  (slow; only by name: --device reference)"
+                  : i.by_name_only ? "  (slow; only by name: --device reference)"
                                                          : "");
       if (!i.features.empty()) std::printf("  %-10s features: %s\n", "", i.features.c_str());
       if (const std::string t = cpu_thread_summary(*e.device); !t.empty())

@@ -177,7 +177,7 @@ std::vector<DevicePtr> devices_under_test() {
   const char* only = std::getenv("TESSERA_TEST_DEVICE");
   // The reference device is what every device is compared with: tested only when asked for.
   for (const DeviceEntry& e : Registry::global().entries())
-    if (e.device && (!only || !*only ? e.device->info().kind != DeviceKind::kReference : e.id == only || e.backend == only))
+    if (e.device && (!only || !*only ? !e.device->info().by_name_only : e.id == only || e.backend == only))
       out.push_back(e.device);
   return out;
 }

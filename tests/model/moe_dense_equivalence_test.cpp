@@ -91,7 +91,7 @@ TEST(MoeDenseEquivalence, SmolLM2WithCopiedExpertsMatchesTheDenseModel) {
     // kernels (Vulkan: 7e-7) keep the bit-level bound. A wrong gather, scatter or expert
     // weighting moves the logits by far more than either.
     const double nrmse = std::sqrt(num / den);
-    const double tol = dev->info().kind == DeviceKind::kCpu ? 0.03 : 1e-4;
+    const double tol = dev->info().type == DeviceType::kCpu ? 0.03 : 1e-4;
     EXPECT_LT(nrmse, tol) << "normalised RMS difference of the logits";
     std::printf("[ info ] %s: dense vs MoE copy logits nrmse %.3g\n", dev->info().id.c_str(), nrmse);
     const size_t V = size_t((*dense)->vocab_size());

@@ -33,7 +33,8 @@ class SimDevice final : public Device {
   SimDevice() {
     info_.id = "cuda-sim";
     info_.name = "GPU kernels on the host simulator";
-    info_.kind = DeviceKind::kCuda;
+    info_.backend = "cuda-sim";
+    info_.type = DeviceType::kGpu;
     info_.emulated = true;
     info_.features = "simulated warp32";
   }
