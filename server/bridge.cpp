@@ -14,6 +14,7 @@
 #include "server/request.h"
 #include "server/reasoning.h"
 #include "server/structured.h"
+#include "server/tool_stream.h"
 
 namespace tessera::server {
 
@@ -28,6 +29,7 @@ struct ChoiceState {
   std::string text;                // everything generated
   std::string reasoning, content;  // |text| cut by the reasoning split (content = text without one)
   std::optional<ReasoningSplitter> splitter;
+  std::optional<ToolCallStream> tools;  // a streamed request with tools: its calls as deltas
   json logprobs = json::array();  // chat: content entries; completions: parallel arrays below
   json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), text_offset = json::array();
   int32_t n_tokens = 0;
@@ -121,10 +123,9 @@ std::string sse_chunk(const RequestState& st, int index, const std::string& text
   return "data: " + dump(chunk) + "\n\n";
 }
 
-// The streamed tool calls of choice |index|: one delta holding them whole (each with its index).
-std::string sse_tool_chunk(const RequestState& st, int index, json calls) {
-  for (size_t i = 0; i < calls.size(); ++i) calls[i]["index"] = i;
-  json delta = {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", calls}};
+// Tool-call deltas of choice |index| (ToolCallStream: each names its call's index).
+std::string sse_tool_chunk(const RequestState& st, int index, const json& calls) {
+  json delta = {{"tool_calls", calls}};
   json choice = {{"index", index}, {"finish_reason", nullptr}, {"logprobs", nullptr}, {"delta", delta}};
   json chunk = {{"id", st.id}, {"object", "chat.completion.chunk"}, {"created", st.created},
                 {"model", st.ctx->opts.model_name}, {"choices", json::array({choice})}};
@@ -184,15 +185,21 @@ void on_event(const std::shared_ptr<RequestState>& sp, const TokenEvent& ev) {
   c.reasoning += reasoning;
   c.content += content;
   if (ev.metrics) st.cached_tokens = std::max(st.cached_tokens, ev.metrics->cached_tokens);
-  // With tools the reply is a call or text, known only at its end: the content is held back
-  // until then (the reasoning before it streams).
-  const bool hold = st.req.stream && !st.req.tools.empty();
-  const bool emit = hold ? !reasoning.empty() : (!content.empty() || !reasoning.empty() || !lp.is_null() || !c.started);
+  // With tools the content goes through the call parser: text before a call streams as content,
+  // calls as tool_calls deltas, a suffix that may open a call waits for the next tokens.
+  const bool tool_stream = st.req.stream && !st.req.tools.empty();
+  ToolCallStream::Delta calls;
+  if (tool_stream) {
+    if (!c.tools) c.tools.emplace(st.req, st.id + "-" + std::to_string(ev.index) + "-");
+    calls = c.tools->update(c.content, ev.finish != FinishReason::kNone);
+  }
+  const std::string& sent = tool_stream ? calls.content : content;
+  const bool emit = !sent.empty() || !reasoning.empty() || (!tool_stream && !lp.is_null()) || !c.started;
   if (st.req.stream && emit) {
-    st.events.push_back(sse_chunk(st, ev.index, hold ? std::string() : content, hold ? json(nullptr) : lp, nullptr, !c.started,
-                                  reasoning));
+    st.events.push_back(sse_chunk(st, ev.index, sent, tool_stream ? json(nullptr) : lp, nullptr, !c.started, reasoning));
     c.started = true;
   }
+  if (!calls.tool_calls.empty()) st.events.push_back(sse_tool_chunk(st, ev.index, calls.tool_calls));
   if (ev.finish == FinishReason::kNone) return st.cv.notify_all();
   c.finish = ev.finish;
   c.error = ev.error;
@@ -202,19 +209,12 @@ void on_event(const std::shared_ptr<RequestState>& sp, const TokenEvent& ev) {
     if (ev.finish == FinishReason::kError) {
       json err = {{"error", {{"message", ev.error}, {"type", "server_error"}, {"param", nullptr}, {"code", nullptr}}}};
       st.events.push_back("data: " + dump(err) + "\n\n");
-    } else if (hold) {
-      std::string before;
-      json calls = ev.finish == FinishReason::kStop
-                       ? parse_tool_calls(st.req, c.content, st.id + "-" + std::to_string(ev.index) + "-", &before)
-                       : json(nullptr);
-      if (calls.is_null()) {
-        st.events.push_back(sse_chunk(st, ev.index, c.content, nullptr, nullptr, !c.started));
-        st.events.push_back(sse_chunk(st, ev.index, "", nullptr, finish_text(ev.finish), false));
-      } else {
-        if (!before.empty()) st.events.push_back(sse_chunk(st, ev.index, before, nullptr, nullptr, !c.started));
-        st.events.push_back(sse_tool_chunk(st, ev.index, calls));
-        st.events.push_back(sse_chunk(st, ev.index, "", nullptr, "tool_calls", false));
-      }
+    } else if (tool_stream) {
+      // A reply that opened calls and stopped by itself ends as one (as vLLM's streams do, also
+      // when the model's arguments turn out not to be valid JSON; a reply cut by the length
+      // limit says so).
+      const bool called = c.tools->opened_calls() && ev.finish == FinishReason::kStop;
+      st.events.push_back(sse_chunk(st, ev.index, "", nullptr, called ? "tool_calls" : finish_text(ev.finish), false));
     } else {
       st.events.push_back(sse_chunk(st, ev.index, "", nullptr, finish_text(ev.finish), !c.started));
     }

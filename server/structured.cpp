@@ -205,6 +205,24 @@ std::optional<ApiError> prepare_grammar(ServerContext& ctx, const json& body, Pa
   return std::nullopt;
 }
 
+const ToolSpec* offered_tool(const ParsedRequest& req, const std::string& name) {
+  for (const ToolSpec& t : req.tools)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+json xml_parameter_value(const ToolSpec& tool, const std::string& key, std::string value) {
+  // One newline on each side is the format's own.
+  if (!value.empty() && value.front() == '\n') value.erase(0, 1);
+  if (!value.empty() && value.back() == '\n') value.pop_back();
+  std::string type;
+  if (tool.parameters.is_object() && tool.parameters.contains("properties") && tool.parameters["properties"].is_object() &&
+      tool.parameters["properties"].contains(key) && tool.parameters["properties"][key].is_object())
+    type = string_member(tool.parameters["properties"][key], "type");
+  json v = type == "string" || type.empty() ? json(value) : json::parse(value, nullptr, false);
+  return v.is_discarded() ? json(value) : v;
+}
+
 namespace {
 
 std::string trim(std::string_view s) {
@@ -213,11 +231,7 @@ std::string trim(std::string_view s) {
   return std::string(s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1));
 }
 
-const ToolSpec* offered(const ParsedRequest& req, const std::string& name) {
-  for (const ToolSpec& t : req.tools)
-    if (t.name == name) return &t;
-  return nullptr;
-}
+const ToolSpec* offered(const ParsedRequest& req, const std::string& name) { return offered_tool(req, name); }
 
 // {"name": ..., "arguments": {...}} (Hermes; the grammar-forced form): the call, or null.
 json json_call(const ParsedRequest& req, const std::string& body) {
@@ -255,15 +269,7 @@ json xml_call(const ParsedRequest& req, const std::string& body) {
     const size_t next = inner.find("<parameter=", pn);
     if (pe == std::string_view::npos || (next != std::string_view::npos && next < pe)) pe = next;  // an unclosed parameter
     std::string value(inner.substr(pn + 1, pe == std::string_view::npos ? std::string_view::npos : pe - pn - 1));
-    // One newline on each side is the format's own.
-    if (!value.empty() && value.front() == '\n') value.erase(0, 1);
-    if (!value.empty() && value.back() == '\n') value.pop_back();
-    std::string type;
-    if (tool->parameters.is_object() && tool->parameters.contains("properties") && tool->parameters["properties"].is_object() &&
-        tool->parameters["properties"].contains(key) && tool->parameters["properties"][key].is_object())
-      type = string_member(tool->parameters["properties"][key], "type");
-    json v = type == "string" || type.empty() ? json(value) : json::parse(value, nullptr, false);
-    args[key] = v.is_discarded() ? json(value) : v;
+    args[key] = xml_parameter_value(*tool, key, std::move(value));
     if (pe == std::string_view::npos) break;
     at = pe;
   }

@@ -37,4 +37,10 @@ std::optional<ApiError> prepare_grammar(ServerContext& ctx, const nlohmann::json
 nlohmann::json parse_tool_calls(const ParsedRequest& req, const std::string& text, const std::string& id_prefix,
                                 std::string* before = nullptr);
 
+// The offered tool named |name|, or null.
+const ToolSpec* offered_tool(const ParsedRequest& req, const std::string& name);
+// The value of parameter |key| of an XML call (<parameter=KEY>value</parameter>): text, read as
+// JSON where |tool|'s schema types the parameter as other than a string and it parses as such.
+nlohmann::json xml_parameter_value(const ToolSpec& tool, const std::string& key, std::string value);
+
 }  // namespace tessera::server

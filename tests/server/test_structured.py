@@ -221,16 +221,31 @@ class Structured(unittest.TestCase):
                                                 max_tokens=8, temperature=0)
         self.assertIsInstance(r.choices[0].message.content, str)
 
+        # Streamed, the call opens with its id and name as soon as the name is complete and its
+        # arguments follow in fragments (as vLLM streams them) that join to the unstreamed call's.
+        whole = self.client.chat.completions.create(model="tiny", messages=msgs, tools=[WEATHER_TOOL],
+                                                    tool_choice="required", max_tokens=80, temperature=0)
         stream = self.client.chat.completions.create(model="tiny", messages=msgs, tools=[WEATHER_TOOL],
                                                      tool_choice="required", max_tokens=80, temperature=0, stream=True)
-        calls, finish = [], None
+        calls, finish, deltas = {}, None, 0
         for chunk in stream:
             for ch in chunk.choices:
-                calls += ch.delta.tool_calls or []
+                for tc in ch.delta.tool_calls or []:
+                    deltas += 1
+                    if tc.id:
+                        self.assertNotIn(tc.index, calls)
+                        calls[tc.index] = {"id": tc.id, "name": tc.function.name, "arguments": tc.function.arguments or ""}
+                    else:
+                        self.assertIsNone(tc.function.name)
+                        calls[tc.index]["arguments"] += tc.function.arguments
                 finish = ch.finish_reason or finish
         self.assertEqual(finish, "tool_calls")
-        self.assertEqual(calls[0].function.name, "get_weather")
-        jsonschema.validate(json.loads(calls[0].function.arguments), WEATHER_TOOL["function"]["parameters"])
+        self.assertEqual(list(calls), [0])
+        self.assertEqual(calls[0]["name"], "get_weather")
+        args = json.loads(calls[0]["arguments"])
+        jsonschema.validate(args, WEATHER_TOOL["function"]["parameters"])
+        self.assertEqual(args, json.loads(whole.choices[0].message.tool_calls[0].function.arguments))
+        self.assertGreater(deltas, 1, "the arguments stream in fragments")
 
     def test_tool_choice_auto_is_a_call_or_text(self):
         r = self.client.chat.completions.create(
