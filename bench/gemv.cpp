@@ -22,15 +22,14 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/cpu_device.h"
-#include "backends/cpu/kernels.h"
-#include "backends/cpu/thread_pool.h"
 #include "bench/ceilings.h"
 #include "bench/commands.h"
 #include "bench/cpu_isa.h"
 #include "bench/read_loop.h"
 #include "bench/sweep.h"
 #include "bench/timing.h"
+#include "core/profiling.h"
+#include "core/registry.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -57,17 +56,19 @@ float read_plain(const float* p, int64_t n) {
   return s[0] + s[7];
 }
 
-// A read-bandwidth pass on the CPU backend's own thread pool: each thread reads its contiguous
+// A read-bandwidth pass on the CPU device's own worker threads (DeviceProfiling::run_on_workers):
+// each thread reads its contiguous
 // part of a window of the buffer (like the GEMV, whose threads each stream their own weight
 // rows). The buffer is first touched by the thread that later reads each part, and successive
 // windows rotate through it, so no window is still in the last-level cache.
 class ReadPass {
  public:
-  ReadPass(cpu::ThreadPool& pool, int64_t bytes) : pool_(pool), n_(bytes / 4 / (64 * pool.size()) * (64 * pool.size())) {
+  ReadPass(DeviceProfiling& pool, int64_t bytes)
+      : pool_(pool), n_(bytes / 4 / (64 * pool.workers()) * (64 * pool.workers())) {
     buf_ = static_cast<float*>(std::aligned_alloc(64, size_t(n_) * 4));
     if (!buf_) return;
-    const int t = pool.size();
-    pool.run_on_all([&](int i) { std::fill(buf_ + n_ * i / t, buf_ + n_ * (i + 1) / t, 1.0f); });
+    const int t = pool.workers();
+    pool.run_on_workers([&](int i) { std::fill(buf_ + n_ * i / t, buf_ + n_ * (i + 1) / t, 1.0f); });
 #if defined(__x86_64__)
     avx2_ = __builtin_cpu_supports("avx2");
 #endif
@@ -78,7 +79,7 @@ class ReadPass {
   // Reads |bytes| (in several windows when that is more than the buffer) and returns the time
   // it took.
   Timing run(int64_t bytes) {
-    const int t = pool_.size();
+    const int t = pool_.workers();
     const int64_t unit = 64 * t;
     return time_once(t, [&] {
       for (int64_t left = std::max<int64_t>(unit, bytes / 4 / unit * unit); left > 0;) {
@@ -87,7 +88,7 @@ class ReadPass {
         if (next_ + w > n_) next_ = 0;
         const float* base = buf_ + next_;
         next_ += w;
-        pool_.run_on_all([&](int i) {
+        pool_.run_on_workers([&](int i) {
           const float* p = base + w * i / t;
 #if defined(__x86_64__)
           if (avx2_) { sink_[size_t(i)] += read_avx2(p, w / t); return; }
@@ -100,7 +101,7 @@ class ReadPass {
   }
 
  private:
-  cpu::ThreadPool& pool_;
+  DeviceProfiling& pool_;
   int64_t n_;
   float* buf_ = nullptr;
   int64_t next_ = 0;
@@ -140,7 +141,7 @@ struct Measured {
 // |read|, each pass is paired with a read pass over the same number of bytes, the two run in
 // alternating order.
 // With |prepared|, the weights pass through Device::prepare_weight as a model load does.
-Result<Measured> time_matmul(cpu::CpuDevice& device, DType w, int64_t M, int64_t N, int64_t K, int copies, int reps,
+Result<Measured> time_matmul(Device& device, DType w, int64_t M, int64_t N, int64_t K, int copies, int reps,
                              ReadPass* read, bool prepared) {
   const std::vector<uint8_t> img = weight_image(w, N, K);
   std::vector<Tensor> ws;
@@ -185,64 +186,15 @@ Result<Measured> time_matmul(cpu::CpuDevice& device, DType w, int64_t M, int64_t
   return Measured{{median_of(wall), median_of(cpu)}, median_of(rw), median_of(rc), median_of(bw), median_of(bc)};
 }
 
-// The decode kernel's rate with the weights in cache: every thread runs the GEMV tile on its
-// own ~128 KiB weight (in its L2) over and over, with no graph or dispatch in between, for at
-// least |seconds|. Median GB/s of 5 such runs, all threads together.
-double in_cache_gbs(cpu::ThreadPool& pool, DType w, int64_t K, double seconds, bool prepared) {
-  const int threads = pool.size();
-  const int64_t rb = dtype_row_bytes(w, K), rows = std::max<int64_t>(8, (int64_t(128) << 10) / rb);
-  std::vector<std::vector<uint8_t>> img;
-  // Prepared: the tiles CpuDevice::prepare_weight makes (whole tiles), read by the tiled kernel.
-  const bool tiled = prepared && cpu::repack_tiles_supported(w, rows / 16 * 16, K);
-  const int64_t rows_used = tiled ? rows / 16 * 16 : rows;
-  for (int t = 0; t < threads; ++t) {
-    img.push_back(weight_image(w, rows, K));
-    if (tiled) {
-      std::vector<uint8_t> tiles(img.back().size());
-      cpu::repack_tiles(pool, w, reinterpret_cast<const char*>(img.back().data()), rb, rows_used, K,
-                        reinterpret_cast<char*>(tiles.data()));
-      img.back() = std::move(tiles);
-    }
-  }
-  std::vector<float> xf(static_cast<size_t>(K));
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (float& v : xf) v = u(rng);
-  std::vector<cpu::ActQ8> xq(static_cast<size_t>(K / 32));
-  const bool q8 = cpu::uses_act_q8(w);
-  if (q8) cpu::quantize_act_q8(xf.data(), xq.data(), K);
-  std::vector<int32_t> xsum(static_cast<size_t>(K / 32));
-  for (size_t b = 0; b < xsum.size(); ++b) {
-    int32_t s = 0;
-    for (int8_t q : xq[b].qs) s += q;
-    xsum[b] = s;
-  }
-  std::vector<std::vector<float>> out(static_cast<size_t>(threads), std::vector<float>(static_cast<size_t>(rows)));
-  const auto tile = [&](int t) {
-    const char* wb = reinterpret_cast<const char*>(img[size_t(t)].data());
-    if (tiled)
-      cpu::gemm_tiled_range(w, xq.data(), K / 32, xsum.data(), 0, 1, wb, 0, rows_used / 16, K / 32, out[size_t(t)].data(),
-                            rows);
-    else if (q8)
-      cpu::gemm_q8_tile(w, xq.data(), K / 32, 0, 1, wb, rb, 0, rows, K / 32, out[size_t(t)].data(), rows);
-    else
-      cpu::gemm_float_tile(w, xf.data(), K, 0, 1, wb, rb, 0, rows, K, out[size_t(t)].data(), rows);
-  };
-  // Calls per run: enough for |seconds| at the rate of one timed call.
-  double t0 = now_seconds();
-  tile(0);
-  tile(0);
-  const double one = std::max(1e-7, (now_seconds() - t0) / 2);
-  const int64_t calls = std::max<int64_t>(10, int64_t(seconds / one));
-  std::vector<double> gbs;
-  for (int r = 0; r < 5; ++r) {
-    t0 = now_seconds();
-    pool.run_on_all([&](int t) {
-      for (int64_t c = 0; c < calls; ++c) tile(t);
-    });
-    gbs.push_back(double(threads) * double(calls) * double(rb * rows_used) / (now_seconds() - t0) / 1e9);
-  }
-  return median_of(gbs);
+// The decode kernel's rate with the weights in cache (DeviceProfiling::in_cache_gemv_gbs): every
+// thread runs the GEMV over its own ~128 KiB weight (in its L2) over and over, with no graph or
+// dispatch in between. 0 when the device cannot say.
+double in_cache_gbs(DeviceProfiling& profiling, DType w, int64_t K, double seconds, bool prepared) {
+  const int64_t rows = std::max<int64_t>(8, (int64_t(128) << 10) / dtype_row_bytes(w, K));
+  const std::vector<uint8_t> img = weight_image(w, rows, K);
+  auto gbs = profiling.in_cache_gemv_gbs(w, img.data(), rows, K, seconds, prepared);
+  if (!gbs.ok()) std::fprintf(stderr, "tessera-bench: in-cache GEMV: %s\n", gbs.status().to_string().c_str());
+  return gbs.ok() ? *gbs : 0.0;
 }
 
 }  // namespace
@@ -255,8 +207,14 @@ int run_gemv(const GemvArgs& a) {
   std::vector<Row> rows;
   for (int t : a.threads) {
     if (t < 1) continue;
-    cpu::CpuDevice device(t);
-    ReadPass read(device.pool(), a.quick ? int64_t(256) << 20 : int64_t(1) << 30);
+    const DevicePtr dev = make_cpu_device(t);
+    Device& device = *dev;
+    DeviceProfiling* profiling = device.profiling();
+    if (!profiling) {
+      std::fprintf(stderr, "tessera-bench: the CPU device offers no profiling hooks\n");
+      return 1;
+    }
+    ReadPass read(*profiling, a.quick ? int64_t(256) << 20 : int64_t(1) << 30);
     if (!read.ok()) {
       std::fprintf(stderr, "tessera-bench: cannot allocate the read-bandwidth buffer\n");
       return 1;
@@ -296,7 +254,7 @@ int run_gemv(const GemvArgs& a) {
       const double flops = 2.0 * double(M_prefill) * double(N_prefill) * double(K);
       const Row r{t, dtype_name(w), "gemv", gbs_w, gbs_c, 100 * gemv->ratio_wall, 100 * gemv->ratio_cpu};
       read_w.push_back(gemv->read_wall), read_c.push_back(gemv->read_cpu);
-      const double cached = in_cache_gbs(device.pool(), w, K, a.quick ? 0.02 : 0.1, !a.rows);
+      const double cached = in_cache_gbs(*profiling, w, K, a.quick ? 0.02 : 0.1, !a.rows);
       std::printf("%-7d %-10s %8.1f / %7.1f %8.1f / %7.1f %8.1f%% / %6.1f%% %8.1f, %5.0f%%", t, r.dtype.c_str(),
                   gemv->read_wall, gemv->read_cpu, gbs_w, gbs_c, r.pct_wall, r.pct_cpu, cached,
                   gemv->read_wall > 0 ? 100 * cached / gemv->read_wall : 0.0);

@@ -103,6 +103,7 @@ class Executable {
 using ExecutablePtr = std::unique_ptr<Executable>;
 
 class Executor;
+class DeviceProfiling;
 
 // A ceiling of the roofline measured by a kernel written for it (Device::measure_peaks): the
 // widest streaming loads for bandwidth, an FMA / matrix-unit throughput loop per dtype.
@@ -181,6 +182,9 @@ class Device {
   // it; its buffer's size is the memory it costs). Called once per weight at load time; the
   // caller keeps |w| only if another op still reads it (a tied embedding). The default keeps |w|.
   virtual Result<Tensor> prepare_weight(const Tensor& w, [[maybe_unused]] OpKind use) { return w; }
+
+  // (optional) The bench's view of the device's kernels (core/profiling.h), or null.
+  virtual DeviceProfiling* profiling() { return nullptr; }
 
   // (optional) Runs |graph| as compute() does, waits for it, and returns the seconds the device's
   // own clock (GPU timestamp queries) measured for its work: the sum over the graph's dispatches,

@@ -10,6 +10,7 @@
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/kernels.h"
 #include "core/host_buffer.h"
+#include "core/profiling.h"
 #include "core/registry.h"
 
 namespace tessera::cpu {

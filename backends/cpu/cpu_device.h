@@ -38,6 +38,8 @@ class CpuDevice final : public Device {
   // measuring the two layouts against each other).
   Result<Tensor> prepare_weight(const Tensor& w, OpKind use) override;
 
+  DeviceProfiling* profiling() override;
+
   ThreadPool& pool() { return pool_; }
   // Thread counts per lane (decode, batch) and what the pool did under load, in one line.
   std::string thread_summary() const;
@@ -46,6 +48,7 @@ class CpuDevice final : public Device {
   DeviceInfo info_;
   ThreadPool pool_;
   int threads_decode_, threads_batch_;
+  std::unique_ptr<DeviceProfiling> profiling_;  // created on first use (backends/cpu/profiling.cpp)
 };
 
 // Executes one node on host memory with |pool| (the op-family dispatch, backends/cpu/ops.cpp).
