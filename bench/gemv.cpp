@@ -91,7 +91,10 @@ class ReadPass {
         pool_.run_on_workers([&](int i) {
           const float* p = base + w * i / t;
 #if defined(__x86_64__)
-          if (avx2_) { sink_[size_t(i)] += read_avx2(p, w / t); return; }
+          if (avx2_) {
+            sink_[size_t(i)] += read_avx2(p, w / t);
+            return;
+          }
 #endif
           sink_[size_t(i)] += read_plain(p, w / t);
         });

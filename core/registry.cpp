@@ -6,10 +6,14 @@ namespace tessera {
 
 const char* device_type_name(DeviceType t) {
   switch (t) {
-    case DeviceType::kCpu: return "cpu";
-    case DeviceType::kGpu: return "gpu";
-    case DeviceType::kIntegratedGpu: return "integrated-gpu";
-    case DeviceType::kAccelerator: return "accelerator";
+    case DeviceType::kCpu:
+      return "cpu";
+    case DeviceType::kGpu:
+      return "gpu";
+    case DeviceType::kIntegratedGpu:
+      return "integrated-gpu";
+    case DeviceType::kAccelerator:
+      return "accelerator";
   }
   return "unknown";
 }
@@ -49,9 +53,12 @@ int rank_of(const Device& d) {
   if (i.emulated) return 3;
   switch (i.type) {
     case DeviceType::kGpu:
-    case DeviceType::kAccelerator: return 0;
-    case DeviceType::kIntegratedGpu: return 1;
-    case DeviceType::kCpu: return 2;
+    case DeviceType::kAccelerator:
+      return 0;
+    case DeviceType::kIntegratedGpu:
+      return 1;
+    case DeviceType::kCpu:
+      return 2;
   }
   return 4;
 }

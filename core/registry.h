@@ -28,8 +28,8 @@ class Registry {
   const std::vector<DeviceEntry>& entries() const { return entries_; }
   // Usable devices, best first: GPUs and accelerators with memory of their own, integrated GPUs,
   // the native CPU, then emulated GPU devices (rank_of in registry.cpp: by DeviceType, never by
-  // backend). Devices marked by_name_only, as the scalar reference, are not among them (it is slow; it is what the others are tested
-  // against), so neither "auto" nor a loop over every device picks it: only find("reference").
+  // backend). Devices marked by_name_only, as the scalar reference, are not among them (it is slow; it is what the
+  // others are tested against), so neither "auto" nor a loop over every device picks it: only find("reference").
   std::vector<DevicePtr> devices() const;
   // "cpu", "vulkan", "vulkan:1", "cuda:0", "reference", or "" / "auto" for the best.
   Result<DevicePtr> find(const std::string& spec) const;

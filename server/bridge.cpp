@@ -196,7 +196,8 @@ void on_event(const std::shared_ptr<RequestState>& sp, const TokenEvent& ev) {
   const std::string& sent = tool_stream ? calls.content : content;
   const bool emit = !sent.empty() || !reasoning.empty() || (!tool_stream && !lp.is_null()) || !c.started;
   if (st.req.stream && emit) {
-    st.events.push_back(sse_chunk(st, ev.index, sent, tool_stream ? json(nullptr) : lp, nullptr, !c.started, reasoning));
+    st.events.push_back(
+        sse_chunk(st, ev.index, sent, tool_stream ? json(nullptr) : lp, nullptr, !c.started, reasoning));
     c.started = true;
   }
   if (!calls.tool_calls.empty()) st.events.push_back(sse_tool_chunk(st, ev.index, calls.tool_calls));

@@ -216,8 +216,9 @@ json xml_parameter_value(const ToolSpec& tool, const std::string& key, std::stri
   if (!value.empty() && value.front() == '\n') value.erase(0, 1);
   if (!value.empty() && value.back() == '\n') value.pop_back();
   std::string type;
-  if (tool.parameters.is_object() && tool.parameters.contains("properties") && tool.parameters["properties"].is_object() &&
-      tool.parameters["properties"].contains(key) && tool.parameters["properties"][key].is_object())
+  if (tool.parameters.is_object() && tool.parameters.contains("properties") &&
+      tool.parameters["properties"].is_object() && tool.parameters["properties"].contains(key) &&
+      tool.parameters["properties"][key].is_object())
     type = string_member(tool.parameters["properties"][key], "type");
   json v = type == "string" || type.empty() ? json(value) : json::parse(value, nullptr, false);
   return v.is_discarded() ? json(value) : v;
@@ -303,7 +304,8 @@ json harmony_calls(const ParsedRequest& req, std::string_view text, std::string*
     }
     const std::string_view header = msg.substr(0, m);
     std::string_view body = msg.substr(m + kMessage.size());
-    for (std::string_view end : {std::string_view("<|call|>"), std::string_view("<|end|>"), std::string_view("<|return|>")})
+    for (std::string_view end :
+         {std::string_view("<|call|>"), std::string_view("<|end|>"), std::string_view("<|return|>")})
       if (const size_t e = body.find(end); e != std::string_view::npos) body = body.substr(0, e);
     const size_t to = header.find(kTo);
     if (to == std::string_view::npos) {
@@ -312,7 +314,8 @@ json harmony_calls(const ParsedRequest& req, std::string_view text, std::string*
     }
     const size_t name_at = to + kTo.size();
     const size_t name_end = header.find_first_of(" \t\r\n<", name_at);
-    const std::string name(header.substr(name_at, name_end == std::string_view::npos ? std::string_view::npos : name_end - name_at));
+    const std::string name(
+        header.substr(name_at, name_end == std::string_view::npos ? std::string_view::npos : name_end - name_at));
     if (!offered(req, name)) return nullptr;
     const json args = json::parse(body, nullptr, false);
     if (args.is_discarded() || !args.is_object()) return nullptr;

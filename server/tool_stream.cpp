@@ -154,7 +154,7 @@ PartialCall xml_partial(const ParsedRequest& req, std::string_view b) {
     size_t pe = inner.find("</parameter>", pn);
     const size_t next = inner.find(kParam, pn);
     if (pe == npos || (next != npos && next < pe)) pe = next;  // an unclosed parameter
-    if (pe == npos && fn_end == npos) break;                     // still being written
+    if (pe == npos && fn_end == npos) break;                   // still being written
     const std::string key = trimmed(inner.substr(p + kParam.size(), pn - p - kParam.size()));
     std::string value(inner.substr(pn + 1, pe == npos ? npos : pe - pn - 1));
     const json v = tool ? xml_parameter_value(*tool, key, std::move(value)) : json(value);
@@ -174,7 +174,7 @@ Scan scan_hermes(const ParsedRequest& req, std::string_view text, bool final) {
   const size_t first = text.find(kOpen);
   if (first == npos) {
     const std::string_view body = trim_left(text);
-    if (body.empty() && !final) return s;  // leading whitespace: it may precede a JSON call
+    if (body.empty() && !final) return s;        // leading whitespace: it may precede a JSON call
     if (!body.empty() && body.front() == '{') {  // one JSON call, or content that looks like one
       bool complete = false;
       PartialCall pc = json_partial(body, final, &complete);
@@ -186,7 +186,8 @@ Scan scan_hermes(const ParsedRequest& req, std::string_view text, bool final) {
       return s;
     }
     // "<|" too: harmony's markers are not content (scan() switches to them once one is whole).
-    s.content = std::string(text.substr(0, text.size() - (final ? 0 : held_suffix(text, {kOpen, "<|channel|>", "<|start|>"}))));
+    s.content =
+        std::string(text.substr(0, text.size() - (final ? 0 : held_suffix(text, {kOpen, "<|channel|>", "<|start|>"}))));
     return s;
   }
   s.content = std::string(text.substr(0, first));
@@ -225,7 +226,8 @@ Scan scan_harmony(std::string_view text, bool final) {
     const bool last = next == npos;
     std::string_view msg = text.substr(at, last ? npos : next - at);
     at = last ? text.size() : next;
-    if (last && !final) msg = msg.substr(0, msg.size() - held_suffix(msg, {kStart, "<|end|>", "<|call|>", "<|return|>"}));
+    if (last && !final)
+      msg = msg.substr(0, msg.size() - held_suffix(msg, {kStart, "<|end|>", "<|call|>", "<|return|>"}));
     const size_t m = msg.find(kMessage);
     if (m == npos) {
       if (trim_left(msg).rfind("<|", 0) == 0) {  // a header still being written
@@ -238,7 +240,8 @@ Scan scan_harmony(std::string_view text, bool final) {
     }
     const std::string_view header = msg.substr(0, m);
     std::string_view body = msg.substr(m + kMessage.size());
-    for (std::string_view end : {std::string_view("<|call|>"), std::string_view("<|end|>"), std::string_view("<|return|>")})
+    for (std::string_view end :
+         {std::string_view("<|call|>"), std::string_view("<|end|>"), std::string_view("<|return|>")})
       if (const size_t e = body.find(end); e != npos) body = body.substr(0, e);
     const size_t to = header.find(kTo);
     if (to == npos) {
@@ -263,7 +266,8 @@ bool is_harmony(std::string_view text) {
 
 }  // namespace
 
-ToolCallStream::ToolCallStream(const ParsedRequest& req, std::string id_prefix) : req_(req), id_prefix_(std::move(id_prefix)) {}
+ToolCallStream::ToolCallStream(const ParsedRequest& req, std::string id_prefix)
+    : req_(req), id_prefix_(std::move(id_prefix)) {}
 
 ToolCallStream::Delta ToolCallStream::update(const std::string& text, bool final) {
   const bool harmony = is_harmony(text);

@@ -23,7 +23,7 @@ class ToolCallStream {
   ToolCallStream(const ParsedRequest& req, std::string id_prefix);
 
   struct Delta {
-    std::string content;                           // content the reply adds now
+    std::string content;                                  // content the reply adds now
     nlohmann::json tool_calls = nlohmann::json::array();  // tool_call deltas, each with its index
   };
   // |text|: the reply's content so far (each call's text extends the previous call's).

@@ -12,7 +12,9 @@
 namespace tessera::cpu {
 namespace {
 
-double seconds_now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 class CpuProfiling final : public DeviceProfiling {
  public:
@@ -28,7 +30,8 @@ class CpuProfiling final : public DeviceProfiling {
 
 Result<double> CpuProfiling::in_cache_gemv_gbs(DType w, const uint8_t* image, int64_t rows, int64_t K, double seconds,
                                                bool prepared) {
-  if (rows < 1 || K < 32 || K % 32 != 0) return InvalidArgument("in_cache_gemv_gbs: rows must be >= 1 and K a multiple of 32");
+  if (rows < 1 || K < 32 || K % 32 != 0)
+    return InvalidArgument("in_cache_gemv_gbs: rows must be >= 1 and K a multiple of 32");
   if (!kernels_support(OpKind::kMatmul, DType::kF32, w))
     return Unimplemented(std::string("in_cache_gemv_gbs: no CPU matmul kernel for ") + dtype_name(w));
   const int threads = pool_.size();
@@ -62,11 +65,10 @@ Result<double> CpuProfiling::in_cache_gemv_gbs(DType w, const uint8_t* image, in
   const auto tile = [&](int t) {
     const char* wb = reinterpret_cast<const char*>(img[size_t(t)].data());
     if (tiled)
-      gemm_tiled_range(w, xq.data(), K / 32, xsum.data(), 0, 1, wb, 0, rows_used / 16, K / 32, out[size_t(t)].data(), rows);
-    else if (q8)
-      gemm_q8_tile(w, xq.data(), K / 32, 0, 1, wb, rb, 0, rows, K / 32, out[size_t(t)].data(), rows);
-    else
-      gemm_float_tile(w, xf.data(), K, 0, 1, wb, rb, 0, rows, K, out[size_t(t)].data(), rows);
+      gemm_tiled_range(w, xq.data(), K / 32, xsum.data(), 0, 1, wb, 0, rows_used / 16, K / 32, out[size_t(t)].data(),
+                       rows);
+    else if (q8) gemm_q8_tile(w, xq.data(), K / 32, 0, 1, wb, rb, 0, rows, K / 32, out[size_t(t)].data(), rows);
+    else gemm_float_tile(w, xf.data(), K, 0, 1, wb, rb, 0, rows, K, out[size_t(t)].data(), rows);
   };
   // Calls per run: enough for |seconds| at the rate of one timed call.
   double t0 = seconds_now();

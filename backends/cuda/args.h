@@ -75,9 +75,9 @@ enum class Pointwise : uint8_t { kAdd, kMul, kScale, kSiluGlu, kGeluGlu, kGelu, 
 struct PointwiseArgs {
   Pointwise op;
   View a, b, out;  // b: the second operand of add/mul/glu (rows broadcast by r % b.rows)
-  float scale;    // scale; swiglu_oai: alpha
-  float limit;    // swiglu_oai
-  float softcap;  // scale: > 0 caps v to softcap * tanh(v / softcap)
+  float scale;     // scale; swiglu_oai: alpha
+  float limit;     // swiglu_oai
+  float softcap;   // scale: > 0 caps v to softcap * tanh(v / softcap)
 };
 struct NormArgs {
   bool layer;      // layer_norm (mean-centred, with an optional bias) else rms_norm

@@ -23,13 +23,15 @@ Result<BufferPtr> NullDevice::alloc(size_t bytes, MemoryKind) {
 }
 
 Status NullDevice::upload(const Tensor& dst, const void* src, size_t bytes) {
-  if (!dst.host_data() || int64_t(bytes) > dst.nbytes()) return InvalidArgument(info_.id + ": bad upload to " + dst.shape_string());
+  if (!dst.host_data() || int64_t(bytes) > dst.nbytes())
+    return InvalidArgument(info_.id + ": bad upload to " + dst.shape_string());
   std::memcpy(dst.host_data(), src, bytes);
   return OkStatus();
 }
 
 Status NullDevice::download(const Tensor& src, void* dst, size_t bytes) {
-  if (!src.host_data() || int64_t(bytes) > src.nbytes()) return InvalidArgument(info_.id + ": bad download from " + src.shape_string());
+  if (!src.host_data() || int64_t(bytes) > src.nbytes())
+    return InvalidArgument(info_.id + ": bad download from " + src.shape_string());
   std::memcpy(dst, src.host_data(), bytes);
   return OkStatus();
 }
@@ -43,7 +45,8 @@ Result<Event> NullDevice::copy(std::span<const CopyRegion> regions) {
 // Never reached through the Executor (which refuses unsupported ops first); a direct caller
 // learns what is missing.
 Result<ExecutablePtr> NullDevice::prepare(Graph& graph) {
-  return Unimplemented(info_.id + ": the null backend has no kernels (graph of " + std::to_string(graph.nodes().size()) + " nodes)");
+  return Unimplemented(info_.id + ": the null backend has no kernels (graph of " +
+                       std::to_string(graph.nodes().size()) + " nodes)");
 }
 
 Result<Event> NullDevice::submit(Executable&) { return Unimplemented(info_.id + ": the null backend has no kernels"); }

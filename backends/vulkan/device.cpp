@@ -180,10 +180,11 @@ Status VulkanDevice::init(std::shared_ptr<Instance> instance, VkPhysicalDevice p
   info_.backend = "vulkan";
   info_.emulated = props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
   // A Vulkan implementation on the CPU shares host memory as an integrated GPU does.
-  info_.type = props.deviceType == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU || props.deviceType == VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU
+  info_.type = props.deviceType == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU ||
+                       props.deviceType == VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU
                    ? DeviceType::kGpu
                : props.deviceType == VK_PHYSICAL_DEVICE_TYPE_OTHER ? DeviceType::kAccelerator
-                                                                     : DeviceType::kIntegratedGpu;
+                                                                   : DeviceType::kIntegratedGpu;
   info_.pads_decode_batches = !info_.emulated;
   caps_.tiled_gemm = !info_.emulated || options.force_tiled_gemm;
   info_.memory_bytes = heap;

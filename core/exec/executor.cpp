@@ -11,9 +11,7 @@ namespace tessera {
 namespace {
 
 // Whether |device| computes on host memory, so any host-addressable buffer is its to read.
-bool computes_on_host(const Device& device) {
-  return device.info().type == DeviceType::kCpu;
-}
+bool computes_on_host(const Device& device) { return device.info().type == DeviceType::kCpu; }
 
 }  // namespace
 

@@ -26,9 +26,9 @@ void print_devices() {
     if (e.device) {
       const DeviceInfo& i = e.device->info();
       std::printf("  %-10s %s%s\n", i.id.c_str(), i.name.c_str(),
-                  e.device == best                       ? "  [default]"
+                  e.device == best ? "  [default]"
                   : i.by_name_only ? "  (slow; only by name: --device reference)"
-                                                         : "");
+                                   : "");
       if (!i.features.empty()) std::printf("  %-10s features: %s\n", "", i.features.c_str());
       if (const std::string t = cpu_thread_summary(*e.device); !t.empty())
         std::printf("  %-10s threads: %s (%s; -t/--threads on run, chat, serve, perplexity, embed)\n", "", t.c_str(),
@@ -185,12 +185,14 @@ void add_info_command(CLI::App& app) {
   auto path = std::make_shared<std::string>();
   auto all = std::make_shared<bool>(false);
   auto mo = std::make_shared<MemoryOptions>();
-  cmd->add_option("model", *path,
-                  "a GGUF file or Hugging Face checkpoint directory: print its metadata, tensor table and the memory one "
-                  "sequence keeps at 4k, 32k and its trained context");
+  cmd->add_option(
+      "model", *path,
+      "a GGUF file or Hugging Face checkpoint directory: print its metadata, tensor table and the memory one "
+      "sequence keeps at 4k, 32k and its trained context");
   cmd->add_flag("--tensors", *all, "list every tensor");
   cmd->add_option("--context", mo->contexts, "more context lengths for the memory table (tokens)");
-  cmd->add_option("--kv-dtype", mo->kv_dtype, "KV cache dtype for the memory table: f16, bf16, f32, fp8_e4m3 or int8_pc")
+  cmd->add_option("--kv-dtype", mo->kv_dtype,
+                  "KV cache dtype for the memory table: f16, bf16, f32, fp8_e4m3 or int8_pc")
       ->capture_default_str();
   cmd->callback([path, all, mo] {
     if (path->empty()) print_devices();

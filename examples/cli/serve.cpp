@@ -103,7 +103,8 @@ void serve_command(const ServeCommandOptions& o) {
   ec.scheduler.swap_blocks = ec.scheduler.swap ? (swap_tokens + (*kv)->config().block_size - 1) / (*kv)->config().block_size : 0;
   // A CPU device computes on our threads: fit on CPU time, immune to other processes' load.
   const DeviceInfo& di = (*model)->device().info();
-  if (di.type == DeviceType::kCpu && di.threads > 0 && !o.wall_clock_cost) ec.cost_cpu_threads = std::max(1, di.threads);
+  if (di.type == DeviceType::kCpu && di.threads > 0 && !o.wall_clock_cost)
+    ec.cost_cpu_threads = std::max(1, di.threads);
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> step_log(nullptr, &std::fclose);
   if (!o.step_log.empty()) {
     step_log.reset(std::fopen(o.step_log.c_str(), "w"));

@@ -111,8 +111,8 @@ Status Tokenizer::build() {
   // gpt-oss's harmony format: <|end|> closes one message (the analysis channel's, before the final
   // answer) and the reply goes on; <|return|> ends the reply and <|call|> ends it with a tool call.
   // A vocabulary with both of those ends generation there, not at <|end|>.
-  if (const int32_t end = control("<|end|>"); end >= 0 && control("<|return|>") >= 0 && control("<|call|>") >= 0 &&
-                                              end != data_.eos && end != data_.eot)
+  if (const int32_t end = control("<|end|>");
+      end >= 0 && control("<|return|>") >= 0 && control("<|call|>") >= 0 && end != data_.eos && end != data_.eot)
     eog_.erase(end);
   return OkStatus();
 }

@@ -147,10 +147,10 @@ TEST(GpuPlan, AttentionStoresTheCacheThenAttendsPerTokenAndHead) {
 TEST(GpuPlan, WideHeadsTakeTheWideAttentionKernel) {
   for (const int64_t D : {int64_t(256), int64_t(320), int64_t(512)}) {
     Fixture f;
-    Graph::AttentionInputs in{f.input(DType::kF32, {1, 1, D}), f.input(DType::kF32, {1, 1, D}),
-                              f.input(DType::kF32, {1, 1, D}), f.input(DType::kF32, {1, 16, 1, D}),
-                              f.input(DType::kF32, {1, 16, 1, D}), f.input(DType::kI32, {1}),
-                              f.input(DType::kI32, {2}), f.input(DType::kI32, {1}), f.input(DType::kI32, {1, 1})};
+    Graph::AttentionInputs in{
+        f.input(DType::kF32, {1, 1, D}),     f.input(DType::kF32, {1, 1, D}),     f.input(DType::kF32, {1, 1, D}),
+        f.input(DType::kF32, {1, 16, 1, D}), f.input(DType::kF32, {1, 16, 1, D}), f.input(DType::kI32, {1}),
+        f.input(DType::kI32, {2}),           f.input(DType::kI32, {1}),           f.input(DType::kI32, {1, 1})};
     f.g.mark_output(f.g.attention(in, AttentionParams{}));
     auto p = f.plan();
     ASSERT_TRUE(p.ok()) << "D=" << D << ": " << p.status().to_string();

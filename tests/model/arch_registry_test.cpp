@@ -13,7 +13,7 @@ namespace {
 
 TEST(ArchRegistry, EveryFamilyIsFoundByEachOfItsNames) {
   const std::set<std::string> want = {"llama",  "mistral", "qwen2", "qwen3",  "qwen2moe",  "qwen3moe", "olmoe",
-                                      "gemma3", "phi3",    "bert",  "qwen35", "qwen35moe", "gemma4", "gpt-oss"};
+                                      "gemma3", "phi3",    "bert",  "qwen35", "qwen35moe", "gemma4",   "gpt-oss"};
   std::set<std::string> names;
   for (const Architecture* a : ArchRegistry::all())
     for (const std::string& n : a->gguf_names()) {

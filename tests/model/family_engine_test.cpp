@@ -44,9 +44,11 @@ const Family kFamilies[] = {
 std::string make_model(const Family& f) {
   const char* py = std::getenv("TESSERA_PYTHON");
   const char* data = std::getenv("TESSERA_TEST_DATA");
-  const std::string dir = (std::filesystem::temp_directory_path() / (std::string("tessera_family_engine_") + f.name)).string();
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / (std::string("tessera_family_engine_") + f.name)).string();
   const std::string script = std::string(data ? data : "tests/data") + "/../model/" + f.script;
-  const std::string cmd = std::string(py ? py : "python3") + " " + script + " --out " + dir + " " + f.args + " > /dev/null";
+  const std::string cmd =
+      std::string(py ? py : "python3") + " " + script + " --out " + dir + " " + f.args + " > /dev/null";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   return dir + "/" + f.file;
 }
@@ -129,9 +131,7 @@ TEST_P(FamilyEngine, RejectedDraftsRollBackAndGiveTheSameTokens) {
     EXPECT_EQ(r.run(p, 30), want) << "k " << k;
     const EngineStats st = r.engine->stats();
     EXPECT_GT(st.spec.accepted, 0) << "k " << k;
-    if (k > 1) {
-      EXPECT_LT(st.spec.accepted, st.spec.drafted) << "some drafts were rejected";
-    }
+    if (k > 1) { EXPECT_LT(st.spec.accepted, st.spec.drafted) << "some drafts were rejected"; }
   }
 }
 

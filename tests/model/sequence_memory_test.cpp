@@ -61,7 +61,7 @@ TEST(SequenceMemory, WindowLayersStopAtTheirWindowAndSharingLayersKeepNone) {
   c.sliding_window = 512;
   c.layer_sliding = {1, 1, 0, 1, 1, 0};
   c.layer_kv_source = {0, 1, 2, 3, 0, 2};  // layer 4 reads layer 0's K/V, layer 5 layer 2's
-  const int64_t block = 2 * 16 * 64 * 2;  // K and V of one block of one layer, f16
+  const int64_t block = 2 * 16 * 64 * 2;   // K and V of one block of one layer, f16
   SequenceMemory m = sequence_memory(*arch, c, 32768, DType::kF16);
   EXPECT_EQ(m.full_layers, 1);
   EXPECT_EQ(m.window_layers, 3);

@@ -72,8 +72,9 @@ TEST(ToolCalls, HarmonyMessagesAddressedToFunctions) {
   const auto req = weather_request();
   std::string before = "stale";
   json calls = parse_tool_calls(
-      req, "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Oslo\", \"days\": 2}", "h-",
-      &before);
+      req,
+      "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Oslo\", \"days\": 2}",
+      "h-", &before);
   ASSERT_EQ(calls.size(), 1u) << calls.dump();
   EXPECT_EQ(calls[0]["id"], "h-0");
   EXPECT_EQ(calls[0]["function"]["name"], "get_weather");
@@ -82,11 +83,12 @@ TEST(ToolCalls, HarmonyMessagesAddressedToFunctions) {
 
   // The recipient in the role header, a commentary preamble before it, <|call|> kept, and a
   // second call in a message of its own.
-  calls = parse_tool_calls(req,
-                           "<|channel|>commentary<|message|>Checking both.<|end|>"
-                           "<|start|>assistant to=functions.get_time<|channel|>commentary json<|message|>{\"zone\": \"CET\"}<|call|>"
-                           "<|start|>assistant<|channel|>commentary to=functions.get_weather<|message|>{\"city\": \"Rome\"}<|call|>",
-                           "h-", &before);
+  calls = parse_tool_calls(
+      req,
+      "<|channel|>commentary<|message|>Checking both.<|end|>"
+      "<|start|>assistant to=functions.get_time<|channel|>commentary json<|message|>{\"zone\": \"CET\"}<|call|>"
+      "<|start|>assistant<|channel|>commentary to=functions.get_weather<|message|>{\"city\": \"Rome\"}<|call|>",
+      "h-", &before);
   ASSERT_EQ(calls.size(), 2u) << calls.dump();
   EXPECT_EQ(calls[0]["function"]["name"], "get_time");
   EXPECT_EQ(args_of(calls[0]), json({{"zone", "CET"}}));
@@ -96,9 +98,11 @@ TEST(ToolCalls, HarmonyMessagesAddressedToFunctions) {
 
   // Not calls: a final answer, a function not offered, arguments that are not a JSON object.
   EXPECT_TRUE(parse_tool_calls(req, "<|channel|>final<|message|>It is sunny.", "h-").is_null());
-  EXPECT_TRUE(parse_tool_calls(req, "<|channel|>commentary to=functions.rm_rf <|constrain|>json<|message|>{}", "h-").is_null());
+  EXPECT_TRUE(
+      parse_tool_calls(req, "<|channel|>commentary to=functions.rm_rf <|constrain|>json<|message|>{}", "h-").is_null());
   EXPECT_TRUE(parse_tool_calls(req, "<|channel|>commentary to=functions.get_time<|message|>[1, 2]", "h-").is_null());
-  EXPECT_TRUE(parse_tool_calls(req, "<|channel|>commentary to=functions.get_time<|message|>{\"zone\": ", "h-").is_null())
+  EXPECT_TRUE(
+      parse_tool_calls(req, "<|channel|>commentary to=functions.get_time<|message|>{\"zone\": ", "h-").is_null())
       << "cut off mid-arguments";
 }
 

@@ -47,11 +47,13 @@ Streamed stream(const ParsedRequest& req, const std::string& text, uint32_t seed
       if (tc.contains("id")) {
         ASSERT_EQ(i, out.calls.size()) << "calls open in order, each once";
         EXPECT_EQ(tc["type"], "function");
-        out.calls.push_back({{"id", tc["id"]}, {"name", tc["function"]["name"]}, {"arguments", tc["function"]["arguments"]}});
+        out.calls.push_back(
+            {{"id", tc["id"]}, {"name", tc["function"]["name"]}, {"arguments", tc["function"]["arguments"]}});
       } else {
         ASSERT_LT(i, out.calls.size()) << "arguments of a call that was not opened";
         EXPECT_FALSE(tc["function"].contains("name"));
-        out.calls[i]["arguments"] = out.calls[i]["arguments"].get<std::string>() + tc["function"]["arguments"].get<std::string>();
+        out.calls[i]["arguments"] =
+            out.calls[i]["arguments"].get<std::string>() + tc["function"]["arguments"].get<std::string>();
       }
     }
   };
@@ -87,28 +89,28 @@ void expect_matches_whole(const ParsedRequest& req, const std::string& text, con
       ASSERT_FALSE(args.is_discarded()) << "the fragments concatenate to JSON: " << s.calls[i]["arguments"];
       EXPECT_EQ(args, json::parse(whole[i]["function"]["arguments"].get<std::string>()));
     }
-    if (seed > 10) {
-      EXPECT_GT(s.deltas, int(whole.size())) << "arguments arrive in more than one delta";
-    }
+    if (seed > 10) { EXPECT_GT(s.deltas, int(whole.size())) << "arguments arrive in more than one delta"; }
   }
 }
 
 TEST(ToolCallStream, HermesBlocksAfterText) {
   const auto req = weather_request();
-  expect_matches_whole(req,
-                       "Let me check both.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo \\\"N\\\"\", "
-                       "\"days\": 3, \"opts\": {\"a\": [1, {\"b\": \"}\"}]}}}\n</tool_call>\n<tool_call>\n"
-                       "{\"arguments\": {\"zone\": \"CET\"}, \"name\": \"get_time\"}\n</tool_call>\n",
-                       "Let me check both.\n");
+  expect_matches_whole(
+      req,
+      "Let me check both.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo \\\"N\\\"\", "
+      "\"days\": 3, \"opts\": {\"a\": [1, {\"b\": \"}\"}]}}}\n</tool_call>\n<tool_call>\n"
+      "{\"arguments\": {\"zone\": \"CET\"}, \"name\": \"get_time\"}\n</tool_call>\n",
+      "Let me check both.\n");
 }
 
 TEST(ToolCallStream, Qwen35XmlFunctions) {
   const auto req = weather_request();
-  expect_matches_whole(req,
-                       "<tool_call>\n<function=get_weather>\n<parameter=city>\nSan Francisco\n</parameter>\n"
-                       "<parameter=days>\n3\n</parameter>\n<parameter=opts>\n{\"metric\": true}\n</parameter>\n</function>\n</tool_call>"
-                       "\n<tool_call>\n<function=get_time>\n</function>\n</tool_call>",
-                       "");
+  expect_matches_whole(
+      req,
+      "<tool_call>\n<function=get_weather>\n<parameter=city>\nSan Francisco\n</parameter>\n"
+      "<parameter=days>\n3\n</parameter>\n<parameter=opts>\n{\"metric\": true}\n</parameter>\n</function>\n</tool_call>"
+      "\n<tool_call>\n<function=get_time>\n</function>\n</tool_call>",
+      "");
 }
 
 TEST(ToolCallStream, TheWholeReplyOneJsonCall) {
@@ -118,19 +120,21 @@ TEST(ToolCallStream, TheWholeReplyOneJsonCall) {
 
 TEST(ToolCallStream, HarmonyPreambleThenCall) {
   const auto req = weather_request();
-  expect_matches_whole(req,
-                       "<|channel|>commentary<|message|>Checking the weather.<|end|><|start|>assistant<|channel|>commentary "
-                       "to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\", \"days\": 2}",
-                       "Checking the weather.");
+  expect_matches_whole(
+      req,
+      "<|channel|>commentary<|message|>Checking the weather.<|end|><|start|>assistant<|channel|>commentary "
+      "to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\", \"days\": 2}",
+      "Checking the weather.");
 }
 
 // Replies that are not calls are content, byte for byte, including text that looks like the
 // start of a marker and JSON that does not name an offered function.
 TEST(ToolCallStream, TextThatIsNotACallIsContent) {
   const auto req = weather_request();
-  for (const std::string text : {std::string("Use a < b and <tool or <|x when you like."), std::string(R"({"answer": 42})"),
-                                 std::string(R"({"name": "launch_rockets", "arguments": {}})"),
-                                 std::string("Sure.\n<tool_call>\n{\"name\": \"launch_rockets\", \"arguments\": {}}\n</tool_call>")})
+  for (const std::string text :
+       {std::string("Use a < b and <tool or <|x when you like."), std::string(R"({"answer": 42})"),
+        std::string(R"({"name": "launch_rockets", "arguments": {}})"),
+        std::string("Sure.\n<tool_call>\n{\"name\": \"launch_rockets\", \"arguments\": {}}\n</tool_call>")})
     expect_matches_whole(req, text, text);
 }
 
@@ -141,7 +145,8 @@ TEST(ToolCallStream, HoldsOnlyWhatMayOpenACall) {
   EXPECT_EQ(ts.update("Hello <tool", false).content, "Hello ");
   EXPECT_EQ(ts.update("Hello <tools are fun", false).content, "<tools are fun");
   EXPECT_EQ(ts.update("Hello <tools are fun <tool_call>\n{\"name\": \"get_ti", false).content, " ");
-  EXPECT_TRUE(ts.update("Hello <tools are fun <tool_call>\n{\"name\": \"get_ti", false).tool_calls.empty()) << "name incomplete";
+  EXPECT_TRUE(ts.update("Hello <tools are fun <tool_call>\n{\"name\": \"get_ti", false).tool_calls.empty())
+      << "name incomplete";
   const auto d = ts.update("Hello <tools are fun <tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zo", false);
   ASSERT_EQ(d.tool_calls.size(), 1u);
   EXPECT_EQ(d.tool_calls[0]["function"]["name"], "get_time");

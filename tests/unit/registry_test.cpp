@@ -36,18 +36,21 @@ TEST(Registry, RanksDevicesByTypeNotBackend) {
     claims.id = id, claims.type = type, claims.emulated = emulated, claims.by_name_only = by_name_only;
     return std::make_shared<null_backend::NullDevice>(claims);
   };
-  Registry reg({{"a", [&](std::vector<DeviceEntry>& out) {
-                   out.push_back({"a", "a:0", device("a:0", DeviceType::kCpu), OkStatus()});
-                   out.push_back({"a", "a:1", device("a:1", DeviceType::kIntegratedGpu, /*emulated=*/true), OkStatus()});
-                 }},
-                {"b", [&](std::vector<DeviceEntry>& out) {
-                   out.push_back({"b", "b:0", device("b:0", DeviceType::kIntegratedGpu), OkStatus()});
-                   out.push_back({"b", "b:1", device("b:1", DeviceType::kGpu), OkStatus()});
-                   out.push_back({"b", "b:2", device("b:2", DeviceType::kGpu, false, /*by_name_only=*/true), OkStatus()});
-                 }},
-                {"c", [&](std::vector<DeviceEntry>& out) {
-                   out.push_back({"c", "c:0", device("c:0", DeviceType::kAccelerator), OkStatus()});
-                 }}});
+  Registry reg(
+      {{"a",
+        [&](std::vector<DeviceEntry>& out) {
+          out.push_back({"a", "a:0", device("a:0", DeviceType::kCpu), OkStatus()});
+          out.push_back({"a", "a:1", device("a:1", DeviceType::kIntegratedGpu, /*emulated=*/true), OkStatus()});
+        }},
+       {"b",
+        [&](std::vector<DeviceEntry>& out) {
+          out.push_back({"b", "b:0", device("b:0", DeviceType::kIntegratedGpu), OkStatus()});
+          out.push_back({"b", "b:1", device("b:1", DeviceType::kGpu), OkStatus()});
+          out.push_back({"b", "b:2", device("b:2", DeviceType::kGpu, false, /*by_name_only=*/true), OkStatus()});
+        }},
+       {"c", [&](std::vector<DeviceEntry>& out) {
+          out.push_back({"c", "c:0", device("c:0", DeviceType::kAccelerator), OkStatus()});
+        }}});
   std::vector<std::string> order;
   for (const DevicePtr& d : reg.devices()) order.push_back(d->info().id);
   EXPECT_EQ(order, (std::vector<std::string>{"b:1", "c:0", "b:0", "a:0", "a:1"}));
