@@ -1,44 +1,118 @@
-// The families with sliding-window layers through the engine on the CPU, with the window layers'
-// KV in a pool of its own that gives back the blocks a window no longer covers: Gemma 4 (window 8
-// beside global layers of wider heads, KV sharing; the dense E2B shape and the 26B-A4B MoE shape)
-// and gpt-oss (window 16 beside full layers, attention sinks, MoE). For each: greedy tokens are
-// the argmax of the whole sequence's logits, and a prefix-cache hit, forked choices, speculative
-// decoding with rejected drafts and preemption under a full pool each give exactly the tokens of
-// a plain run. The models are the tiny random ones tests/model/{gemma4,gpt_oss}/make_*.py write
-// as llama.cpp's converter would (their logits are checked against float64 numpy forward passes
-// by compare_gemma4.py and compare_gpt_oss.py).
+// The late-2026 families through the engine on the CPU, on hybrid memory: Qwen3.5 (Gated
+// DeltaNet layers whose recurrent state lives in the KV cache's state pool, with checkpoints),
+// Gemma 4 (window-8 layers in a KV pool of their own that gives back the blocks a window no longer
+// covers, beside global layers of wider heads, KV sharing; the dense E2B and the 26B-A4B MoE
+// shapes) and gpt-oss (window 16 beside full layers, attention sinks, MoE). For each: greedy
+// tokens are the argmax of the whole sequence's logits, and a prefix-cache hit (the recurrent
+// state restored from its checkpoint), forked choices (the state copied), speculative decoding
+// with rejected drafts (the state rolled back) and preemption under a full pool each give exactly
+// the tokens of a plain run. The models are the tiny random ones
+// tests/model/{qwen35,gemma4,gpt_oss}/make_*.py write as llama.cpp's converter would (their logits
+// are checked against float64 numpy forward passes by compare_qwen35.py, compare_gemma4.py and
+// compare_gpt_oss.py).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <memory>
+#include <random>
+#include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/registry.h"
+#include "core/sched/engine.h"
+#include "core/sched/proposer.h"
 #include "models/model.h"
 #include "models/scoring.h"
-#include "tests/model/engine_runner.h"
 
 namespace tessera {
 namespace {
 
-using testing_engine::prompt;
-using testing_engine::Runner;
-using testing_engine::ScriptedProposer;
+// |n| token ids below |vocab| from |seed|.
+std::vector<int32_t> prompt(int n, uint32_t seed, int32_t vocab = 250) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> p;
+  for (int i = 0; i < n; ++i) p.push_back(int32_t(rng() % uint32_t(vocab)));
+  return p;
+}
+
+struct Runner {
+  explicit Runner(Model& m, EngineConfig ec = {}, int64_t kv_tokens = 2048) : model(m) {
+    auto made = m.create_kv_cache(kv_tokens, DType::kF32);
+    EXPECT_TRUE(made.ok()) << made.status().to_string();
+    kv = std::move(made).value();
+    ec.scheduler.itl_factor = 0;  // plans independent of timing
+    engine = std::make_unique<Engine>(m, *kv, m.codec(), ec);
+  }
+  RequestId submit(const std::vector<int32_t>& p, int max_tokens, int n = 1) {
+    GenerationRequest r;
+    r.prompt = p;
+    r.sampling = SamplingParams::greedy();
+    r.max_tokens = max_tokens;
+    r.ignore_eos = true;
+    r.n = n;
+    r.on_token = [this](const TokenEvent& ev) {
+      if (ev.token >= 0) out[{ev.id, ev.index}].push_back(ev.token);
+      if (ev.metrics) cached[ev.id] = ev.metrics->cached_tokens;
+    };
+    auto id = engine->submit(std::move(r));
+    EXPECT_TRUE(id.ok()) << id.status().to_string();
+    return id.ok() ? *id : -1;
+  }
+  std::vector<int32_t> run(const std::vector<int32_t>& p, int max_tokens) {
+    const RequestId id = submit(p, max_tokens);
+    EXPECT_TRUE(engine->run_until_idle().ok());
+    return out[{id, 0}];
+  }
+  const std::vector<int32_t>& of(RequestId id, int choice = 0) { return out[{id, choice}]; }
+  Model& model;
+  std::unique_ptr<KvCache> kv;
+  std::unique_ptr<Engine> engine;
+  std::map<std::pair<RequestId, int>, std::vector<int32_t>> out;
+  std::map<RequestId, int32_t> cached;
+};
+
+// Drafts the known greedy continuation, wrong at its second token every third call: some drafts
+// are accepted whole, some only in part (the cache, and a recurrent state, roll back and the
+// accepted part is computed again).
+class ScriptedProposer final : public Proposer {
+ public:
+  ScriptedProposer(size_t prompt_len, std::vector<int32_t> want, int32_t vocab)
+      : prompt_len_(prompt_len), want_(std::move(want)), vocab_(vocab) {}
+  void propose(std::span<DraftRequest> batch) override {
+    for (DraftRequest& r : batch) {
+      r.draft.clear();
+      const size_t next = r.tokens.size() - prompt_len_;  // the index in want_ of the token after the pending one
+      for (size_t i = next; i < want_.size() && int32_t(r.draft.size()) < r.k; ++i) r.draft.push_back(want_[i]);
+      if (++calls_ % 3 == 0 && r.draft.size() > 1) r.draft[1] = (r.draft[1] + 1) % vocab_;
+    }
+  }
+  const char* name() const override { return "scripted"; }
+
+ private:
+  size_t prompt_len_;
+  std::vector<int32_t> want_;
+  int32_t vocab_;
+  int64_t calls_ = 0;
+};
 
 struct Family {
   const char* name;    // the test's suffix
   const char* script;  // under tests/model/
   const char* args;    // after --out DIR
   const char* file;    // the GGUF it writes
-  int window;
+  bool recurrent;      // layers with a recurrent state (the state pool's statistics are checked)
 };
 
 const Family kFamilies[] = {
-    {"gemma4_e2b", "gemma4/make_gemma4.py", "--no-hf", "tiny-gemma4-f32.gguf", 8},
-    {"gemma4_26b_moe", "gemma4/make_gemma4.py", "--no-hf --variant 26b", "tiny-gemma4-26b-f32.gguf", 8},
-    {"gpt_oss", "gpt_oss/make_gpt_oss.py", "", "tiny-gpt-oss-f32.gguf", 16},
+    {"qwen35", "qwen35/make_qwen35.py", "--no-vision", "tiny-qwen35-nomtp-f32.gguf", true},
+    {"gemma4_e2b", "gemma4/make_gemma4.py", "--no-hf", "tiny-gemma4-f32.gguf", false},
+    {"gemma4_26b_moe", "gemma4/make_gemma4.py", "--no-hf --variant 26b", "tiny-gemma4-26b-f32.gguf", false},
+    {"gpt_oss", "gpt_oss/make_gpt_oss.py", "", "tiny-gpt-oss-f32.gguf", false},
 };
 
 std::string make_model(const Family& f) {
@@ -107,6 +181,12 @@ TEST_P(FamilyEngine, APrefixCacheHitGivesTheSameTokens) {
   ASSERT_TRUE(r.engine->run_until_idle().ok());
   EXPECT_EQ(r.of(longer_id), want_longer);
   EXPECT_EQ(r.cached[longer_id], 64);
+  const EngineStats st = r.engine->stats();
+  EXPECT_EQ(st.has_state, GetParam().recurrent);
+  if (GetParam().recurrent) {
+    EXPECT_GE(st.state.pool.hits, 2);
+    EXPECT_EQ(st.state.restored_tokens, 2 * 64) << "both hits restored the state checkpointed at token 64";
+  }
 }
 
 TEST_P(FamilyEngine, ForkedChoicesShareThePrompt) {
@@ -116,6 +196,7 @@ TEST_P(FamilyEngine, ForkedChoicesShareThePrompt) {
   const RequestId id = r.submit(p, 12, 3);
   ASSERT_TRUE(r.engine->run_until_idle().ok());
   for (int i = 0; i < 3; ++i) EXPECT_EQ(r.of(id, i), want) << "choice " << i;
+  if (GetParam().recurrent) { EXPECT_EQ(r.engine->stats().state.forks, 2); }
 }
 
 TEST_P(FamilyEngine, RejectedDraftsRollBackAndGiveTheSameTokens) {
@@ -150,7 +231,7 @@ TEST_P(FamilyEngine, PreemptionUnderAFullKvPoolGivesTheSameTokens) {
   EXPECT_GT(r.engine->stats().sched.preemptions, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Windowed, FamilyEngine, ::testing::ValuesIn(kFamilies),
+INSTANTIATE_TEST_SUITE_P(Families, FamilyEngine, ::testing::ValuesIn(kFamilies),
                          [](const ::testing::TestParamInfo<Family>& i) { return std::string(i.param.name); });
 
 }  // namespace
