@@ -228,7 +228,7 @@ TEST(ToolCallStream, HarmonyPreambleThenCall) {
 // start of a marker and JSON that does not name an offered function.
 TEST(ToolCallStream, TextThatIsNotACallIsContent) {
   const auto req = weather_request();
-  for (const std::string text :
+  for (const std::string& text :
        {std::string("Use a < b and <tool or <|x when you like."), std::string(R"({"answer": 42})"),
         std::string(R"({"name": "launch_rockets", "arguments": {}})"),
         std::string("Sure.\n<tool_call>\n{\"name\": \"launch_rockets\", \"arguments\": {}}\n</tool_call>")})
