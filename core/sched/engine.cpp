@@ -31,20 +31,24 @@ const char* finish_reason_name(FinishReason r) {
 }
 
 Engine::Engine(ModelRunner& model, KvCache& kv, TextCodec codec, EngineConfig cfg)
-    : model_(model), kv_(kv), codec_(std::move(codec)), cfg_(cfg), scheduler_([&] {
-        SchedulerConfig s = cfg.scheduler;
-        s.block_size = kv.config().block_size;
-        if (kv.has_window()) {
-          // One prefill chunk must fit the window pool beside its window (and a partial block at
-          // each end); a larger budget could never be allocated for a lone sequence. Window groups
-          // recompute rather than swap (HybridKv), so no host slots are kept for them.
-          const int32_t fit = (kv.config().n_window_blocks - 2) * s.block_size - kv.config().window;
-          s.max_batch_tokens = std::max(1, std::min(s.max_batch_tokens, fit));
-          s.swap = false;
-        }
-        if (s.cost_prior.c0_ms <= 0) s.cost_prior = model.cost_prior();
-        return s;
-      }(), kv.pool(), kv.window_pool(), kv.has_window() ? kv.config().window : 0, kv.states()) {
+    : model_(model), kv_(kv), codec_(std::move(codec)), cfg_(cfg),
+      scheduler_(
+          [&] {
+            SchedulerConfig s = cfg.scheduler;
+            s.block_size = kv.config().block_size;
+            if (kv.has_window()) {
+              // One prefill chunk must fit the window pool beside its window (and a partial block at
+              // each end); a larger budget could never be allocated for a lone sequence. Window groups
+              // recompute rather than swap (HybridKv), so no host slots are kept for them.
+              const int32_t fit = (kv.config().n_window_blocks - 2) * s.block_size - kv.config().window;
+              s.max_batch_tokens = std::max(1, std::min(s.max_batch_tokens, fit));
+              s.swap = false;
+            }
+            if (s.cost_prior.c0_ms <= 0) s.cost_prior = model.cost_prior();
+            return s;
+          }(),
+          kv.pool(), kv.window_pool(), kv.has_window() ? kv.config().window : 0, kv.states()),
+      spec_gate_(cfg.spec) {
   // Swap preemption needs host slots: reserve them in the cache (host-pinned memory, not device).
   // Without them every request is refused, naming why (validate()).
   if (cfg.scheduler.swap && !kv_.has_window() && kv_.swap_slots() < cfg.scheduler.swap_blocks)

@@ -17,6 +17,7 @@
 #include "core/sched/proposer.h"
 #include "core/sched/sampler.h"
 #include "core/sched/scheduler.h"
+#include "core/sched/spec_cost_gate.h"
 #include "core/sched/step_plan.h"
 
 namespace tessera {
@@ -84,23 +85,6 @@ struct GrammarStats {
   double mask_ms_p99 = 0;
 };
 
-// Speculative decoding counters (EngineConfig::spec). A verification is one sequence's draft
-// scored in one step; it emits accepted + 1 tokens.
-struct SpecStats {
-  int64_t steps = 0;            // steps that carried at least one draft
-  int64_t steps_off_batch = 0;  // steps whose decodes did not speculate: more than max_batch of them
-  int64_t steps_off_cost = 0;   // ... the step cost model predicted the drafts would not pay
-  int64_t verifications = 0;
-  int64_t drafted = 0;          // draft tokens scored
-  int64_t accepted = 0;         // of which accepted
-  int64_t proposals = 0;        // proposer calls
-  double propose_ms = 0.0;      // host time in the proposer (a draft model's forwards included)
-  ProposerStats proposer;       // the proposer's own counters
-  double acceptance_rate() const { return drafted ? double(accepted) / double(drafted) : 0.0; }
-  // Accepted draft tokens per verification (each verification also emits one more token).
-  double mean_accepted() const { return verifications ? double(accepted) / double(verifications) : 0.0; }
-};
-
 // Engine-wide counters and gauges (a snapshot): the scheduler's and the KV manager's own stats,
 // the KV occupancy, and the engine's counters.
 struct EngineStats {
@@ -156,21 +140,6 @@ struct StepRecord {
   StepCostCoefficients cost;  // the fit after it
 };
 
-// Speculative decoding (core/sched/proposer.h): off without a proposer.
-struct SpecConfig {
-  std::shared_ptr<Proposer> proposer;
-  int32_t k = 4;           // draft tokens per step, unless the request says otherwise
-  // Auto-off: no drafts in a step with more decoding sequences than this (batched decodes use
-  // the device well already; drafts then cost more than they save).
-  int32_t max_batch = 8;
-  // Auto-off: no drafts when the step cost model predicts fewer tokens per millisecond with
-  // them, counting the proposer's own time (a draft model's forwards) and the acceptance rate
-  // seen so far. While off the proposer is not called at all; every probe_every-th step drafts
-  // anyway, so the acceptance and cost estimates can recover.
-  bool cost_gate = true;
-  int32_t probe_every = 16;
-};
-
 struct EngineConfig {
   SchedulerConfig scheduler;
   SpecConfig spec;
@@ -224,12 +193,6 @@ class Engine {
   bool emit_token(Active& a, Sequence& s, const SampleResult& r);
   void propose_drafts();
   void prune_to_grammar(std::vector<DraftRequest>& batch);
-  // The draft length (a cap on every draft of |batch|) that yields the most tokens per predicted
-  // millisecond, the proposer's time included; 0 when decoding without drafts yields more.
-  // |plain_ms| gets the predicted time of the step without drafts.
-  int32_t best_draft_cap(const std::vector<Sequence*>& seqs, const std::vector<DraftRequest>& batch, double* plain_ms) const;
-  // Expected tokens a verification of a |d|-token draft emits, from the acceptance per position.
-  double expected_tokens(int32_t d) const;
   void verify_and_emit(RequestId seq_id, const float* logits, int32_t n_draft);
   void fork_choices(Active& parent, const float* logits);
   void sample_and_emit(RequestId seq_id, const float* logits);
@@ -261,18 +224,7 @@ class Engine {
   GrammarStats grammar_stats_;
   std::vector<int64_t> mask_hist_;  // mask time in 10 us buckets, [2000]
   SpecStats spec_;
-  // Acceptance seen by the cost gate, per draft position j: exponentially weighted tokens
-  // accepted and tried at j (position j is tried only when 0..j-1 were accepted), so
-  // a_j = accepted / tried is the chance that j is accepted given that all before it were.
-  // Acceptance is not independent across positions (a draft copied from the prompt is right or
-  // wrong as a whole), which a single rate would miss.
-  std::vector<double> spec_pos_accepted_, spec_pos_tried_;
-  int32_t spec_gated_in_row_ = 0;
-  int32_t spec_capped_in_row_ = 0;  // gated steps with drafts since the last one not capped
-  bool spec_off_by_cost_ = false;  // the gate's last verdict: drafts do not pay
-  bool proposer_costly_ = false;   // the proposer takes a noticeable share of a step
-  double propose_ms_ewma_ = 0.0;   // the proposer's time per call, exponentially weighted
-  int64_t proposals_ = 0;          // proposer calls
+  SpecCostGate spec_gate_;  // whether drafts pay, and how long they may be
 };
 
 }  // namespace tessera

@@ -1,6 +1,7 @@
-// The Engine's speculative decoding: drafts before planning (propose_drafts, with the auto-off
-// rules), verification after the step (verify_and_emit). The scheduler carries the drafts in the
-// plan (Sequence::draft) and drops the rejected positions' KV (Scheduler::accept_draft).
+// The Engine's speculative decoding: drafts before planning (propose_drafts; the auto-off rules
+// are SpecCostGate's, core/sched/spec_cost_gate.h), verification after the step
+// (verify_and_emit). The scheduler carries the drafts in the plan (Sequence::draft) and drops
+// the rejected positions' KV (Scheduler::accept_draft).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -10,13 +11,6 @@
 #include "core/sched/spec_verify.h"
 
 namespace tessera {
-
-namespace {
-constexpr int64_t kSpecGateWarmup = 16;  // steps with drafts before the cost gate may turn them off
-// A proposer taking more than this share of a plain step's predicted time is not asked while the
-// gate is off (n-gram lookup takes ~0.1%; a draft model's forwards are comparable to the step).
-constexpr double kCostlyProposerShare = 0.1;
-}  // namespace
 
 void Engine::propose_drafts() {
   const std::vector<Sequence*> seqs = scheduler_.decoding();
@@ -45,19 +39,7 @@ void Engine::propose_drafts() {
     ++spec_.steps_off_batch;
     return;
   }
-  // The gate trusts the fit only once it has seen steps with drafts: until then decodes are all
-  // one token wide and the fit cannot tell the per-token cost from the fixed one.
-  const bool gated = sc.cost_gate && spec_.steps >= kSpecGateWarmup;
-  // While the gate is off, a proposer whose own time is a noticeable part of a step (a draft
-  // model's forwards) is not even asked; every probe_every-th step it is, and its drafts are used,
-  // so the acceptance and cost estimates can recover. A cheap one (n-gram lookup) is asked every
-  // step and its drafts judged as they come.
-  const int32_t probe_every = std::max(1, sc.probe_every);
-  if (gated && spec_off_by_cost_ && proposer_costly_ && spec_gated_in_row_ + 1 < probe_every) {
-    ++spec_gated_in_row_;
-    ++spec_.steps_off_cost;
-    return;
-  }
+  if (!spec_gate_.ask_proposer(spec_)) return;
   const auto t0 = std::chrono::steady_clock::now();
   sc.proposer->propose(batch);
   prune_to_grammar(batch);
@@ -66,32 +48,11 @@ void Engine::propose_drafts() {
   const double ms = cfg_.propose_ms_for_test
                         ? cfg_.propose_ms_for_test(batch.size())
                         : std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  propose_ms_ewma_ = proposals_++ == 0 ? ms : 0.8 * propose_ms_ewma_ + 0.2 * ms;
+  spec_gate_.observe_propose_ms(ms);
   ++spec_.proposals;
   spec_.propose_ms += ms;
   if (!any) return;  // nothing proposed: nothing for the gate to judge
-  if (gated) {
-    double plain_ms = 0;
-    const int32_t cap = best_draft_cap(seqs, batch, &plain_ms);
-    spec_off_by_cost_ = cap == 0;
-    proposer_costly_ = propose_ms_ewma_ > kCostlyProposerShare * plain_ms;
-    if (spec_off_by_cost_ && ++spec_gated_in_row_ < probe_every) {
-      ++spec_.steps_off_cost;
-      return;
-    }
-    // Longer drafts than the best length cost more rows than their expected tokens repay. Every
-    // probe_every-th capped step keeps the whole drafts, so the rates of the positions past the
-    // cap keep being measured.
-    const int32_t vocab = model_.vocab_size();
-    const bool explore = cap > 0 && ++spec_capped_in_row_ >= probe_every;
-    if (explore) spec_capped_in_row_ = 0;
-    for (DraftRequest& r : batch)
-      if (cap > 0 && !explore && int32_t(r.draft.size()) > cap) {
-        r.draft.resize(size_t(cap));
-        if (!r.q.empty()) r.q.resize(size_t(cap) * size_t(vocab));
-      }
-  }
-  spec_gated_in_row_ = 0;
+  if (!spec_gate_.admit(scheduler_.cost_policy().model(), seqs, batch, model_.vocab_size(), spec_)) return;
   for (size_t i = 0; i < batch.size(); ++i) {
     owners[i]->draft = std::move(batch[i].draft);
     owners[i]->draft_q = std::move(batch[i].q);
@@ -139,52 +100,6 @@ void Engine::prepare_draft_masks(RequestId seq_id, int32_t n_draft) {
   if (walked > 0) g.rollback(walked);
 }
 
-double Engine::expected_tokens(int32_t d) const {
-  // 1 (the token every verification emits) + sum over i of P(draft[0..i) all accepted).
-  double tokens = 1.0, reach = 1.0, prev = 0.5;
-  for (int32_t j = 0; j < d; ++j) {
-    // An unseen position takes the rate of the one before it (one pseudo-observation).
-    const double acc = j < int32_t(spec_pos_tried_.size()) ? spec_pos_accepted_[size_t(j)] : 0.0;
-    const double tried = j < int32_t(spec_pos_tried_.size()) ? spec_pos_tried_[size_t(j)] : 0.0;
-    const double a = std::clamp((acc + prev) / (tried + 1.0), 0.0, 1.0);
-    reach *= a;
-    tokens += reach;
-    prev = a;
-  }
-  return tokens;
-}
-
-int32_t Engine::best_draft_cap(const std::vector<Sequence*>& seqs, const std::vector<DraftRequest>& batch,
-                               double* plain_ms) const {
-  // Tokens per predicted millisecond without drafts and with every draft capped at L, for each L;
-  // the proposer's time is paid once per step, before it, and adds to a drafted step's cost.
-  const StepCostModel& m = scheduler_.cost_policy().model();
-  StepShape plain;
-  for (const Sequence* s : seqs) plain.add(s->n_computed, 1, true);
-  *plain_ms = m.predict_ms(plain);
-  int32_t longest = 0;
-  for (const DraftRequest& r : batch) longest = std::max(longest, int32_t(r.draft.size()));
-  double best = double(seqs.size()) / *plain_ms;
-  int32_t best_cap = 0;
-  for (int32_t cap = 1; cap <= longest; ++cap) {
-    StepShape spec;
-    double expected = 0;
-    size_t j = 0;
-    for (const Sequence* s : seqs) {
-      const int32_t d = j < batch.size() && batch[j].seq == s->id ? std::min(cap, int32_t(batch[j++].draft.size())) : 0;
-      spec.add(s->n_computed, 1 + d, true);
-      spec.n_logits += d;
-      expected += expected_tokens(d);
-    }
-    const double rate = expected / (m.predict_ms(spec) + propose_ms_ewma_);
-    if (rate > best) {
-      best = rate;
-      best_cap = cap;
-    }
-  }
-  return best_cap;
-}
-
 void Engine::verify_and_emit(RequestId seq_id, const float* logits, int32_t n_draft) {
   auto it = active_.find(seq_id);
   Sequence* seq = scheduler_.find(seq_id);
@@ -217,18 +132,7 @@ void Engine::verify_and_emit(RequestId seq_id, const float* logits, int32_t n_dr
   ++spec_.verifications;
   spec_.drafted += n;
   spec_.accepted += v.accepted;
-  // Positions 0..accepted-1 were tried and accepted; |accepted| was tried and rejected (unless
-  // the whole draft was accepted); later ones were not tried.
-  constexpr double kDecay = 0.98;
-  const size_t tried = size_t(std::min(n, v.accepted + 1));
-  if (spec_pos_tried_.size() < tried) {
-    spec_pos_tried_.resize(tried, 0.0);
-    spec_pos_accepted_.resize(tried, 0.0);
-  }
-  for (size_t j = 0; j < tried; ++j) {
-    spec_pos_tried_[j] = kDecay * spec_pos_tried_[j] + 1.0;
-    spec_pos_accepted_[j] = kDecay * spec_pos_accepted_[j] + (int32_t(j) < v.accepted ? 1.0 : 0.0);
-  }
+  spec_gate_.observe_verification(n, v.accepted);
   // Each token goes through the stop checks in turn: EOS, a stop string or max_tokens in the
   // middle ends the request there, and the tokens after it are never emitted.
   for (size_t i = 0; i < v.tokens.size(); ++i) {
