@@ -17,7 +17,7 @@ namespace tessera {
 // Speculative decoding (core/sched/proposer.h): off without a proposer.
 struct SpecConfig {
   std::shared_ptr<Proposer> proposer;
-  int32_t k = 4;           // draft tokens per step, unless the request says otherwise
+  int32_t k = 4;  // draft tokens per step, unless the request says otherwise
   // Auto-off: no drafts in a step with more decoding sequences than this (batched decodes use
   // the device well already; drafts then cost more than they save).
   int32_t max_batch = 8;
@@ -36,11 +36,11 @@ struct SpecStats {
   int64_t steps_off_batch = 0;  // steps whose decodes did not speculate: more than max_batch of them
   int64_t steps_off_cost = 0;   // ... the step cost model predicted the drafts would not pay
   int64_t verifications = 0;
-  int64_t drafted = 0;          // draft tokens scored
-  int64_t accepted = 0;         // of which accepted
-  int64_t proposals = 0;        // proposer calls
-  double propose_ms = 0.0;      // host time in the proposer (a draft model's forwards included)
-  ProposerStats proposer;       // the proposer's own counters
+  int64_t drafted = 0;      // draft tokens scored
+  int64_t accepted = 0;     // of which accepted
+  int64_t proposals = 0;    // proposer calls
+  double propose_ms = 0.0;  // host time in the proposer (a draft model's forwards included)
+  ProposerStats proposer;   // the proposer's own counters
   double acceptance_rate() const { return drafted ? double(accepted) / double(drafted) : 0.0; }
   // Accepted draft tokens per verification (each verification also emits one more token).
   double mean_accepted() const { return verifications ? double(accepted) / double(verifications) : 0.0; }
@@ -88,8 +88,8 @@ class SpecCostGate {
   // single rate would miss.
   std::vector<double> pos_accepted_, pos_tried_;
   int32_t gated_in_row_ = 0;
-  int32_t capped_in_row_ = 0;    // gated steps with drafts since the last one not capped
-  bool off_by_cost_ = false;     // the last verdict: drafts do not pay
+  int32_t capped_in_row_ = 0;     // gated steps with drafts since the last one not capped
+  bool off_by_cost_ = false;      // the last verdict: drafts do not pay
   bool proposer_costly_ = false;  // the proposer takes a noticeable share of a step
   double propose_ms_ewma_ = 0.0;  // the proposer's time per call, exponentially weighted
   int64_t proposals_ = 0;         // proposer calls seen

@@ -6,10 +6,10 @@
 #include <cmath>
 #include <random>
 
-#include "backends/cpu/cpu_device.h"
 #include "core/exec/bucket.h"
 #include "core/exec/executor.h"
 #include "core/reference/reference.h"
+#include "core/registry.h"
 
 namespace tessera {
 namespace {
@@ -48,7 +48,8 @@ std::vector<float> expected_softmax(const std::vector<float>& x, int64_t cols, f
 }
 
 TEST(Executor, ReusesOneExecutablePerKeyAndReadsFreshData) {
-  cpu::CpuDevice dev(1);
+  const DevicePtr cpu_device = make_cpu_device(1);
+  Device& dev = *cpu_device;
   Executor exec(dev);
   auto x = upload_new(dev, Tensor::make(DType::kF32, {4, 16}), nullptr);
   ASSERT_TRUE(x.ok());
@@ -68,7 +69,8 @@ TEST(Executor, ReusesOneExecutablePerKeyAndReadsFreshData) {
 }
 
 TEST(Executor, KeyChangesWithShapeParamsAndBuffers) {
-  cpu::CpuDevice dev(1);
+  const DevicePtr cpu_device = make_cpu_device(1);
+  Device& dev = *cpu_device;
   auto x = upload_new(dev, Tensor::make(DType::kF32, {4, 16}), nullptr);
   auto x2 = upload_new(dev, Tensor::make(DType::kF32, {4, 16}), nullptr);
   auto wide = upload_new(dev, Tensor::make(DType::kF32, {4, 32}), nullptr);
@@ -108,7 +110,8 @@ TEST(Executor, EvictsLeastRecentlyUsedPastCapacity) {
 }
 
 TEST(Executor, ArenaGrowthDropsExecutablesBoundToTheOldArena) {
-  cpu::CpuDevice dev(1);
+  const DevicePtr cpu_device = make_cpu_device(1);
+  Device& dev = *cpu_device;
   Executor exec(dev);
   auto small = upload_new(dev, Tensor::make(DType::kF32, {2, 16}), nullptr);
   auto big = upload_new(dev, Tensor::make(DType::kF32, {64, 16}), nullptr);
@@ -172,7 +175,8 @@ TEST(Executor, UnsupportedOpFailsBeforePrepareNamingIt) {
 // A weight in a backend's own layout (Device::prepare_weight) is read only as a matmul's weight,
 // and only on the device whose buffer holds it; both misuses fail in validation, naming the weight.
 TEST(Executor, RepackedWeightsAreReadOnlyByTheirDevicesMatmul) {
-  cpu::CpuDevice dev(1);
+  const DevicePtr cpu_device = make_cpu_device(1);
+  Device& dev = *cpu_device;
   ref::ReferenceDevice other;
   const auto xs = random_values(2 * 32, 7);
   auto x = upload_new(dev, Tensor::make(DType::kF32, {2, 32}), xs.data());

@@ -1,9 +1,9 @@
 #include <gtest/gtest.h>
 
-#include "backends/cpu/cpu_device.h"
 #include "core/exec/executor.h"
 #include "core/planner.h"
 #include "core/reference/reference.h"
+#include "core/registry.h"
 
 namespace tessera {
 namespace {
@@ -43,7 +43,8 @@ TEST(Planner, OutputsAndViewBasesStayAlive) {
 
 // A step of the same shape allocates nothing after the first; a larger one grows the arena once.
 TEST(Planner, ArenaAllocatesOncePerLargestShape) {
-  cpu::CpuDevice dev(1);
+  const DevicePtr cpu_device = make_cpu_device(1);
+  Device& dev = *cpu_device;
   auto run = [&](int64_t rows) {
     Graph g;
     const ValueId x = g.input(*upload_new(dev, Tensor::make(DType::kF32, {rows, 64}), nullptr));

@@ -1,6 +1,5 @@
 #include <gtest/gtest.h>
 
-#include "backends/cpu/cpu_device.h"
 #include "backends/null/null_device.h"
 #include "core/registry.h"
 
@@ -83,10 +82,12 @@ TEST(Registry, NullDeviceHoldsMemoryAndRunsNothing) {
 }
 
 TEST(Registry, ExplainsUnavailableBackendsAndUnknownIds) {
-  Registry reg({{"cpu", [](std::vector<DeviceEntry>& out) {
-                   out.push_back({"cpu", "cpu", std::make_shared<cpu::CpuDevice>(1), OkStatus()});
+  Registry reg({{"cpu",
+                 [](std::vector<DeviceEntry>& out) {
+                   out.push_back({"cpu", "cpu", make_cpu_device(1), OkStatus()});
                  }},
-                {"vulkan", [](std::vector<DeviceEntry>& out) {
+                {"vulkan",
+                 [](std::vector<DeviceEntry>& out) {
                    out.push_back({"vulkan", "vulkan", nullptr, Unavailable("vulkan: no loader (libvulkan.so.1)")});
                  }},
                 {"cuda", [](std::vector<DeviceEntry>&) {}}});
