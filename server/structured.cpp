@@ -9,12 +9,16 @@ using nlohmann::json;
 
 namespace {
 
-// The JSON Schema of a call of |tool|: {"name": <its name>, "arguments": <its parameters>}.
-json call_schema(const ToolSpec& tool) {
-  return {{"type", "object"},
-          {"properties", {{"name", {{"type", "string"}, {"enum", json::array({tool.name})}}}, {"arguments", tool.parameters}}},
-          {"required", json::array({"name", "arguments"})},
-          {"additionalProperties", false}};
+// The JSON Schema of a call of |tool|: {"name": <its name>, "arguments": <its parameters>}, its
+// properties in that order (ordered_json), so the grammar has the model write the name first and
+// a streamed call opens with its name before the arguments arrive (server/tool_stream.h).
+nlohmann::ordered_json call_schema(const ToolSpec& tool) {
+  using ordered = nlohmann::ordered_json;
+  return ordered{{"type", "object"},
+                 {"properties", ordered{{"name", ordered{{"type", "string"}, {"enum", ordered::array({tool.name})}}},
+                                        {"arguments", ordered::parse(tool.parameters.dump())}}},
+                 {"required", ordered::array({"name", "arguments"})},
+                 {"additionalProperties", false}};
 }
 
 std::string tools_prompt(const std::vector<ToolSpec>& tools, const std::string& choice) {
@@ -180,14 +184,14 @@ std::optional<ApiError> prepare_grammar(ServerContext& ctx, const json& body, Pa
   if (forced_tool && asked)
     return ApiError{400, "'tool_choice' " + out->tool_choice + " and '" + param + "' both constrain the output: give one", param};
   if (forced_tool) {
-    json schema;
+    nlohmann::ordered_json schema;
     if (out->tool_choice == "named") {
       for (const ToolSpec& t : out->tools)
         if (t.name == out->tool_named) schema = call_schema(t);
     } else {
-      json any = json::array();
+      nlohmann::ordered_json any = nlohmann::ordered_json::array();
       for (const ToolSpec& t : out->tools) any.push_back(call_schema(t));
-      schema = any.size() == 1 ? any[0] : json{{"anyOf", any}};
+      schema = any.size() == 1 ? any[0] : nlohmann::ordered_json{{"anyOf", any}};
     }
     spec.kind = GrammarSpec::Kind::kJsonSchema;
     spec.source = schema.dump();
