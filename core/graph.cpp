@@ -25,7 +25,8 @@ const char* op_name(OpKind op) {
     case OpKind::kGelu: return "gelu";
     case OpKind::kSsmConv: return "ssm_conv";
     case OpKind::kGatedDeltaNet: return "gated_delta_net";
-    case OpKind::kLora: return "lora";
+    case OpKind::kLora:
+      return "lora";
     case OpKind::kCount: break;
   }
   return "unknown";
@@ -512,13 +513,16 @@ ValueId Graph::lora(const LoraInputs& in) {
   if (!check(x.rank == 2 && is_act(x.dtype), op, "x must be [T, K] in a float dtype, got " + desc(x)) ||
       !check(base.rank == 2 && base.dtype == x.dtype && base.shape[0] == x.shape[0], op,
              "base must be [T, N] in x's dtype with T = " + std::to_string(x.shape[0]) + ", got " + desc(base)) ||
-      !check(a.rank == 3 && is_act(a.dtype) && a.shape[2] == x.shape[1] && a.shape[1] >= 1 && a.shape[1] <= kLoraMaxRank,
-             op, "a must be [slots, R, K] float with K = " + std::to_string(x.shape[1]) + " and 1 <= R <= " +
-                     std::to_string(kLoraMaxRank) + ", got " + desc(a)) ||
+      !check(
+          a.rank == 3 && is_act(a.dtype) && a.shape[2] == x.shape[1] && a.shape[1] >= 1 && a.shape[1] <= kLoraMaxRank,
+          op,
+          "a must be [slots, R, K] float with K = " + std::to_string(x.shape[1]) +
+              " and 1 <= R <= " + std::to_string(kLoraMaxRank) + ", got " + desc(a)) ||
       !check(b.rank == 3 && b.dtype == a.dtype && b.shape[0] == a.shape[0] && b.shape[1] == base.shape[1] &&
                  b.shape[2] == a.shape[1],
-             op, "b must be [slots, N, R] = [" + std::to_string(a.shape[0]) + ", " + std::to_string(base.shape[1]) + ", " +
-                     std::to_string(a.shape[1]) + "] in a's dtype, got " + desc(b)) ||
+             op,
+             "b must be [slots, N, R] = [" + std::to_string(a.shape[0]) + ", " + std::to_string(base.shape[1]) + ", " +
+                 std::to_string(a.shape[1]) + "] in a's dtype, got " + desc(b)) ||
       !check(ranks.rank == 1 && ranks.dtype == DType::kI32 && ranks.shape[0] == a.shape[0] && scales.rank == 1 &&
                  scales.dtype == DType::kF32 && scales.shape[0] == a.shape[0],
              op, "ranks must be [slots] i32 and scales [slots] f32, got " + desc(ranks) + " and " + desc(scales)) ||
@@ -538,7 +542,8 @@ OpDTypes op_dtypes(const Graph& g, const Node& n) {
     case OpKind::kAttention: return {in0, g.tensor(n.inputs[in::kAttnKCache]).dtype};
     case OpKind::kSsmConv: return {in0, g.tensor(n.inputs[in::kConvState]).dtype};
     case OpKind::kGatedDeltaNet: return {in0, g.tensor(n.inputs[in::kGdnState]).dtype};
-    case OpKind::kLora: return {in0, g.tensor(n.inputs[in::kLoraA]).dtype};
+    case OpKind::kLora:
+      return {in0, g.tensor(n.inputs[in::kLoraA]).dtype};
     case OpKind::kCast: return {in0, g.output_tensor(n).dtype};
     default: return {in0, in0};
   }

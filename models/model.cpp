@@ -550,7 +550,8 @@ TextCodec Model::codec() const {
 Result<int> Model::add_lora(const std::string& name, const std::string& dir) {
   if (pending_.active) return Internal("Model::add_lora: a step is pending (collect it first)");
   for (const LoraAdapter& a : loras_)
-    if (a.name == name) return InvalidArgument("an adapter named '" + name + "' is already loaded (from " + a.path + ")");
+    if (a.name == name)
+      return InvalidArgument("an adapter named '" + name + "' is already loaded (from " + a.path + ")");
   std::vector<LoraTarget> targets;
   for (const LoraTarget& t : lora_targets_)
     if (t.weight->buffer) targets.push_back(t);
@@ -566,7 +567,8 @@ Result<int> Model::add_lora(const std::string& name, const std::string& dir) {
 
 Status Model::set_default_lora(int slot) {
   if (slot < -1 || slot >= int(loras_.size()))
-    return InvalidArgument("adapter slot " + std::to_string(slot) + " outside [-1, " + std::to_string(loras_.size()) + ")");
+    return InvalidArgument("adapter slot " + std::to_string(slot) + " outside [-1, " + std::to_string(loras_.size()) +
+                           ")");
   default_lora_ = slot;
   return OkStatus();
 }

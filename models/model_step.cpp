@@ -86,7 +86,8 @@ Status Model::upload_step(const StepPlan& p, const std::vector<int32_t>& rows, S
     TS_RETURN_IF_ERROR(put(&t->lora_slots, {S}, lora_slots));
   } else {
     for (int32_t slot : p.lora_slots)
-      if (slot != -1) return InvalidArgument("the step names LoRA adapter slot " + std::to_string(slot) + " but none is loaded");
+      if (slot != -1)
+        return InvalidArgument("the step names LoRA adapter slot " + std::to_string(slot) + " but none is loaded");
     t->lora_slots = Tensor{};
   }
   TS_RETURN_IF_ERROR(put(&t->logit_rows, {R}, rows));
@@ -222,9 +223,9 @@ constexpr size_t kStepGraphs = 8;
 
 Result<Model::StepGraph*> Model::step_graph(const StepTensors& in, KvCache& kv, const StepOptions& opts) {
   KeyHasher key;
-  for (const Tensor* t : {&in.tokens, &in.positions, &in.slot_mapping, &in.query_start, &in.seq_lens, &in.block_tables,
-                          &in.logit_rows, &in.window_slot_mapping, &in.window_block_tables, &in.state_slots,
-                          &in.lora_slots}) {
+  for (const Tensor* t :
+       {&in.tokens, &in.positions, &in.slot_mapping, &in.query_start, &in.seq_lens, &in.block_tables, &in.logit_rows,
+        &in.window_slot_mapping, &in.window_block_tables, &in.state_slots, &in.lora_slots}) {
     key.mix_tensor(*t);
     key.mix_place(*t);
   }

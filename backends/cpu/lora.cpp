@@ -58,9 +58,11 @@ Status lora(ThreadPool& pool, const Graph& g, const Node& n) {
   const int64_t n_slots = ranks.shape[0];
   std::vector<int32_t> row_slot(size_t(T), -1);
   for (int64_t s = 0; s < G; ++s)
-    std::fill(row_slot.begin() + ref::load_i32(ss, s), row_slot.begin() + ref::load_i32(ss, s + 1), ref::load_i32(sl, s));
-  std::vector<float> scale(size_t(n_slots));
-  std::copy_n(load_row_f32(scales, 0, scale.data()), n_slots, scale.data());
+    std::fill(row_slot.begin() + ref::load_i32(ss, s), row_slot.begin() + ref::load_i32(ss, s + 1),
+              ref::load_i32(sl, s));
+  std::vector<float> scale(static_cast<size_t>(n_slots));
+  if (const float* sp = load_row_f32(scales, 0, scale.data()); sp != scale.data())
+    std::copy_n(sp, n_slots, scale.data());
   const int64_t grain = std::max<int64_t>(1, kParallelMinElems / std::max<int64_t>(1, R * (K + N)));
   pool.parallel_for(T, grain, [&](int64_t t0, int64_t t1, int) {
     float* xs = thread_scratch(0, K);
@@ -77,7 +79,8 @@ Status lora(ThreadPool& pool, const Graph& g, const Node& n) {
       const int64_t r = slot < 0 ? 0 : ref::load_i32(ranks, slot);
       if (r > 0) {
         const float* xr = load_row_f32(x, t, xs);
-        for (int64_t j = 0; j < r; ++j) h[j] = HWY_DYNAMIC_DISPATCH(LoraDot)(load_row_f32(A, slot * R + j, as), xr, K) * scale[size_t(slot)];
+        for (int64_t j = 0; j < r; ++j)
+          h[j] = HWY_DYNAMIC_DISPATCH(LoraDot)(load_row_f32(A, slot * R + j, as), xr, K) * scale[size_t(slot)];
         for (int64_t i = 0; i < N; ++i) y[i] += HWY_DYNAMIC_DISPATCH(LoraDot)(load_row_f32(B, slot * N + i, bs), h, r);
       }
       finish_row_f32(out, t, y);

@@ -68,7 +68,6 @@ enum class KernelError : int32_t {
   kAttnMetadata = 3,   // attention: query_start / seq_lens / block table / slot out of range
   kStateMetadata = 4,  // ssm_conv / gated_delta_net: query_start or a state slot out of range
   kLoraMetadata = 5,   // lora: a segment start, slot or rank out of range
-  kLoraMetadata = 5,   // lora: a segment start, slot or rank out of range
 };
 const char* kernel_error_message(KernelError e);
 
@@ -77,9 +76,9 @@ enum class Pointwise : uint8_t { kAdd, kMul, kScale, kSiluGlu, kGeluGlu, kGelu, 
 struct PointwiseArgs {
   Pointwise op;
   View a, b, out;  // b: the second operand of add/mul/glu (rows broadcast by r % b.rows)
-  float scale;    // scale; swiglu_oai: alpha
-  float limit;    // swiglu_oai
-  float softcap;  // scale: > 0 caps v to softcap * tanh(v / softcap)
+  float scale;     // scale; swiglu_oai: alpha
+  float limit;     // swiglu_oai
+  float softcap;   // scale: > 0 caps v to softcap * tanh(v / softcap)
 };
 struct NormArgs {
   bool layer;      // layer_norm (mean-centred, with an optional bias) else rms_norm
@@ -207,13 +206,6 @@ struct GatedDeltaNetArgs {
   float scale, eps;
   int l2_norm;
   int tiled_heads;  // key head of value head h: h % Hk, else h / (Hv / Hk)
-  int32_t* err;
-};
-
-// lora (core/op.h in::Lora): one block per row; its warps shrink x through the slot's A into
-// shared memory, then its threads expand through B over the output columns.
-struct LoraArgs {
-  View x, base, a, b, ranks, scales, seg_start, seg_slot, out;
   int32_t* err;
 };
 

@@ -945,22 +945,22 @@ struct GatedDeltaNetKernel {
 // adds the base row. Base-model rows (slot -1) copy the base.
 struct LoraKernel {
   using Args = LoraArgs;
-  template <class C> TS_KFN static void run(C& c, const Args& a) {
+  template <class C>
+  TS_KFN static void run(C& c, const Args& a) {
     const int64_t t = c.bx(), T = a.x.shape[0], K = a.x.cols(), N = a.base.cols(), R = a.a.shape[1];
     const int64_t G = a.seg_slot.cols(), n_slots = a.ranks.cols();
     float* h = c.template smem<1, float, kLoraMaxRank>();
     int64_t lo = 0, hi = G - 1;
     while (lo < hi) {
       const int64_t mid = (lo + hi + 1) / 2;
-      if (load_i32(a.seg_start, mid) <= t)
-        lo = mid;
-      else
-        hi = mid - 1;
+      if (load_i32(a.seg_start, mid) <= t) lo = mid;
+      else hi = mid - 1;
     }
     const int64_t slot = G > 0 ? load_i32(a.seg_slot, lo) : -1;
     int64_t r = slot >= 0 && slot < n_slots ? load_i32(a.ranks, slot) : 0;
-    const bool bad = G == 0 || load_i32(a.seg_start, 0) != 0 || load_i32(a.seg_start, G) != T || slot < -1 || slot >= n_slots ||
-                     load_i32(a.seg_start, lo) > t || load_i32(a.seg_start, lo + 1) <= t || r < 0 || r > R;
+    const bool bad = G == 0 || load_i32(a.seg_start, 0) != 0 || load_i32(a.seg_start, G) != T || slot < -1 ||
+                     slot >= n_slots || load_i32(a.seg_start, lo) > t || load_i32(a.seg_start, lo + 1) <= t || r < 0 ||
+                     r > R;
     if (bad) {
       if (c.tid() == 0) c.set_error(a.err, KernelError::kLoraMetadata);
       r = 0;

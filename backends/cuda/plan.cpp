@@ -14,7 +14,8 @@ const char* kernel_error_message(KernelError e) {
       return "attention: query_start, seq_lens, a block table entry or a slot is out of range";
     case KernelError::kStateMetadata:
       return "ssm_conv / gated_delta_net: query_start or a state slot is out of range";
-    case KernelError::kLoraMetadata: return "lora: a segment start, slot or rank is out of range";
+    case KernelError::kLoraMetadata:
+      return "lora: a segment start, slot or rank is out of range";
   }
   return "unknown kernel error";
 }
@@ -40,7 +41,8 @@ const char* kernel_name(KernelKind k) {
     case KernelKind::kMoeWeightedSum: return "moe_weighted_sum";
     case KernelKind::kSsmConv: return "ssm_conv";
     case KernelKind::kGatedDeltaNet: return "gated_delta_net";
-    case KernelKind::kLora: return "lora";
+    case KernelKind::kLora:
+      return "lora";
   }
   return "?";
 }

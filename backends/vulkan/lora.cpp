@@ -42,10 +42,10 @@ Status record_lora(Recorder& rec, const Graph& g, const Node& n) {
   p.G = uint32_t(sl.shape[0]);
   p.n_slots = uint32_t(ranks.shape[0]);
   p.out_dtype = uint32_t(out.dtype);
-  return rec.dispatch("lora", {kWorkgroup}, p, {groups_for(x.shape[0], 1), 1, 1},
-                      {span_of(x), span_of(base), span_of(a), span_of(b), span_of(ranks), span_of(scales), span_of(ss),
-                       span_of(sl)},
-                      {span_of(out)});
+  return rec.dispatch(
+      "lora", {kWorkgroup}, p, {groups_for(x.shape[0], 1), 1, 1},
+      {span_of(x), span_of(base), span_of(a), span_of(b), span_of(ranks), span_of(scales), span_of(ss), span_of(sl)},
+      {span_of(out)});
 }
 
 }  // namespace tessera::vulkan

@@ -27,7 +27,8 @@ Status check_lora_metadata(const Graph& g, const Node& n) {
   for (int64_t a = 0; a < n_slots; ++a) {
     const int32_t r = load_i32(ranks, a);
     if (r < 0 || r > R)
-      return err("slot " + std::to_string(a) + " has rank " + std::to_string(r) + " outside [0, " + std::to_string(R) + "]");
+      return err("slot " + std::to_string(a) + " has rank " + std::to_string(r) + " outside [0, " + std::to_string(R) +
+                 "]");
   }
   return OkStatus();
 }

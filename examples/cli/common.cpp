@@ -70,8 +70,8 @@ bool load_loras(const ModelOptions& o, Model& m) {
     }
     const LoraAdapter& a = m.loras()[size_t(*slot)];
     if (!o.quiet)
-      std::fprintf(stderr, "lora: %s (rank %d, alpha %g%s, scale %g, %zu modules) in slot %d%s\n", a.name.c_str(), a.rank,
-                   a.alpha, a.rslora ? ", rsLoRA" : "", double(a.scale), a.modules.size(), *slot,
+      std::fprintf(stderr, "lora: %s (rank %d, alpha %g%s, scale %g, %zu modules) in slot %d%s\n", a.name.c_str(),
+                   a.rank, a.alpha, a.rslora ? ", rsLoRA" : "", double(a.scale), a.modules.size(), *slot,
                    *slot == 0 ? ", applied" : "");
   }
   if (!o.loras.empty()) {

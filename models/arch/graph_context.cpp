@@ -30,8 +30,8 @@ ValueId GraphContext::linear(ValueId x, const WeightTensor& W, ValueId bias) {
   const LoraSet::Module* m = lora_slots != kNoValue ? opts.lora->find(&W) : nullptr;
   if (!m) return y;
   if (g.tensor(x).rank != 2 || g.tensor(x).shape[0] != n_tokens) {
-    fail(Unimplemented("LoRA on a projection of " + g.tensor(x).shape_string() + " rows (the adapter's segments are the step's " +
-                       std::to_string(n_tokens) + " token rows)"));
+    fail(Unimplemented("LoRA on a projection of " + g.tensor(x).shape_string() +
+                       " rows (the adapter's segments are the step's " + std::to_string(n_tokens) + " token rows)"));
     return y;
   }
   return g.lora({x, y, g.input(m->a), g.input(m->b), g.input(m->ranks), g.input(m->scales), query_start, lora_slots});

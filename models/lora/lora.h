@@ -26,8 +26,9 @@ struct LoraTarget {
 // One targeted module of an adapter, f32 in host memory, in the base weight's row order (q/k
 // rows permuted where the model's file stores them in GGUF's rope order).
 struct LoraPair {
-  std::vector<float> a;  // [r, K]: lora_A, the down projection
-  std::vector<float> b;  // [N, r]: lora_B, the up projection
+  int64_t rows = 0, cols = 0;  // N, K: the base weight's logical shape
+  std::vector<float> a;        // [r, K]: lora_A, the down projection
+  std::vector<float> b;        // [N, r]: lora_B, the up projection
 };
 
 // A PEFT LoRA adapter read against one model.
@@ -36,8 +37,8 @@ struct LoraAdapter {
   int rank = 0;
   double alpha = 0.0;
   bool rslora = false;
-  float scale = 1.0f;  // alpha / r, or alpha / sqrt(r) with use_rslora
-  std::vector<std::string> target_modules;  // as adapter_config.json lists them
+  float scale = 1.0f;                                         // alpha / r, or alpha / sqrt(r) with use_rslora
+  std::vector<std::string> target_modules;                    // as adapter_config.json lists them
   std::unordered_map<const WeightTensor*, LoraPair> modules;  // by the base weight it adds to
 };
 

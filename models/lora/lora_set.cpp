@@ -23,7 +23,14 @@ Result<std::unique_ptr<LoraSet>> LoraSet::build(Device& device, const std::vecto
     for (const auto& [w, p] : a.modules)
       if (std::find(weights.begin(), weights.end(), w) == weights.end()) weights.push_back(w);
   for (const WeightTensor* w : weights) {
-    const int64_t N = w->shape[0], K = w->shape[1];
+    // The logical [N, K] the adapter was checked against (a device may have repacked |w|).
+    int64_t N = 0, K = 0;
+    for (const LoraAdapter& a : adapters)
+      if (auto it = a.modules.find(w); it != a.modules.end()) {
+        N = it->second.rows;
+        K = it->second.cols;
+        break;
+      }
     std::vector<float> A(size_t(S * R * K), 0.0f), B(size_t(S * N * R), 0.0f), scales(size_t(S), 0.0f);
     std::vector<int32_t> ranks(size_t(S), 0);
     for (int64_t s = 0; s < S; ++s) {

@@ -43,7 +43,9 @@ Result<std::vector<float>> to_f32(const safetensors::File& f, const safetensors:
   const uint8_t* p = f.data(t);
   for (size_t i = 0; i < out.size(); ++i) {
     switch (t.dtype) {
-      case safetensors::StDType::kF32: std::memcpy(&out[i], p + 4 * i, 4); break;
+      case safetensors::StDType::kF32:
+        std::memcpy(&out[i], p + 4 * i, 4);
+        break;
       case safetensors::StDType::kF16: {
         uint16_t h;
         std::memcpy(&h, p + 2 * i, 2);
@@ -140,7 +142,8 @@ Result<LoraAdapter> read_peft_adapter(const std::string& name, const std::string
       }
     }
     if (module.empty())
-      return bad("tensor '" + n + "' is not a lora_A/lora_B weight (embedding adapters, DoRA magnitudes and trained "
+      return bad("tensor '" + n +
+                 "' is not a lora_A/lora_B weight (embedding adapters, DoRA magnitudes and trained "
                  "biases are not supported)");
     if (module.rfind(kPrefix, 0) != 0) return bad("tensor '" + n + "' does not start with '" + kPrefix + "'");
     module = module.substr(std::strlen(kPrefix));
@@ -160,11 +163,13 @@ Result<LoraAdapter> read_peft_adapter(const std::string& name, const std::string
     const std::vector<int64_t> want_a = {a.rank, t.cols}, want_b = {t.rows, a.rank};
     if (halves.a->shape != want_a || halves.b->shape != want_b)
       return bad("module '" + module + "': lora_A is " + halves.a->shape_string() + " and lora_B " +
-                 halves.b->shape_string() + ", but the base weight " + t.name + " is [" + std::to_string(t.rows) + ", " +
-                 std::to_string(t.cols) + "] and r = " + std::to_string(a.rank) + " (want lora_A [" +
-                 std::to_string(a.rank) + ", " + std::to_string(t.cols) + "], lora_B [" + std::to_string(t.rows) + ", " +
-                 std::to_string(a.rank) + "]: an adapter for another model size?)");
+                 halves.b->shape_string() + ", but the base weight " + t.name + " is [" + std::to_string(t.rows) +
+                 ", " + std::to_string(t.cols) + "] and r = " + std::to_string(a.rank) + " (want lora_A [" +
+                 std::to_string(a.rank) + ", " + std::to_string(t.cols) + "], lora_B [" + std::to_string(t.rows) +
+                 ", " + std::to_string(a.rank) + "]: an adapter for another model size?)");
     LoraPair p;
+    p.rows = t.rows;
+    p.cols = t.cols;
     auto av = to_f32(*file, *halves.a);
     if (!av.ok()) return bad(av.status().message());
     auto bv = to_f32(*file, *halves.b);

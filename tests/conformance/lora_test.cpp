@@ -10,9 +10,9 @@ namespace {
 struct LoraShape {
   const char* name;
   int64_t K, N, R;
-  std::vector<int32_t> ranks;   // per slot, <= R
-  std::vector<int32_t> lens;    // rows per segment (0: an empty segment)
-  std::vector<int32_t> slots;   // per segment, -1: base model
+  std::vector<int32_t> ranks;  // per slot, <= R
+  std::vector<int32_t> lens;   // rows per segment (0: an empty segment)
+  std::vector<int32_t> slots;  // per segment, -1: base model
   bool strided_x = false;
 };
 
@@ -58,8 +58,8 @@ std::vector<Case> lora_cases() {
   }
   for (DType w : {DType::kF16, DType::kBF16})
     for (const LoraShape& s : {shapes[1], shapes[8]})
-      cases.push_back({std::string("lora/a=f32/w=") + dtype_name(w) + "/" + s.name, OpKind::kLora, DType::kF32, w, ++seed,
-                       [=](CaseContext& c) { return build_lora(c, s, DType::kF32, w); }});
+      cases.push_back({std::string("lora/a=f32/w=") + dtype_name(w) + "/" + s.name, OpKind::kLora, DType::kF32, w,
+                       ++seed, [=](CaseContext& c) { return build_lora(c, s, DType::kF32, w); }});
   return cases;
 }
 
