@@ -32,8 +32,9 @@ struct StTensor {
 void write_adapter(const std::string& dir, int r, double alpha, bool rslora, const std::vector<std::string>& targets,
                    const std::vector<StTensor>& tensors) {
   std::filesystem::create_directories(dir);
-  std::string cfg = R"({"peft_type": "LORA", "r": )" + std::to_string(r) + R"(, "lora_alpha": )" + std::to_string(alpha) +
-                    R"(, "use_rslora": )" + (rslora ? "true" : "false") + R"(, "bias": "none", "target_modules": [)";
+  std::string cfg = R"({"peft_type": "LORA", "r": )" + std::to_string(r) + R"(, "lora_alpha": )" +
+                    std::to_string(alpha) + R"(, "use_rslora": )" + (rslora ? "true" : "false") +
+                    R"(, "bias": "none", "target_modules": [)";
   for (size_t i = 0; i < targets.size(); ++i) cfg += (i ? ", \"" : "\"") + targets[i] + "\"";
   std::ofstream(dir + "/adapter_config.json") << cfg << "]}";
   std::string header = "{";
@@ -50,12 +51,14 @@ void write_adapter(const std::string& dir, int r, double alpha, bool rslora, con
   const uint64_t n = header.size();
   f.write(reinterpret_cast<const char*>(&n), 8);
   f.write(header.data(), std::streamsize(header.size()));
-  for (const StTensor& t : tensors) f.write(reinterpret_cast<const char*>(t.data.data()), std::streamsize(t.data.size() * 4));
+  for (const StTensor& t : tensors)
+    f.write(reinterpret_cast<const char*>(t.data.data()), std::streamsize(t.data.size() * 4));
 }
 
 // Random lora_A [r, K] ~ U(-1, 1) / sqrt(K) and lora_B [N, r] ~ U(-1, 1) / sqrt(r) (PEFT starts B
 // at zero; random here so that the delta shows) for |modules| of every layer.
-std::vector<StTensor> random_adapter(const ModelConfig& c, int r, const std::vector<std::string>& modules, uint32_t seed) {
+std::vector<StTensor> random_adapter(const ModelConfig& c, int r, const std::vector<std::string>& modules,
+                                     uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   const int64_t D = c.n_embd, Q = int64_t(c.n_heads) * c.head_dim, KV = int64_t(c.n_kv_heads) * c.head_dim;
@@ -121,7 +124,8 @@ TEST(LoraMixedStep, EachSequenceGetsItsOwnAdapter) {
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     Model& model = **m;
     const ModelConfig& c = model.config();
-    write_adapter(dir + "/all", 8, 16.0, false, {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"},
+    write_adapter(dir + "/all", 8, 16.0, false,
+                  {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"},
                   random_adapter(c, 8, all, 1));
     write_adapter(dir + "/qv", 4, 6.0, true, {"q_proj", "v_proj"}, random_adapter(c, 4, qv, 2));
     auto s0 = model.add_lora("all", dir + "/all");
