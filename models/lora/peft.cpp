@@ -76,6 +76,37 @@ std::vector<float> permute_rope_rows(const std::vector<float>& b, int64_t rows, 
   }
   return out;
 }
+// An adapter module's two tensors (either may be missing: the caller says which).
+struct Halves {
+  const safetensors::TensorInfo *a = nullptr, *b = nullptr;
+};
+
+// The lora_A / lora_B tensors of |file| by HF module path (the name without kPrefix and the
+// ".lora_A.weight" suffix). Any other tensor is an error naming it.
+Result<std::map<std::string, Halves>> pair_tensors(const safetensors::File& file) {
+  std::map<std::string, Halves> pairs;
+  for (const safetensors::TensorInfo& t : file.tensors()) {
+    const std::string& n = t.name;
+    std::string module;
+    bool a_half = false;
+    for (const char* suffix : {".lora_A.weight", ".lora_B.weight"}) {
+      const size_t sl = std::strlen(suffix);
+      if (n.size() > sl && n.compare(n.size() - sl, sl, suffix) == 0) {
+        module = n.substr(0, n.size() - sl);
+        a_half = suffix[6] == 'A';
+      }
+    }
+    if (module.empty())
+      return InvalidArgument("tensor '" + n +
+                             "' is not a lora_A/lora_B weight (embedding adapters, DoRA magnitudes and trained "
+                             "biases are not supported)");
+    if (module.rfind(kPrefix, 0) != 0)
+      return InvalidArgument("tensor '" + n + "' does not start with '" + kPrefix + "'");
+    module = module.substr(std::strlen(kPrefix));
+    (a_half ? pairs[module].a : pairs[module].b) = &t;
+  }
+  return pairs;
+}
 }  // namespace
 
 Result<LoraAdapter> read_peft_adapter(const std::string& name, const std::string& dir, const Architecture& arch,
@@ -126,29 +157,9 @@ Result<LoraAdapter> read_peft_adapter(const std::string& name, const std::string
   }
   const bool permuted = arch.gguf_rope_rows_permuted(cfg) && cfg.rope.mode == RopeMode::kNormal;
 
-  struct Halves {
-    const safetensors::TensorInfo *a = nullptr, *b = nullptr;
-  };
-  std::map<std::string, Halves> pairs;  // by module path
-  for (const safetensors::TensorInfo& t : file->tensors()) {
-    const std::string& n = t.name;
-    std::string module;
-    bool a_half = false;
-    for (const char* suffix : {".lora_A.weight", ".lora_B.weight"}) {
-      const size_t sl = std::strlen(suffix);
-      if (n.size() > sl && n.compare(n.size() - sl, sl, suffix) == 0) {
-        module = n.substr(0, n.size() - sl);
-        a_half = suffix[6] == 'A';
-      }
-    }
-    if (module.empty())
-      return bad("tensor '" + n +
-                 "' is not a lora_A/lora_B weight (embedding adapters, DoRA magnitudes and trained "
-                 "biases are not supported)");
-    if (module.rfind(kPrefix, 0) != 0) return bad("tensor '" + n + "' does not start with '" + kPrefix + "'");
-    module = module.substr(std::strlen(kPrefix));
-    (a_half ? pairs[module].a : pairs[module].b) = &t;
-  }
+  auto paired = pair_tensors(*file);
+  if (!paired.ok()) return bad(paired.status().message());
+  const std::map<std::string, Halves>& pairs = *paired;
   if (pairs.empty()) return bad("adapter_model.safetensors holds no lora_A/lora_B tensors");
 
   for (const auto& [module, halves] : pairs) {
