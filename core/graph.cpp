@@ -25,6 +25,8 @@ const char* op_name(OpKind op) {
     case OpKind::kGelu: return "gelu";
     case OpKind::kSsmConv: return "ssm_conv";
     case OpKind::kGatedDeltaNet: return "gated_delta_net";
+    case OpKind::kLora:
+      return "lora";
     case OpKind::kCount: break;
   }
   return "unknown";
@@ -494,6 +496,43 @@ ValueId Graph::gated_delta_net(const GatedDeltaNetInputs& in, const GatedDeltaNe
   return add_node(op, {ids, ids + 10}, Tensor::make(q.dtype, v.rank, v.shape.data()), p);
 }
 
+ValueId Graph::lora(const LoraInputs& in) {
+  const OpKind op = OpKind::kLora;
+  const ValueId ids[] = {in.x, in.base, in.a, in.b, in.ranks, in.scales, in.seg_start, in.seg_slot};
+  if (!status_.ok()) return kNoValue;
+  for (ValueId v : ids)
+    if (!check(valid(v), op, "invalid value id")) return kNoValue;
+  const Tensor& x = tensor(in.x);
+  const Tensor& base = tensor(in.base);
+  const Tensor& a = tensor(in.a);
+  const Tensor& b = tensor(in.b);
+  const Tensor& ranks = tensor(in.ranks);
+  const Tensor& scales = tensor(in.scales);
+  const Tensor& ss = tensor(in.seg_start);
+  const Tensor& sl = tensor(in.seg_slot);
+  if (!check(x.rank == 2 && is_act(x.dtype), op, "x must be [T, K] in a float dtype, got " + desc(x)) ||
+      !check(base.rank == 2 && base.dtype == x.dtype && base.shape[0] == x.shape[0], op,
+             "base must be [T, N] in x's dtype with T = " + std::to_string(x.shape[0]) + ", got " + desc(base)) ||
+      !check(
+          a.rank == 3 && is_act(a.dtype) && a.shape[2] == x.shape[1] && a.shape[1] >= 1 && a.shape[1] <= kLoraMaxRank,
+          op,
+          "a must be [slots, R, K] float with K = " + std::to_string(x.shape[1]) +
+              " and 1 <= R <= " + std::to_string(kLoraMaxRank) + ", got " + desc(a)) ||
+      !check(b.rank == 3 && b.dtype == a.dtype && b.shape[0] == a.shape[0] && b.shape[1] == base.shape[1] &&
+                 b.shape[2] == a.shape[1],
+             op,
+             "b must be [slots, N, R] = [" + std::to_string(a.shape[0]) + ", " + std::to_string(base.shape[1]) + ", " +
+                 std::to_string(a.shape[1]) + "] in a's dtype, got " + desc(b)) ||
+      !check(ranks.rank == 1 && ranks.dtype == DType::kI32 && ranks.shape[0] == a.shape[0] && scales.rank == 1 &&
+                 scales.dtype == DType::kF32 && scales.shape[0] == a.shape[0],
+             op, "ranks must be [slots] i32 and scales [slots] f32, got " + desc(ranks) + " and " + desc(scales)) ||
+      !check(ss.rank == 1 && sl.rank == 1 && ss.dtype == DType::kI32 && sl.dtype == DType::kI32 &&
+                 ss.shape[0] == sl.shape[0] + 1,
+             op, "seg_start must be [G+1] and seg_slot [G], both i32, got " + desc(ss) + " and " + desc(sl)))
+    return kNoValue;
+  return add_node(op, {ids, ids + 8}, Tensor::make(base.dtype, base.rank, base.shape.data()), NoParams{});
+}
+
 OpDTypes op_dtypes(const Graph& g, const Node& n) {
   const DType in0 = n.inputs.empty() || n.inputs[0] == kNoValue ? DType::kF32 : g.tensor(n.inputs[0]).dtype;
   switch (n.op) {
@@ -503,6 +542,8 @@ OpDTypes op_dtypes(const Graph& g, const Node& n) {
     case OpKind::kAttention: return {in0, g.tensor(n.inputs[in::kAttnKCache]).dtype};
     case OpKind::kSsmConv: return {in0, g.tensor(n.inputs[in::kConvState]).dtype};
     case OpKind::kGatedDeltaNet: return {in0, g.tensor(n.inputs[in::kGdnState]).dtype};
+    case OpKind::kLora:
+      return {in0, g.tensor(n.inputs[in::kLoraA]).dtype};
     case OpKind::kCast: return {in0, g.output_tensor(n).dtype};
     default: return {in0, in0};
   }

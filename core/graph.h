@@ -72,6 +72,11 @@ class Graph {
     ValueId q, k, v, alpha, beta, decay_rate = kNoValue, dt_bias = kNoValue, state, query_start, state_slots;
   };
   ValueId gated_delta_net(const GatedDeltaNetInputs& in, const GatedDeltaNetParams& p);
+  // Multi-LoRA delta over |base| (core/op.h in::Lora).
+  struct LoraInputs {
+    ValueId x, base, a, b, ranks, scales, seg_start, seg_slot;
+  };
+  ValueId lora(const LoraInputs& in);
   ValueId add(ValueId a, ValueId b);
   ValueId mul(ValueId a, ValueId b);
   // x * s; with |softcap| > 0 then softcap * tanh(. / softcap) (final logit softcapping).
@@ -122,7 +127,7 @@ class Graph {
 
 // The (activation, weight) dtype pair by which backends declare support for a node:
 // embed (out, weight); matmul/matmul_id (x, w); attention (q, k_cache); cast (in, out);
-// ssm_conv / gated_delta_net (x or q, state);
+// ssm_conv / gated_delta_net (x or q, state); lora (x, a);
 // every other op (input 0, input 0).
 struct OpDTypes {
   DType act;

@@ -31,9 +31,15 @@ enum class OpKind : uint8_t {
   // (core/kv/state_pool.h) that the op reads and updates in place, as attention writes the KV cache.
   kSsmConv,        // causal depthwise conv1d over each sequence's rows, its last K-1 inputs kept
   kGatedDeltaNet,  // gated delta rule: linear attention with a per-sequence [Hv, Dk, Dv] state
+  // Multi-LoRA (docs/lora.md): out = base + per segment of rows sharing adapter slot a,
+  // scale_a * (x A_a^T) B_a^T (shrink to the adapter's rank, then expand); base rows pass through.
+  kLora,
   kCount,
 };
 inline constexpr int kNumOps = static_cast<int>(OpKind::kCount);
+// The largest adapter rank the lora op takes (its GPU kernels keep a row's shrunk vector in
+// shared memory).
+inline constexpr int64_t kLoraMaxRank = 256;
 const char* op_name(OpKind op);
 
 // act(gate) * up; kSwigluOai is gpt-oss's: g = min(gate, limit), u = clamp(up, -limit, limit),
@@ -152,6 +158,15 @@ enum SsmConv { kConvX = 0, kConvW, kConvState, kConvQueryStart, kConvSlots };
 enum GatedDeltaNet {
   kGdnQ = 0, kGdnK, kGdnV, kGdnAlpha, kGdnBeta, kGdnDecayRate, kGdnDtBias, kGdnState, kGdnQueryStart, kGdnSlots
 };
+// x [T, K] act; base [T, N] in x's dtype (the base projection x W^T); a [slots, R, K] and
+// b [slots, N, R] float (f32/f16/bf16, one dtype): every adapter slot's down and up projections,
+// zero-padded to the largest rank R (<= kLoraMaxRank); ranks [slots] i32 (slot a uses rows
+// [0, ranks[a]) of its A and columns [0, ranks[a]) of its B); scales [slots] f32 (alpha / r, or
+// alpha / sqrt(r) for rsLoRA); seg_start [G+1] i32 (0 = seg_start[0] <= ... <= seg_start[G] = T:
+// segment g is rows seg_start[g] .. seg_start[g+1], possibly empty); seg_slot [G] i32 (the slot of
+// segment g, -1: the base model, no delta). Output [T, N] in x's dtype:
+// out[t] = base[t] + scales[a] * B_a[:, :r] (A_a[:r] x[t]) for t in a segment of slot a, r = ranks[a].
+enum Lora { kLoraX = 0, kLoraBase, kLoraA, kLoraB, kLoraRanks, kLoraScales, kLoraSegStart, kLoraSegSlot };
 }  // namespace in
 
 }  // namespace tessera

@@ -132,7 +132,8 @@ Status Model::finish_load(const std::string& path, const TensorGetter& get, cons
   for (const LayerMemory& m : memory_layout()) windows = windows || m.kind == LayerMemoryKind::kSlidingWindow;
   const int64_t groups = windows ? 2 : 1;
   // (+ S state slots of recurrent layers)
-  step_capacity_ = size_t(4 * ((3 + groups) * T + (S + 1) + 2 * S + groups * S * max_blocks) + (8 + 2 * groups) * 256);
+  // (+ S state slots of recurrent layers, + S LoRA adapter slots)
+  step_capacity_ = size_t(4 * ((3 + groups) * T + (S + 1) + 3 * S + groups * S * max_blocks) + (9 + 2 * groups) * 256);
   TS_ASSIGN_OR_RETURN(step_buffer_, device_->alloc(step_capacity_));
   return OkStatus();
 }
@@ -321,6 +322,11 @@ Status Model::load_weights(const std::string& path, const TensorGetter& get, con
   weights_ = arch_->new_weights();
   const std::vector<TensorSpec> specs = arch_->tensor_specs(cfg_, weights_.get());
   weights_->bind(specs);
+  lora_targets_.clear();
+  for (const TensorSpec& s : specs)
+    if (s.shape.size() == 2 && !s.experts && s.fused_rows == 0 && !s.embedding_rows && s.name != "output.weight" &&
+        s.name != "token_embd.weight")
+      lora_targets_.push_back({s.name, s.slot, s.shape[0], s.shape[1]});
   // Check every tensor's presence, dtype and shape before uploading any.
   size_t total = 0;
   std::vector<std::pair<HostTensor, const TensorSpec*>> todo;
@@ -539,6 +545,32 @@ TextCodec Model::codec() const {
   c.piece = [t](int32_t id) { return t->token_to_piece(id); };
   c.is_eog = [t](int32_t id) { return t->is_eog(id); };
   return c;
+}
+
+Result<int> Model::add_lora(const std::string& name, const std::string& dir) {
+  if (pending_.active) return Internal("Model::add_lora: a step is pending (collect it first)");
+  for (const LoraAdapter& a : loras_)
+    if (a.name == name)
+      return InvalidArgument("an adapter named '" + name + "' is already loaded (from " + a.path + ")");
+  std::vector<LoraTarget> targets;
+  for (const LoraTarget& t : lora_targets_)
+    if (t.weight->buffer) targets.push_back(t);
+  TS_ASSIGN_OR_RETURN(LoraAdapter a, read_peft_adapter(name, dir, *arch_, cfg_, targets));
+  std::vector<LoraAdapter> next = loras_;
+  next.push_back(std::move(a));
+  TS_ASSIGN_OR_RETURN(std::unique_ptr<LoraSet> set, LoraSet::build(*device_, next));
+  loras_ = std::move(next);
+  lora_set_ = std::move(set);
+  ++step_graphs_generation_;  // kept graphs read the old slots' tensors
+  return int(loras_.size()) - 1;
+}
+
+Status Model::set_default_lora(int slot) {
+  if (slot < -1 || slot >= int(loras_.size()))
+    return InvalidArgument("adapter slot " + std::to_string(slot) + " outside [-1, " + std::to_string(loras_.size()) +
+                           ")");
+  default_lora_ = slot;
+  return OkStatus();
 }
 
 }  // namespace tessera

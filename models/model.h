@@ -18,6 +18,7 @@
 #include "models/arch/architecture.h"
 #include "models/arch/graph_context.h"
 #include "models/arch/weights.h"
+#include "models/lora/lora.h"
 #include "models/model_config.h"
 #include "models/tokenizer/tokenizer.h"
 
@@ -102,6 +103,17 @@ class Model final : public ModelRunner {
   ExecutorStats executor_stats() const override { return device_->executor().stats(); }
   // Step graphs constructed so far (a step whose inputs match a kept graph's builds none).
   int64_t step_graphs_built() const { return step_graphs_built_; }
+
+  // LoRA adapters (docs/lora.md). add_lora reads a PEFT adapter folder against this model and
+  // gives it the next slot (returned); its errors name the adapter and what does not fit, and
+  // leave the loaded adapters as they were. Not while a step is pending (submit without collect).
+  Result<int> add_lora(const std::string& name, const std::string& dir);
+  const std::vector<LoraAdapter>& loras() const { return loras_; }
+  // The adapter slot every sequence of a step runs under (-1: the base model). With adapters
+  // loaded, every projection an adapter targets goes through the lora op, so switching the slot
+  // reuses the step graphs.
+  Status set_default_lora(int slot);
+  int default_lora() const { return default_lora_; }
 
   // Expert statistics (MoE models; a no-op for dense ones). Off by default: when on, each step
   // keeps the router's expert ids ([T, k] i32 per layer) alive and downloads them after compute.
@@ -195,6 +207,10 @@ class Model final : public ModelRunner {
   StepPlan padded_plan_;  // pad_decode's output
   bool collect_expert_stats_ = false;
   ExpertStats expert_stats_;
+  std::vector<LoraTarget> lora_targets_;  // the 2-D projections an adapter may target
+  std::vector<LoraAdapter> loras_;        // slot i = loras_[i]
+  std::unique_ptr<LoraSet> lora_set_;     // their device slots; null without adapters
+  int default_lora_ = -1;
 };
 
 }  // namespace tessera

@@ -71,6 +71,25 @@ Status Model::upload_step(const StepPlan& p, const std::vector<int32_t>& rows, S
   } else {
     t->state_slots = Tensor{};
   }
+  if (lora_set_) {
+    // The plan's adapter per sequence, else the default; padding sequences run the base model.
+    std::vector<int32_t> lora_slots(size_t(S), p.lora_slots.empty() ? default_lora_ : -1);
+    if (!p.lora_slots.empty()) {
+      if (p.lora_slots.size() > size_t(S)) return Internal("step plan: more lora_slots than sequences");
+      for (size_t s = 0; s < p.lora_slots.size(); ++s) {
+        if (p.lora_slots[s] < -1 || p.lora_slots[s] >= int32_t(loras_.size()))
+          return InvalidArgument("LoRA adapter slot " + std::to_string(p.lora_slots[s]) + " is not loaded (" +
+                                 std::to_string(loras_.size()) + " adapters)");
+        lora_slots[s] = p.lora_slots[s];
+      }
+    }
+    TS_RETURN_IF_ERROR(put(&t->lora_slots, {S}, lora_slots));
+  } else {
+    for (int32_t slot : p.lora_slots)
+      if (slot != -1)
+        return InvalidArgument("the step names LoRA adapter slot " + std::to_string(slot) + " but none is loaded");
+    t->lora_slots = Tensor{};
+  }
   TS_RETURN_IF_ERROR(put(&t->logit_rows, {R}, rows));
   // One queued copy of the whole image: the device reads the inputs in queue order, after the
   // previous step has finished with the step buffer, and the host does not wait for it.
@@ -153,6 +172,7 @@ Status Model::submit(const StepPlan& plan, KvCache& kv) {
   StepOptions so;
   so.expert_stats = stats;
   so.pooled = !plan.pool_seqs.empty();
+  so.lora = lora_set_.get();
   TS_ASSIGN_OR_RETURN(p.g, step_graph(in, kv, so));
   TS_ASSIGN_OR_RETURN(p.done, device_->compute_async(p.g->graph));
   p.active = true;
@@ -203,13 +223,14 @@ constexpr size_t kStepGraphs = 8;
 
 Result<Model::StepGraph*> Model::step_graph(const StepTensors& in, KvCache& kv, const StepOptions& opts) {
   KeyHasher key;
-  for (const Tensor* t : {&in.tokens, &in.positions, &in.slot_mapping, &in.query_start, &in.seq_lens, &in.block_tables,
-                          &in.logit_rows, &in.window_slot_mapping, &in.window_block_tables, &in.state_slots}) {
+  for (const Tensor* t :
+       {&in.tokens, &in.positions, &in.slot_mapping, &in.query_start, &in.seq_lens, &in.block_tables, &in.logit_rows,
+        &in.window_slot_mapping, &in.window_block_tables, &in.state_slots, &in.lora_slots}) {
     key.mix_tensor(*t);
     key.mix_place(*t);
   }
   key.mix(uint64_t(in.act));
-  key.mix(uint64_t(opts.expert_stats) | uint64_t(opts.pooled) << 1);
+  key.mix(uint64_t(opts.expert_stats) | uint64_t(opts.pooled) << 1 | uint64_t(opts.lora != nullptr) << 2);
   // The KV cache: kept graphs hold its buffers (and so keep them alive), so graphs of another
   // cache are dropped rather than kept beside it. While they are kept, a new cache cannot reuse
   // the old one's buffer addresses, so its first buffers tell the caches apart.

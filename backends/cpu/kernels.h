@@ -29,6 +29,7 @@ Status softmax(ThreadPool& pool, const Graph& g, const Node& n);       // elemen
 Status convert(ThreadPool& pool, const Graph& g, const Node& n);       // convert.cpp (cast, copy)
 Status ssm_conv(ThreadPool& pool, const Graph& g, const Node& n);      // recurrent.cpp
 Status gated_delta_net(ThreadPool& pool, const Graph& g, const Node& n);  // recurrent.cpp
+Status lora(ThreadPool& pool, const Graph& g, const Node& n);             // lora.cpp
 
 // ---- conversions (convert.cpp, SIMD) --------------------------------------------------------
 // Contiguous |n| elements of float dtype |t| (f32/f16/bf16) to f32 and back. Stores round to

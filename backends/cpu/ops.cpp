@@ -25,6 +25,8 @@ bool kernels_support(OpKind op, DType act, DType weight) {
     case OpKind::kCast: return is_float(weight);
     case OpKind::kSsmConv:
     case OpKind::kGatedDeltaNet: return weight == DType::kF32;  // the state
+    case OpKind::kLora:
+      return is_float(act) && is_float(weight);  // weight = the adapters' A and B
     case OpKind::kRmsNorm:
     case OpKind::kLayerNorm:
     case OpKind::kGelu:
@@ -62,6 +64,8 @@ Status run_node(ThreadPool& pool, const Graph& graph, const Node& node) {
     case OpKind::kCopy: return convert(pool, graph, node);
     case OpKind::kSsmConv: return ssm_conv(pool, graph, node);
     case OpKind::kGatedDeltaNet: return gated_delta_net(pool, graph, node);
+    case OpKind::kLora:
+      return lora(pool, graph, node);
     case OpKind::kView: return OkStatus();
     case OpKind::kCount: break;
   }

@@ -67,6 +67,7 @@ enum class KernelError : int32_t {
   kExpertId = 2,       // matmul_id: an expert id outside [0, E)
   kAttnMetadata = 3,   // attention: query_start / seq_lens / block table / slot out of range
   kStateMetadata = 4,  // ssm_conv / gated_delta_net: query_start or a state slot out of range
+  kLoraMetadata = 5,   // lora: a segment start, slot or rank out of range
 };
 const char* kernel_error_message(KernelError e);
 
@@ -205,6 +206,13 @@ struct GatedDeltaNetArgs {
   float scale, eps;
   int l2_norm;
   int tiled_heads;  // key head of value head h: h % Hk, else h / (Hv / Hk)
+  int32_t* err;
+};
+
+// lora (core/op.h in::Lora): one block per row; its warps shrink x through the slot's A into
+// shared memory, then its threads expand through B over the output columns.
+struct LoraArgs {
+  View x, base, a, b, ranks, scales, seg_start, seg_slot, out;
   int32_t* err;
 };
 

@@ -58,6 +58,9 @@ void dispatch(R& r, const Launch& l) {
     case KernelKind::kMoeWeightedSum: r.template run<MoeWeightedSumKernel>(l, std::get<MoeWeightedSumArgs>(l.args)); break;
     case KernelKind::kSsmConv: r.template run<SsmConvKernel>(l, std::get<SsmConvArgs>(l.args)); break;
     case KernelKind::kGatedDeltaNet: r.template run<GatedDeltaNetKernel>(l, std::get<GatedDeltaNetArgs>(l.args)); break;
+    case KernelKind::kLora:
+      r.template run<LoraKernel>(l, std::get<LoraArgs>(l.args));
+      break;
     case KernelKind::kAttentionCombine:
       r.template run<AttentionCombineKernel>(l, std::get<AttentionCombineArgs>(l.args));
       break;

@@ -14,6 +14,8 @@ const char* kernel_error_message(KernelError e) {
       return "attention: query_start, seq_lens, a block table entry or a slot is out of range";
     case KernelError::kStateMetadata:
       return "ssm_conv / gated_delta_net: query_start or a state slot is out of range";
+    case KernelError::kLoraMetadata:
+      return "lora: a segment start, slot or rank is out of range";
   }
   return "unknown kernel error";
 }
@@ -39,6 +41,8 @@ const char* kernel_name(KernelKind k) {
     case KernelKind::kMoeWeightedSum: return "moe_weighted_sum";
     case KernelKind::kSsmConv: return "ssm_conv";
     case KernelKind::kGatedDeltaNet: return "gated_delta_net";
+    case KernelKind::kLora:
+      return "lora";
   }
   return "?";
 }
@@ -101,6 +105,8 @@ bool supports(OpKind op, DType act, DType weight) {
     case OpKind::kSsmConv:
     case OpKind::kGatedDeltaNet:
       return is_act(act) && weight == DType::kF32;  // the state
+    case OpKind::kLora:
+      return is_act(act) && is_act(weight);  // the adapters' A and B
     case OpKind::kRmsNorm:
     case OpKind::kLayerNorm:
     case OpKind::kRope:
@@ -451,6 +457,24 @@ Status plan_node(const Graph& g, int ni, const AddressOf& address, int32_t* err,
       const int64_t blocks = (a.n_seqs * a.v.shape[1] * a.v.shape[2] + 127) / 128;
       if (blocks > kMaxGridX) return fail("too many heads for one launch");
       l.grid_x = uint32_t(blocks);
+      l.args = a;
+      break;
+    }
+    case OpKind::kLora: {
+      LoraArgs a{};
+      a.x = in(in::kLoraX);
+      a.base = in(in::kLoraBase);
+      a.a = in(in::kLoraA);
+      a.b = in(in::kLoraB);
+      a.ranks = in(in::kLoraRanks);
+      a.scales = in(in::kLoraScales);
+      a.seg_start = in(in::kLoraSegStart);
+      a.seg_slot = in(in::kLoraSegSlot);
+      a.out = o;
+      a.err = err;
+      l.kind = KernelKind::kLora;
+      l.block = 128;
+      TS_RETURN_IF_ERROR(rows_grid(a.x.shape[0], l));
       l.args = a;
       break;
     }

@@ -31,12 +31,13 @@ enum class KernelKind : uint8_t {
   kSsmConv,
   kGatedDeltaNet,
   kAttentionWide,
+  kLora,
 };
 const char* kernel_name(KernelKind k);
 
 using KernelArgs = std::variant<PointwiseArgs, NormArgs, SoftmaxArgs, RopeArgs, EmbedArgs, MatmulArgs, MatmulIdArgs,
                                 TopkRouteArgs, KvStoreArgs, AttentionArgs, QuantizeQ8Args, AttentionCombineArgs,
-                                MoeSortArgs, MoeWeightedSumArgs, SsmConvArgs, GatedDeltaNetArgs>;
+                                MoeSortArgs, MoeWeightedSumArgs, SsmConvArgs, GatedDeltaNetArgs, LoraArgs>;
 
 struct Launch {
   KernelKind kind = KernelKind::kPointwise;

@@ -121,4 +121,13 @@ struct GdnParams {
 };
 static_assert(sizeof(GdnParams) == 328);
 
+// lora.comp
+struct LoraParams {
+  TensorRef x, base, a, b;
+  uint64_t ranks = 0, scales = 0, seg_start = 0, seg_slot = 0, dst = 0;
+  uint32_t T = 0, K = 0, N = 0, R = 0;
+  uint32_t G = 0, n_slots = 0, out_dtype = 0, pad = 0;
+};
+static_assert(sizeof(LoraParams) == 232);
+
 }  // namespace tessera::vulkan

@@ -146,6 +146,8 @@ bool VulkanDevice::supports(OpKind op, DType act, DType weight) const {
     case OpKind::kCast: return weight == DType::kF32 || weight == DType::kF16 || weight == DType::kBF16;
     case OpKind::kSsmConv:
     case OpKind::kGatedDeltaNet: return weight == DType::kF32;  // the state
+    case OpKind::kLora:
+      return weight == DType::kF32 || weight == DType::kF16 || weight == DType::kBF16;  // A and B
     case OpKind::kRmsNorm:
     case OpKind::kLayerNorm:
     case OpKind::kGelu:
@@ -185,6 +187,8 @@ Status record_node(Recorder& rec, const Graph& g, const Node& n) {
     case OpKind::kTopkRoute: return record_topk_route(rec, g, n);
     case OpKind::kSsmConv: return record_ssm_conv(rec, g, n);
     case OpKind::kGatedDeltaNet: return record_gated_delta_net(rec, g, n);
+    case OpKind::kLora:
+      return record_lora(rec, g, n);
     case OpKind::kView: return OkStatus();
     case OpKind::kCount: break;
   }

@@ -109,6 +109,7 @@ Status record_elementwise(Recorder& rec, const Graph& g, const Node& n);  // glu
 Status record_topk_route(Recorder& rec, const Graph& g, const Node& n);
 Status record_ssm_conv(Recorder& rec, const Graph& g, const Node& n);         // recurrent.cpp
 Status record_gated_delta_net(Recorder& rec, const Graph& g, const Node& n);  // recurrent.cpp
+Status record_lora(Recorder& rec, const Graph& g, const Node& n);             // lora.cpp
 
 // The weight-format suffix of the per-format kernels ("f32", "q4_0"), or null if unsupported.
 const char* weight_kernel_suffix(DType w);

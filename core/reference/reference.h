@@ -39,6 +39,10 @@ Status gated_delta_net(const Graph& g, const Node& n);
 // Validates ssm_conv / gated_delta_net metadata (query_start covers the rows, each state slot in
 // range and named once): backends call it before kernels that trust it.
 Status check_recurrent_metadata(const Graph& g, const Node& n);
+Status lora(const Graph& g, const Node& n);
+// Validates lora metadata (segments cover the rows in order, each slot in [-1, slots), each rank
+// in [0, R]): backends call it before kernels that trust it.
+Status check_lora_metadata(const Graph& g, const Node& n);
 
 // Validates attention metadata (shared by backends: call before launching kernels that trust it).
 Status check_attention_metadata(const Graph& g, const Node& n);

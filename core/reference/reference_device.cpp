@@ -26,6 +26,8 @@ Status run_node(const Graph& g, const Node& n) {
     case OpKind::kGelu: return gelu(g, n);
     case OpKind::kSsmConv: return ssm_conv(g, n);
     case OpKind::kGatedDeltaNet: return gated_delta_net(g, n);
+    case OpKind::kLora:
+      return lora(g, n);
     case OpKind::kCount: break;
   }
   return Unimplemented(std::string("reference: op ") + op_name(n.op));

@@ -30,6 +30,9 @@ struct StepPlan {
   // cache's state pool (KvCache::states()), which the step reads and leaves holding the state
   // after the sequence's last token in the step.
   std::vector<int32_t> state_slots;  // [S]
+  // LoRA (docs/lora.md): each sequence's adapter slot (Model::add_lora; -1: the base model).
+  // Empty: every sequence runs under the model's default adapter (Model::set_default_lora).
+  std::vector<int32_t> lora_slots;    // [S]
   std::vector<int32_t> logit_rows;    // rows of [T] whose logits are needed (in this order)
   // Sequences (indices into seq_lens) whose pooled embedding the step returns instead of logits:
   // embedding requests, each with its whole prompt in this step.

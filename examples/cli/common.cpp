@@ -47,8 +47,43 @@ void add_model_options(CLI::App* cmd, ModelOptions* o) {
       ->check(CLI::IsMember({"auto", "f32", "f16", "bf16"}));
   cmd->add_flag("--swa-full", o->swa_full,
                 "sliding-window layers keep the K/V of the whole context (default: only their window's, in a pool of their own)");
+  cmd->add_option("--lora", o->loras,
+                  "NAME=PATH: a PEFT LoRA adapter folder (adapter_config.json, adapter_model.safetensors); repeatable, "
+                  "each in the next slot; the first applies to every sequence (docs/lora.md)")
+      ->allow_extra_args(false);
   cmd->add_flag("-q,--quiet", o->quiet, "no progress bar");
 }
+
+namespace {
+// Loads |o|'s --lora adapters into |m| and makes the first the default. Errors are printed.
+bool load_loras(const ModelOptions& o, Model& m) {
+  for (const std::string& spec : o.loras) {
+    const size_t eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
+      fail("--lora wants NAME=PATH, got '" + spec + "'", 2);
+      return false;
+    }
+    auto slot = m.add_lora(spec.substr(0, eq), spec.substr(eq + 1));
+    if (!slot.ok()) {
+      fail(slot.status());
+      return false;
+    }
+    const LoraAdapter& a = m.loras()[size_t(*slot)];
+    if (!o.quiet)
+      std::fprintf(stderr, "lora: %s (rank %d, alpha %g%s, scale %g, %zu modules) in slot %d%s\n", a.name.c_str(),
+                   a.rank, a.alpha, a.rslora ? ", rsLoRA" : "", double(a.scale), a.modules.size(), *slot,
+                   *slot == 0 ? ", applied" : "");
+  }
+  if (!o.loras.empty()) {
+    const Status s = m.set_default_lora(0);
+    if (!s.ok()) {
+      fail(s);
+      return false;
+    }
+  }
+  return true;
+}
+}  // namespace
 
 void add_thread_options(CLI::App* cmd, int* threads, int* threads_batch) {
   // NOTE: 0 and negatives are refused here (CLI11 names the option and the range); a count
@@ -122,6 +157,7 @@ std::unique_ptr<Model> load_model(const ModelOptions& o, const LoadOptions& extr
   lo.progress = [&bar](size_t done, size_t total) { bar.draw(done, total); return true; };
   auto m = Model::load(o.model, *dev, lo);
   if (!m.ok()) { fail(m.status()); return nullptr; }
+  if (!load_loras(o, **m)) return nullptr;
   if (!o.quiet)
     std::fprintf(stderr, "model: %s (%s, %d layers, %d tokens context) on %s\n",
                  (*m)->config().name.empty() ? o.model.c_str() : (*m)->config().name.c_str(), (*m)->config().arch.c_str(),

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/sched/sampler.h"
 #include "models/model.h"
@@ -21,9 +22,11 @@ struct ModelOptions {
   // CPU threads (add_thread_options): 0 = the default (TESSERA_THREADS, else the physical cores).
   int threads = 0;            // decode
   int threads_batch = 0;      // prefill (0: as threads)
+  // --lora NAME=PATH (repeatable): PEFT adapters loaded into slots 0, 1, ...; the first applies.
+  std::vector<std::string> loras;
 };
 
-// Adds -m/--model, -d/--device, -c/--ctx, --kv-dtype, --act-dtype, --swa-full, -q/--quiet to |cmd|.
+// Adds -m/--model, -d/--device, -c/--ctx, --kv-dtype, --act-dtype, --swa-full, --lora, -q/--quiet to |cmd|.
 void add_model_options(CLI::App* cmd, ModelOptions* o);
 // Adds -t/--threads and --threads-batch (run, chat, serve, perplexity, embed) binding to
 // |threads| and |threads_batch| (counts >= 1; 0 stays "the default").

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "models/lora/lora.h"
+
 namespace tessera {
 
 GraphContext::GraphContext(Graph& graph, const ModelConfig& cfg, const StepTensors& step, const KvCache& cache,
@@ -15,6 +17,7 @@ GraphContext::GraphContext(Graph& graph, const ModelConfig& cfg, const StepTenso
   block_tables = g.input(in.block_tables);
   n_tokens = in.tokens.shape[0];
   if (in.state_slots.buffer) state_slots = g.input(in.state_slots);
+  if (opts.lora && in.lora_slots.buffer) lora_slots = g.input(in.lora_slots);
   if (in.window_block_tables.buffer) {
     window_slot_mapping = g.input(in.window_slot_mapping);
     window_block_tables = g.input(in.window_block_tables);
@@ -22,8 +25,16 @@ GraphContext::GraphContext(Graph& graph, const ModelConfig& cfg, const StepTenso
 }
 
 ValueId GraphContext::linear(ValueId x, const WeightTensor& W, ValueId bias) {
-  const ValueId y = g.matmul(x, g.input(W), bias);
-  return W.out_scale == 1.0f ? y : g.scale(y, W.out_scale);
+  ValueId y = g.matmul(x, g.input(W), bias);
+  if (W.out_scale != 1.0f) y = g.scale(y, W.out_scale);
+  const LoraSet::Module* m = lora_slots != kNoValue ? opts.lora->find(&W) : nullptr;
+  if (!m) return y;
+  if (g.tensor(x).rank != 2 || g.tensor(x).shape[0] != n_tokens) {
+    fail(Unimplemented("LoRA on a projection of " + g.tensor(x).shape_string() +
+                       " rows (the adapter's segments are the step's " + std::to_string(n_tokens) + " token rows)"));
+    return y;
+  }
+  return g.lora({x, y, g.input(m->a), g.input(m->b), g.input(m->ranks), g.input(m->scales), query_start, lora_slots});
 }
 
 ValueId GraphContext::embed_tokens(const WeightTensor& table, float scale) {

@@ -14,10 +14,15 @@
 
 namespace tessera {
 
+class LoraSet;
+
 // What the step runner asks of a step's graph beyond its logits.
 struct StepOptions {
   bool pooled = false;        // keep every token's final normed hidden state [T, D] as output
   bool expert_stats = false;  // keep each MoE layer's routed expert ids [T, k] i32 as outputs
+  // Loaded LoRA adapters (models/lora/lora.h): linear() adds the delta of each weight they target
+  // to the rows of the sequences whose StepTensors::lora_slots name an adapter. Null: none.
+  const LoraSet* lora = nullptr;
 };
 
 class GraphContext {
@@ -35,6 +40,8 @@ class GraphContext {
   ValueId window_slot_mapping = kNoValue, window_block_tables = kNoValue;
   // Recurrent layers: each sequence's state row (StepTensors::state_slots).
   ValueId state_slots = kNoValue;
+  // LoRA: each sequence's adapter slot (StepTensors::lora_slots), when opts.lora is set.
+  ValueId lora_slots = kNoValue;
   int64_t n_tokens = 0;
 
   // A builder's own check that failed (the graph's ops check theirs in Graph::status()).
@@ -53,7 +60,8 @@ class GraphContext {
   ValueId optional(const Tensor& t) { return t.buffer ? g.input(t) : kNoValue; }
 
   // x W^T (+ bias), times the weight's tensor scale when it has one (NVFP4; the loader divided
-  // the bias by that scale, so the bias comes out right).
+  // the bias by that scale, so the bias comes out right), plus the LoRA delta of the sequences'
+  // adapters where one targets W (the lora op, segments = the step's sequences).
   ValueId linear(ValueId x, const WeightTensor& W, ValueId bias = kNoValue);
   // The rows of |table| for the step's tokens in the activation dtype, times |scale| and the
   // table's tensor scale.

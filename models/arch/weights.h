@@ -120,6 +120,8 @@ struct StepTensors {
   Tensor window_slot_mapping, window_block_tables;
   // Recurrent layers: each sequence's row in the KV cache's state pool [S]; no buffer without them.
   Tensor state_slots;
+  // LoRA: each sequence's adapter slot [S] i32 (-1: the base model); no buffer without adapters.
+  Tensor lora_slots;
   DType act = DType::kF32;
 };
 

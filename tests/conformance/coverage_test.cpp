@@ -64,7 +64,7 @@ TEST(Coverage, EveryDeviceImplementsTheWholeOpSet) {
 // Every op appears in at least one case (so a new op cannot be added without its test).
 TEST(Coverage, EveryOpHasCases) {
   std::set<OpKind> seen;
-  for (auto fn : {linear_cases, pointwise_cases, attention_cases, moe_cases, recurrent_cases})
+  for (auto fn : {linear_cases, pointwise_cases, attention_cases, moe_cases, recurrent_cases, lora_cases})
     for (const Case& c : fn()) seen.insert(c.op);
   for (int i = 0; i < kNumOps; ++i) {
     if (OpKind(i) == OpKind::kView) continue;

@@ -68,6 +68,7 @@ std::vector<Case> pointwise_cases();  // rms_norm, rope, glu, add, mul, scale, s
 std::vector<Case> attention_cases();  // attention
 std::vector<Case> moe_cases();        // topk_route (+ matmul_id routed by it)
 std::vector<Case> recurrent_cases();  // ssm_conv, gated_delta_net
+std::vector<Case> lora_cases();       // lora
 
 // Activation dtypes every op runs with, and weight dtypes every backend must support.
 const std::vector<DType>& activation_dtypes();

@@ -27,7 +27,7 @@ using V = std::vector<ValueId>;
 std::vector<Case> all_cases() {
   std::vector<Case> out;
   for (auto fn : {conformance::linear_cases, conformance::pointwise_cases, conformance::attention_cases,
-                  conformance::moe_cases, conformance::recurrent_cases})
+                  conformance::moe_cases, conformance::recurrent_cases, conformance::lora_cases})
     for (Case& c : fn()) out.push_back(std::move(c));
   return out;
 }

@@ -111,5 +111,45 @@ TEST(GpuDevice, AnOutOfRangeExpertIdIsAnErrorNotARead) {
   EXPECT_NE(s.message().find("expert id outside"), std::string::npos) << s.to_string();
 }
 
+// lora: a segment naming a slot that is not there. cuda-sim reports it through the kernel's
+// error word (its kernel reads the metadata on the device); the CPU checks it on the host. Both
+// name the problem instead of reading another slot's adapter.
+TEST(GpuDevice, AnOutOfRangeLoraSlotIsAnErrorNotARead) {
+  for (const char* name : {"cuda-sim", "cpu"}) {
+    SCOPED_TRACE(name);
+    auto found = Registry::global().find(name);
+    ASSERT_TRUE(found.ok()) << found.status().to_string();
+    Device& dev = **found;
+    testing::Rng rng(6);
+    const int64_t T = 3, K = 32, N = 16, R = 8, S = 2;
+    auto upload = [&](DType t, std::initializer_list<int64_t> shape, const void* data) {
+      auto r = upload_new(dev, Tensor::make(t, shape), data);
+      EXPECT_TRUE(r.ok()) << r.status().to_string();
+      return r.ok() ? *r : Tensor{};
+    };
+    const auto xv = testing::random_floats(rng, T * K), bv = testing::random_floats(rng, T * N);
+    const auto av = testing::random_floats(rng, S * R * K), uv = testing::random_floats(rng, S * N * R);
+    const std::vector<int32_t> ranks = {8, 4}, starts = {0, 1, 3}, slots = {0, 5};  // slot 5 of 2
+    const std::vector<float> scales = {1.0f, 2.0f};
+    Graph g;
+    Graph::LoraInputs in{};
+    in.x = g.input(upload(DType::kF32, {T, K}, xv.data()));
+    in.base = g.input(upload(DType::kF32, {T, N}, bv.data()));
+    in.a = g.input(upload(DType::kF32, {S, R, K}, av.data()));
+    in.b = g.input(upload(DType::kF32, {S, N, R}, uv.data()));
+    in.ranks = g.input(upload(DType::kI32, {S}, ranks.data()));
+    in.scales = g.input(upload(DType::kF32, {S}, scales.data()));
+    in.seg_start = g.input(upload(DType::kI32, {3}, starts.data()));
+    in.seg_slot = g.input(upload(DType::kI32, {2}, slots.data()));
+    g.mark_output(g.lora(in));
+    ASSERT_TRUE(g.status().ok()) << g.status().to_string();
+    Status s = dev.compute(g);
+    if (s.ok()) s = dev.synchronize();
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("lora: "), std::string::npos) << s.to_string();
+    EXPECT_NE(s.message().find("slot"), std::string::npos) << s.to_string();
+  }
+}
+
 }  // namespace
 }  // namespace tessera

@@ -1,0 +1,79 @@
+// LoRA adapters on a loaded model (docs/lora.md): PEFT adapters read against the model's own
+// weights, and every loaded adapter's tensors stacked into device slots for the lora op
+// (core/op.h in::Lora). GraphContext::linear adds the delta of the weights an adapter targets.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/device.h"
+#include "models/arch/weights.h"
+#include "models/model_config.h"
+
+namespace tessera {
+
+class Architecture;
+
+// A base weight an adapter may target: its GGUF name and field (2-D projections only).
+struct LoraTarget {
+  std::string name;  // "blk.3.attn_q.weight"
+  const WeightTensor* weight = nullptr;
+  int64_t rows = 0, cols = 0;  // N, K
+};
+
+// One targeted module of an adapter, f32 in host memory, in the base weight's row order (q/k
+// rows permuted where the model's file stores them in GGUF's rope order).
+struct LoraPair {
+  int64_t rows = 0, cols = 0;  // N, K: the base weight's logical shape
+  std::vector<float> a;        // [r, K]: lora_A, the down projection
+  std::vector<float> b;        // [N, r]: lora_B, the up projection
+};
+
+// A PEFT LoRA adapter read against one model.
+struct LoraAdapter {
+  std::string name, path;
+  int rank = 0;
+  double alpha = 0.0;
+  bool rslora = false;
+  float scale = 1.0f;                                         // alpha / r, or alpha / sqrt(r) with use_rslora
+  std::vector<std::string> target_modules;                    // as adapter_config.json lists them
+  std::unordered_map<const WeightTensor*, LoraPair> modules;  // by the base weight it adds to
+};
+
+// Reads a PEFT adapter folder (adapter_config.json and adapter_model.safetensors) for the model
+// whose weights are |targets|. Errors name the adapter and say what does not fit: a config that is
+// not plain LoRA (DoRA, fan_in_fan_out, modules_to_save, per-module rank or alpha patterns), a
+// module this model does not have (an adapter of another architecture), a lora_A without its
+// lora_B or the reverse, a tensor whose shape does not match the base weight or the rank.
+Result<LoraAdapter> read_peft_adapter(const std::string& name, const std::string& dir, const Architecture& arch,
+                                      const ModelConfig& cfg, const std::vector<LoraTarget>& targets);
+
+// Every loaded adapter's tensors on the device: for each base weight any adapter targets, A
+// [slots, R, K] and B [slots, N, R] f32 (slot i = adapter i, zero-padded to the largest rank R),
+// the per-slot ranks [slots] i32 (0 where adapter i does not target the weight) and scales
+// [slots] f32.
+class LoraSet {
+ public:
+  struct Module {
+    Tensor a, b, ranks, scales;
+  };
+  static Result<std::unique_ptr<LoraSet>> build(Device& device, const std::vector<LoraAdapter>& adapters);
+  // The module of base weight |w|, or null when no adapter targets it.
+  const Module* find(const WeightTensor* w) const {
+    auto it = modules_.find(w);
+    return it == modules_.end() ? nullptr : &it->second;
+  }
+  int slots() const { return slots_; }
+  int max_rank() const { return max_rank_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  std::unordered_map<const WeightTensor*, Module> modules_;
+  std::vector<BufferPtr> buffers_;
+  int slots_ = 0, max_rank_ = 0;
+  size_t bytes_ = 0;
+};
+
+}  // namespace tessera
