@@ -6,6 +6,8 @@
 //   <p>.weight_packed U8 + weight_scale U8/F8_E8M0                    MXFP4 (compressed-tensors)
 //   <p>_blocks U8 [N, K/32, 16] + <p>_scales U8                       MXFP4 (gpt-oss)
 //   <p>.qweight/.qzeros/.scales I32/I32/F16 (quant_method awq | gptq)  kINT4_G{32,64,128}
+// and by a family's rule (Architecture::hf_tensor, load_rule): F32/F16/BF16 values transformed,
+// unit dims squeezed, or routed experts fused in one tensor split into row views.
 #include <cmath>
 #include <cstring>
 
@@ -215,6 +217,116 @@ Result<HostTensor> Weights::load_int4(const std::string& prefix, const TensorRef
   if (!bytes.ok()) return bytes.status().with_context(where(q) + ": ");
   TS_ASSIGN_OR_RETURN(DType dt, int4_dtype(g));
   return owned(spec, dt, std::move(bytes).value(), 1.0f);
+}
+
+namespace {
+
+DType float_dtype(StDType dt) {
+  return dt == StDType::kF32 ? DType::kF32 : dt == StDType::kF16 ? DType::kF16 : DType::kBF16;
+}
+
+// |shape| without its dims of size 1.
+std::vector<int64_t> squeezed(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> out;
+  for (int64_t d : shape)
+    if (d != 1) out.push_back(d);
+  return out;
+}
+
+}  // namespace
+
+// A tensor by a family's rule (Architecture::hf_tensor): fused experts as row views or gathered
+// rows; 1-D and squeezed tensors widened to f32 with their values transformed; anything else
+// as stored.
+Result<std::optional<HostTensor>> Weights::load_rule(const HfTensor& r, const TensorSpec& spec) {
+  using Opt = std::optional<HostTensor>;
+  const TensorRef t = ckpt_.find(r.name);
+  if (!t.file) return Opt();
+  if (r.fused_rows > 0) return load_fused_experts(r, t, spec);
+  const bool widen = spec.shape.size() == 1 || r.squeeze || r.values != HfTensor::Values::kAsIs;
+  if (!r.squeeze) {
+    TS_RETURN_IF_ERROR(expect(t, spec.shape, kFloats));
+  } else {
+    TS_RETURN_IF_ERROR(expect(t, t.info->shape, kFloats));  // the dtype
+    if (squeezed(t.info->shape) != squeezed(spec.shape)) {
+      TensorInfo w;
+      w.shape = spec.shape;
+      w.dtype = t.info->dtype;
+      return InvalidArgument(where(t) + " has shape " + t.info->shape_string() + ", expected " + w.shape_string() +
+                             " (dims of size 1 aside)");
+    }
+  }
+  if (!widen) {
+    const StDType dt = t.info->dtype;
+    if (t.info->offset % uint64_t(st_dtype_size(dt)) != 0) {  // misaligned in the file: copy
+      TS_ASSIGN_OR_RETURN(
+          HostTensor h, owned(spec, float_dtype(dt), std::vector<uint8_t>(t.data(), t.data() + t.info->nbytes), 1.0f));
+      return Opt(std::move(h));
+    }
+    HostTensor h;
+    h.dtype = float_dtype(dt);
+    h.shape = spec.shape;
+    h.data = t.data();
+    h.nbytes = t.info->nbytes;
+    h.region = t.file->base();
+    h.region_bytes = t.file->size();
+    h.keepalive = t.file->mapping();
+    h.region_is_file = true;
+    return Opt(std::move(h));
+  }
+  std::vector<float> v = to_f32(t);
+  switch (r.values) {
+    case HfTensor::Values::kAsIs:
+      break;
+    case HfTensor::Values::kPlusOne:
+      for (float& x : v) x = 1.0f + x;
+      break;
+    case HfTensor::Values::kNegExp:
+      for (float& x : v) x = float(-std::exp(double(x)));
+      break;
+  }
+  TS_ASSIGN_OR_RETURN(HostTensor h, owned(spec, DType::kF32, f32_bytes(v), 1.0f));
+  return Opt(std::move(h));
+}
+
+// Experts fused in one stored tensor [E, fused_rows, ...] -> ours [E, rows, ...]: a contiguous
+// row range stays in the mapped shard (a view whose experts are fused_rows apart); strided rows
+// (gate and up interleaved) are gathered into new memory.
+Result<std::optional<HostTensor>> Weights::load_fused_experts(const HfTensor& r, const TensorRef& t,
+                                                              const TensorSpec& spec) {
+  using Opt = std::optional<HostTensor>;
+  if (spec.shape.size() < 2 || r.row_step < 1 || r.row_begin < 0 ||
+      r.row_begin + (spec.shape[1] - 1) * r.row_step >= r.fused_rows)
+    return Internal(spec.name + ": fused rows " + std::to_string(r.row_begin) + " + i * " + std::to_string(r.row_step) +
+                    " outside " + std::to_string(r.fused_rows));
+  std::vector<int64_t> want = spec.shape;
+  want[1] = r.fused_rows;
+  TS_RETURN_IF_ERROR(expect(t, want, kFloats));
+  const StDType dt = t.info->dtype;
+  const int64_t E = spec.shape[0], rows = spec.shape[1];
+  int64_t inner = 1;
+  for (size_t i = 2; i < spec.shape.size(); ++i) inner *= spec.shape[i];
+  const int64_t row_bytes = inner * st_dtype_size(dt);
+  if (r.row_step == 1 && t.info->offset % uint64_t(st_dtype_size(dt)) == 0) {
+    HostTensor h;
+    h.dtype = float_dtype(dt);
+    h.shape = spec.shape;
+    h.data = t.data() + r.row_begin * row_bytes;
+    h.nbytes = size_t(E * rows * row_bytes);
+    h.stride0 = rows == r.fused_rows || E == 1 ? 0 : r.fused_rows * row_bytes;
+    h.region = t.file->base();
+    h.region_bytes = t.file->size();
+    h.keepalive = t.file->mapping();
+    h.region_is_file = true;
+    return Opt(std::move(h));
+  }
+  std::vector<uint8_t> out(size_t(E * rows * row_bytes));
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t i = 0; i < rows; ++i)
+      std::memcpy(out.data() + (e * rows + i) * row_bytes,
+                  t.data() + (e * r.fused_rows + r.row_begin + i * r.row_step) * row_bytes, size_t(row_bytes));
+  TS_ASSIGN_OR_RETURN(HostTensor h, owned(spec, float_dtype(dt), std::move(out), 1.0f));
+  return Opt(std::move(h));
 }
 
 }  // namespace tessera::safetensors
