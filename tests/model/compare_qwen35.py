@@ -13,8 +13,8 @@ with as many value heads as key heads (no reordering) is checked too, and the Mo
 (qwen35moe: 8 experts, 2 per token, a gated shared expert). Each model is also loaded from its
 Hugging Face folder (same tolerance; the MoE one also with its experts stored one module each;
 the grouped and MoE ones also stored as BF16, against the oracle on the same bf16-rounded weights),
-and bad folders (a missing or mis-shaped tensor, a bad text_config key) must fail naming the file
-and the tensor or key. The features are shown to matter: the oracle with the value heads paired
+and bad folders (a missing or mis-shaped tensor, a bad or unsupported text_config key) must fail
+naming the file and the tensor or key; `tessera convert` refuses a Qwen3.5 folder. The features are shown to matter: the oracle with the value heads paired
 the other way round, without the recurrent state carried between tokens, and (MoE) without the
 shared expert or without renormalising the top-k weights, must all be far (> 20 x the tolerance)
 from Tessera.
@@ -254,6 +254,8 @@ def bad_checkpoints(args, ids):
         ("bad layer_types", s, t, None, key("layer_types", ["linear_attention"]), ["config.json", "layer_types"]),
         ("mistyped linear_conv_kernel_dim", s, t, None, key("linear_conv_kernel_dim", "four"),
          ["config.json", "linear_conv_kernel_dim"]),
+        ("attn_output_gate false", s, t, None, key("attn_output_gate", False), ["config.json", "attn_output_gate false"]),
+        ("mlp_only_layers", s, t, None, key("mlp_only_layers", [1]), ["config.json", "mlp_only_layers [1]"]),
         ("moe missing down_proj", sm, tm, drop(lm + "1.mlp.experts.down_proj"), None, [lm + "1.mlp.experts.down_proj"]),
         ("moe mis-shaped gate_up_proj", sm, tm, reshape(lm + "2.mlp.experts.gate_up_proj", lambda a: a[:, : a.shape[1] // 2]),
          None, ["model.safetensors", lm + "2.mlp.experts.gate_up_proj"]),
@@ -281,6 +283,15 @@ def bad_checkpoints(args, ids):
         print(f"{name}: exit {r.returncode}: {msg}")
         if r.returncode == 0 or not all(w in r.stderr for w in want + [os.path.basename(path)]):
             problems.append(f"{name}: expected a failure naming {want} and the folder, got exit {r.returncode}: {msg}")
+    # `tessera convert` would write a GGUF llama.cpp reads wrongly (no qwen35.ssm.* keys, grouped value
+    # heads): it refuses, saying why.
+    path = os.path.join(args.scratch, "hf-convert")
+    make_qwen35.write_hf(path, s, t)
+    r = subprocess.run([os.path.join(args.bin_dir, "tessera"), "convert", "-q", path, os.path.join(args.scratch, "x.gguf")],
+                       capture_output=True, text=True)
+    print(f"convert: exit {r.returncode}: {r.stderr.strip()}")
+    if r.returncode == 0 or "cannot be written as GGUF" not in r.stderr or "hf-convert" not in r.stderr:
+        problems.append(f"convert: expected a refusal naming the folder, got exit {r.returncode}: {r.stderr.strip()}")
     return problems
 
 
