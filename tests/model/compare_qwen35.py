@@ -11,13 +11,14 @@ one before), and through the oracle on the HF checkpoint: normalised RMS error <
 argmax agreeing wherever the oracle's top-2 margin is decisive (compare_numpy.py's checks). A model
 with as many value heads as key heads (no reordering) is checked too, and the MoE variant
 (qwen35moe: 8 experts, 2 per token, a gated shared expert). Each model is also loaded from its
-Hugging Face folder (same tolerance; the MoE one also with its experts stored one module each;
-the grouped and MoE ones also stored as BF16, against the oracle on the same bf16-rounded weights),
-and bad folders (a missing or mis-shaped tensor, a bad or unsupported text_config key) must fail
-naming the file and the tensor or key; `tessera convert` refuses a Qwen3.5 folder. The features are shown to matter: the oracle with the value heads paired
-the other way round, without the recurrent state carried between tokens, and (MoE) without the
-shared expert or without renormalising the top-k weights, must all be far (> 20 x the tolerance)
-from Tessera.
+Hugging Face folder (same tolerance), and from the text model saved alone (qwen3_5_text: tensors
+under model.*); the MoE one also with its experts stored one module each; the grouped and MoE ones
+also stored as BF16, against the oracle on the same bf16-rounded weights. Bad folders (a missing or
+mis-shaped tensor, a bad or unsupported text_config key) must fail naming the file and the tensor
+or key, and `tessera convert` refuses a Qwen3.5 folder. The features are shown to matter: the
+oracle with the value heads paired the other way round, without the recurrent state carried
+between tokens, and (MoE) without the shared expert or without renormalising the top-k weights,
+must all be far (> 20 x the tolerance) from Tessera.
 Usage: compare_qwen35.py TESSERA_BIN_DIR SCRATCH_DIR [--device cpu|vulkan]
 """
 import argparse
@@ -75,7 +76,7 @@ def main():
     for folder, stem in ((grouped, "tiny-qwen35"), (square, "tiny-qwen35"), (moe, "tiny-qwen35moe")):
         oracle = numpy_qwen35.load(os.path.join(folder, stem + "-hf"))
         ref = oracle.forward(ids)
-        models = [stem + "-f32.gguf", stem + "-nomtp-f32.gguf", stem + "-hf"]
+        models = [stem + "-f32.gguf", stem + "-nomtp-f32.gguf", stem + "-hf", text_only_checkpoint(folder, stem)]
         if oracle.c.E:
             models.append(per_expert_checkpoint(folder, stem))
         for gguf in models:
@@ -126,6 +127,30 @@ def main():
     for f in failures:
         print("FAIL:", f)
     sys.exit(1 if failures else 0)
+
+
+def text_only_checkpoint(folder, stem):
+    """The checkpoint as transformers saves the text model alone (Qwen3_5ForCausalLM /
+    Qwen3_5MoeForCausalLM): the text_config's keys at the top (model_type qwen3_5_text /
+    qwen3_5_moe_text), tensors under model.* instead of model.language_model.*, no vision tower or
+    MTP head; returns the folder's name."""
+    import json
+    import shutil
+    from safetensors.numpy import load_file, save_file
+    src, name = os.path.join(folder, stem + "-hf"), stem + "-hf-text"
+    dst = os.path.join(folder, name)
+    os.makedirs(dst, exist_ok=True)
+    t = load_file(os.path.join(src, "model.safetensors"))
+    t = {k.replace("model.language_model.", "model."): v for k, v in t.items() if not k.startswith(("model.visual.", "mtp."))}
+    save_file(t, os.path.join(dst, "model.safetensors"), metadata={"format": "pt"})
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(src, f), dst)
+    with open(os.path.join(src, "config.json")) as f:
+        text = json.load(f)["text_config"]
+    text["architectures"] = ["Qwen3_5MoeForCausalLM" if "moe" in text["model_type"] else "Qwen3_5ForCausalLM"]
+    with open(os.path.join(dst, "config.json"), "w") as f:
+        json.dump(text, f, indent=4)
+    return name
 
 
 def per_expert_checkpoint(folder, stem):
