@@ -60,6 +60,9 @@ Result<std::string> byte_level_pre(const json* pre) {
     }
   }
   if (!split.empty()) {
+    // o200k (gpt-oss, GPT-4o): upper- and lower-case runs split apart; before llama-bpe, whose
+    // \p{N}{1,3} it shares.
+    if (split.find("[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]") != std::string::npos) return std::string("gpt-4o");
     if (split.find("\\p{N}{1,3}") != std::string::npos) return std::string("llama-bpe");
     if (split.find("\\p{N}") != std::string::npos && split.find("[^\\r\\n\\p{L}\\p{N}]?\\p{L}+") != std::string::npos)
       return std::string("qwen2");
