@@ -243,7 +243,7 @@ Result<std::optional<HostTensor>> Weights::load_rule(const HfTensor& r, const Te
   const TensorRef t = ckpt_.find(r.name);
   if (!t.file) return Opt();
   if (r.fused_rows > 0) return load_fused_experts(r, t, spec);
-  const bool widen = spec.shape.size() == 1 || r.squeeze || r.values != HfTensor::Values::kAsIs;
+  const bool widen = spec.shape.size() == 1 || r.squeeze || r.to_f32 || r.values != HfTensor::Values::kAsIs;
   if (!r.squeeze) {
     TS_RETURN_IF_ERROR(expect(t, spec.shape, kFloats));
   } else {
@@ -289,25 +289,31 @@ Result<std::optional<HostTensor>> Weights::load_rule(const HfTensor& r, const Te
   return Opt(std::move(h));
 }
 
-// Experts fused in one stored tensor [E, fused_rows, ...] -> ours [E, rows, ...]: a contiguous
-// row range stays in the mapped shard (a view whose experts are fused_rows apart); strided rows
-// (gate and up interleaved) are gathered into new memory.
+// Experts fused in one stored tensor [E, fused_rows, ...] (or transposed, [E, inner, fused_rows])
+// -> ours [E, rows, ...]: a contiguous row range stays in the mapped shard (a view whose experts
+// are fused_rows apart); strided rows (gate and up interleaved), transposed tensors and f32
+// conversions are gathered into new memory.
 Result<std::optional<HostTensor>> Weights::load_fused_experts(const HfTensor& r, const TensorRef& t,
                                                               const TensorSpec& spec) {
   using Opt = std::optional<HostTensor>;
-  if (spec.shape.size() < 2 || r.row_step < 1 || r.row_begin < 0 ||
+  const size_t rank = spec.shape.size();
+  if (rank < 2 || (r.transposed && rank != 3) || r.row_step < 1 || r.row_begin < 0 ||
       r.row_begin + (spec.shape[1] - 1) * r.row_step >= r.fused_rows)
     return Internal(spec.name + ": fused rows " + std::to_string(r.row_begin) + " + i * " + std::to_string(r.row_step) +
                     " outside " + std::to_string(r.fused_rows));
   std::vector<int64_t> want = spec.shape;
-  want[1] = r.fused_rows;
+  if (r.transposed) {
+    want = {spec.shape[0], spec.shape[2], r.fused_rows};
+  } else {
+    want[1] = r.fused_rows;
+  }
   TS_RETURN_IF_ERROR(expect(t, want, kFloats));
   const StDType dt = t.info->dtype;
-  const int64_t E = spec.shape[0], rows = spec.shape[1];
+  const int64_t E = spec.shape[0], rows = spec.shape[1], esz = st_dtype_size(dt);
   int64_t inner = 1;
-  for (size_t i = 2; i < spec.shape.size(); ++i) inner *= spec.shape[i];
-  const int64_t row_bytes = inner * st_dtype_size(dt);
-  if (r.row_step == 1 && t.info->offset % uint64_t(st_dtype_size(dt)) == 0) {
+  for (size_t i = 2; i < rank; ++i) inner *= spec.shape[i];
+  const int64_t row_bytes = inner * esz;
+  if (!r.transposed && !r.to_f32 && r.row_step == 1 && t.info->offset % uint64_t(esz) == 0) {
     HostTensor h;
     h.dtype = float_dtype(dt);
     h.shape = spec.shape;
@@ -320,11 +326,31 @@ Result<std::optional<HostTensor>> Weights::load_fused_experts(const HfTensor& r,
     h.region_is_file = true;
     return Opt(std::move(h));
   }
+  // The stored element of our (e, i, j).
+  auto src = [&](int64_t e, int64_t i, int64_t j) {
+    const int64_t row = r.row_begin + i * r.row_step;
+    return r.transposed ? (e * inner + j) * r.fused_rows + row : (e * r.fused_rows + row) * inner + j;
+  };
+  if (r.to_f32) {
+    const std::vector<float> all = to_f32(t);
+    std::vector<float> v(size_t(E * rows * inner));
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < inner; ++j) v[size_t((e * rows + i) * inner + j)] = all[size_t(src(e, i, j))];
+    TS_ASSIGN_OR_RETURN(HostTensor h, owned(spec, DType::kF32, f32_bytes(v), 1.0f));
+    return Opt(std::move(h));
+  }
   std::vector<uint8_t> out(size_t(E * rows * row_bytes));
-  for (int64_t e = 0; e < E; ++e)
-    for (int64_t i = 0; i < rows; ++i)
-      std::memcpy(out.data() + (e * rows + i) * row_bytes,
-                  t.data() + (e * r.fused_rows + r.row_begin + i * r.row_step) * row_bytes, size_t(row_bytes));
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t i = 0; i < rows; ++i) {
+      uint8_t* dst = out.data() + (e * rows + i) * row_bytes;
+      if (!r.transposed) {
+        std::memcpy(dst, t.data() + src(e, i, 0) * esz, size_t(row_bytes));
+        continue;
+      }
+      for (int64_t j = 0; j < inner; ++j) std::memcpy(dst + j * esz, t.data() + src(e, i, j) * esz, size_t(esz));
+    }
+  }
   TS_ASSIGN_OR_RETURN(HostTensor h, owned(spec, float_dtype(dt), std::move(out), 1.0f));
   return Opt(std::move(h));
 }

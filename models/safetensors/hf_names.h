@@ -38,6 +38,11 @@ struct HfTensor {
   int64_t fused_rows = 0;
   int64_t row_begin = 0;
   int64_t row_step = 1;
+  // The fused tensor is stored transposed, [E, inner, fused_rows] (gpt-oss's gate_up_proj
+  // [E, D, 2F], down_proj [E, F, D]): ours [E, rows, inner] takes its columns (gathered).
+  bool transposed = false;
+  // Gathered into f32 (expert biases, which matmul_id reads as f32).
+  bool to_f32 = false;
 };
 
 }  // namespace tessera::safetensors
