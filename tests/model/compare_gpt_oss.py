@@ -13,9 +13,13 @@ top-2 margin is decisive (compare_numpy.py's checks). A model with the released 
 runs a 150-token prompt whole and in steps of 48. The features are shown to matter: the oracle
 without the sinks, without the window (every layer full) and without YaRN's rounded correction
 range (truncate false, as the released config asks) must each be far (> 20 x the tolerance) from
-Tessera. Bad files (a missing sink tensor, a mis-shaped expert bias, a missing window key, an
-expert width that is no whole number of MXFP4 blocks) fail naming the file and the tensor or key,
-and `tessera quantize` keeps the [E, N] expert biases in f32.
+Tessera. The Hugging Face folder itself (transformers' dequantised layout: experts transposed, gate
+and up interleaved) loads to the same tolerance as the f32 GGUF. Bad files (a missing sink tensor, a
+mis-shaped expert bias, a missing window key, an expert width that is no whole number of MXFP4
+blocks) and bad or unsupported folders (a missing sink or expert bias, a mis-shaped gate_up_proj, no
+sliding_window, another swiglu_limit, the released MXFP4 quantization_config) fail naming the file
+and the tensor or key; `tessera convert` refuses a gpt-oss folder; and `tessera quantize` keeps the
+[E, N] expert biases in f32.
 Usage: compare_gpt_oss.py TESSERA_BIN_DIR SCRATCH_DIR [--device cpu|vulkan]
 """
 import argparse
@@ -79,7 +83,7 @@ def main():
         ref = oracle.forward(ids)
         name = os.path.basename(folder)
         mxfp4_tol = TOL_MXFP4_CPU if args.device == "cpu" else TOL
-        for gguf, tol in (("tiny-gpt-oss-f32.gguf", TOL), ("tiny-gpt-oss-mxfp4.gguf", mxfp4_tol)):
+        for gguf, tol in (("tiny-gpt-oss-f32.gguf", TOL), ("tiny-gpt-oss-mxfp4.gguf", mxfp4_tol), ("tiny-gpt-oss-hf", TOL)):
             for chunk in chunks:
                 ours = tessera_logits(args.bin_dir, os.path.join(folder, gguf), ids, args.device, args.scratch, chunk)
                 print(f"{name}/{gguf} {n} tokens, chunk {chunk}: normalised RMS {nrmse(ours, ref):.2e}")
@@ -97,6 +101,7 @@ def main():
             if not far > 20 * TOL:
                 failures.append(f"{name}: the oracle {what} is as close ({far:.2e})")
     failures += bad_files(args)
+    failures += bad_checkpoints(args)
     failures += quantize_plan(args, os.path.join(small, "tiny-gpt-oss-f32.gguf"))
     for f in failures:
         print("FAIL:", f)
@@ -132,6 +137,64 @@ def bad_files(args):
         print(f"{name}: exit {r.returncode}: {msg}")
         if r.returncode == 0 or not all(w in r.stderr for w in want + [os.path.basename(path)]):
             problems.append(f"{name}: expected a failure naming {want} and the file, got exit {r.returncode}: {msg}")
+    return problems
+
+
+def bad_checkpoints(args):
+    """Broken or unsupported Hugging Face folders: `tessera eval` fails naming the file (or folder) and the
+    tensor or key; `tessera convert` refuses a gpt-oss folder (its GGUF keys are not written)."""
+    import json
+    import shutil
+    import make_gpt_oss
+    s = make_gpt_oss.Spec(make_gpt_oss.parse_args(["--out", args.scratch]))
+    t = make_gpt_oss.hf_weights(s, 5)
+
+    def drop(name):
+        return lambda ts: ts.pop(name)
+
+    def halve_last(name):
+        return lambda ts: ts.__setitem__(name, np.ascontiguousarray(ts[name][..., : ts[name].shape[-1] // 2]))
+
+    def key(k, v):
+        return lambda cfg: cfg.__setitem__(k, v)
+
+    cases = [("missing sinks", drop("model.layers.1.self_attn.sinks"), None,
+              ["model.layers.1.self_attn.sinks", "blk.1.attn_sinks.weight"]),
+             ("mis-shaped gate_up_proj", halve_last("model.layers.2.mlp.experts.gate_up_proj"), None,
+              ["model.safetensors", "model.layers.2.mlp.experts.gate_up_proj"]),
+             ("missing down_proj_bias", drop("model.layers.0.mlp.experts.down_proj_bias"), None,
+              ["model.layers.0.mlp.experts.down_proj_bias"]),
+             ("no sliding_window", None, lambda cfg: cfg.pop("sliding_window"), ["config.json", "sliding_window"]),
+             ("other swiglu_limit", None, key("swiglu_limit", 5.0), ["config.json", "swiglu_limit 5"]),
+             ("mxfp4 checkpoint", None, key("quantization_config", {"quant_method": "mxfp4"}),
+              ["config.json", "quant_method mxfp4"])]
+    problems = []
+    for name, edit_t, edit_cfg, want in cases:
+        path = os.path.join(args.scratch, "bad-hf-" + name.replace(" ", "-"))
+        shutil.rmtree(path, ignore_errors=True)
+        ts = dict(t)
+        if edit_t:
+            edit_t(ts)
+        make_gpt_oss.write_hf(path, s, ts)
+        if edit_cfg:
+            with open(os.path.join(path, "config.json")) as f:
+                cfg = json.load(f)
+            edit_cfg(cfg)
+            with open(os.path.join(path, "config.json"), "w") as f:
+                json.dump(cfg, f)
+        r = subprocess.run([os.path.join(args.bin_dir, "tessera"), "eval", "-q", "-m", path, "--device", args.device,
+                            "--tokens", "1,2,3,4", "-o", os.path.join(args.scratch, "bad.npy")], capture_output=True, text=True)
+        msg = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
+        print(f"{name}: exit {r.returncode}: {msg}")
+        if r.returncode == 0 or not all(w in r.stderr for w in want + [os.path.basename(path)]):
+            problems.append(f"{name}: expected a failure naming {want} and the folder, got exit {r.returncode}: {msg}")
+    path = os.path.join(args.scratch, "hf-convert")
+    make_gpt_oss.write_hf(path, s, t)
+    r = subprocess.run([os.path.join(args.bin_dir, "tessera"), "convert", "-q", path, os.path.join(args.scratch, "x.gguf")],
+                       capture_output=True, text=True)
+    print(f"convert: exit {r.returncode}: {r.stderr.strip()}")
+    if r.returncode == 0 or "cannot be written as GGUF" not in r.stderr or "hf-convert" not in r.stderr:
+        problems.append(f"convert: expected a refusal naming the folder, got exit {r.returncode}: {r.stderr.strip()}")
     return problems
 
 
