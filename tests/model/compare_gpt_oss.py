@@ -14,7 +14,8 @@ runs a 150-token prompt whole and in steps of 48. The features are shown to matt
 without the sinks, without the window (every layer full) and without YaRN's rounded correction
 range (truncate false, as the released config asks) must each be far (> 20 x the tolerance) from
 Tessera. The Hugging Face folder itself (transformers' dequantised layout: experts transposed, gate
-and up interleaved) loads to the same tolerance as the f32 GGUF. Bad files (a missing sink tensor, a
+and up interleaved) loads to the same tolerance as the f32 GGUF, and stored as BF16 against the
+oracle on the same bf16-rounded weights. Bad files (a missing sink tensor, a
 mis-shaped expert bias, a missing window key, an expert width that is no whole number of MXFP4
 blocks) and bad or unsupported folders (a missing sink or expert bias, a mis-shaped gate_up_proj, no
 sliding_window, another swiglu_limit, the released MXFP4 quantization_config) fail naming the file
@@ -100,6 +101,14 @@ def main():
             print(f"{name}: vs an oracle {what} {far:.2e}")
             if not far > 20 * TOL:
                 failures.append(f"{name}: the oracle {what} is as close ({far:.2e})")
+    # A BF16 folder (as dequantised checkpoints are published), against the oracle on the same
+    # bf16-rounded weights: the transposed, interleaved expert gather on 2-byte elements.
+    ids = [int(x) for x in rng.integers(0, 264, N)]
+    bf16, rounded = bf16_checkpoint(small)
+    ref = numpy_gpt_oss.load(os.path.join(small, rounded)).forward(ids)
+    for chunk in (512, 5):
+        ours = tessera_logits(args.bin_dir, os.path.join(small, bf16), ids, args.device, args.scratch, chunk)
+        failures += compare(f"window16/{bf16} chunk {chunk}", ours, ref, TOL)
     failures += bad_files(args)
     failures += bad_checkpoints(args)
     failures += quantize_plan(args, os.path.join(small, "tiny-gpt-oss-f32.gguf"))
@@ -138,6 +147,24 @@ def bad_files(args):
         if r.returncode == 0 or not all(w in r.stderr for w in want + [os.path.basename(path)]):
             problems.append(f"{name}: expected a failure naming {want} and the file, got exit {r.returncode}: {msg}")
     return problems
+
+
+def bf16_checkpoint(folder):
+    """tiny-gpt-oss-hf with every tensor stored as BF16, and the same rounded values as F32 for the
+    oracle; returns the two folders' names."""
+    import shutil
+    import ml_dtypes
+    from safetensors.numpy import load_file, save_file
+    src = os.path.join(folder, "tiny-gpt-oss-hf")
+    t = {k: v.astype(ml_dtypes.bfloat16) for k, v in load_file(os.path.join(src, "model.safetensors")).items()}
+    names = ("tiny-gpt-oss-hf-bf16", "tiny-gpt-oss-hf-bf16-as-f32")
+    for name, ts in ((names[0], t), (names[1], {k: v.astype(np.float32) for k, v in t.items()})):
+        dst = os.path.join(folder, name)
+        os.makedirs(dst, exist_ok=True)
+        save_file(ts, os.path.join(dst, "model.safetensors"), metadata={"format": "pt"})
+        for f in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(os.path.join(src, f), dst)
+    return names
 
 
 def bad_checkpoints(args):
