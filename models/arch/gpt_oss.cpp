@@ -93,19 +93,9 @@ Result<ModelConfig> gpt_oss_config(const gguf::File& f) {
 
 // config.json (transformers' GptOssConfig): the decoder keys and YaRN through read_decoder_hf, the
 // experts (intermediate_size is each expert's width), the window and which layers slide
-// (layer_types, else every even layer). The released checkpoints' MXFP4 experts
-// (quantization_config mxfp4: *_blocks / *_scales) are refused: those load from the GGUF.
+// (layer_types, else every even layer).
 Status gpt_oss_hf_config(const safetensors::JsonObject& o, ModelConfig* c) {
   TS_RETURN_IF_ERROR(safetensors::read_decoder_hf(o, c));
-  if (const safetensors::json* q = o.find("quantization_config"); q && q->is_object()) {
-    const std::string method =
-        q->contains("quant_method") && (*q)["quant_method"].is_string() ? (*q)["quant_method"].get<std::string>() : "";
-    if (method == "mxfp4")
-      return Unimplemented(o.file() +
-                           ": quantization_config quant_method mxfp4 (the released checkpoints' experts as "
-                           "*_blocks / *_scales) is not supported from a checkpoint yet; load the GGUF llama.cpp's "
-                           "converter writes, or a dequantised (BF16) checkpoint");
-  }
   bool bias = true;
   TS_ASSIGN_OR_RETURN(bias, o.get_bool("attention_bias", true));
   if (!bias) return Unimplemented(o.file() + ": attention_bias false is not supported (gpt-oss's q/k/v/o have biases)");
@@ -166,10 +156,11 @@ class GptOss final : public Architecture {
     }
     return Architecture::hf_tensor_prefix(c, name, ckpt);
   }
-  // The sinks (no .weight in the checkpoint) and the experts, stored transposed with gate and up
-  // interleaved: gate_up_proj [E, D, 2F] (gate = [..., ::2], up = [..., 1::2]), down_proj
-  // [E, F, D], gate_up_proj_bias [E, 2F] the same way, down_proj_bias [E, D].
-  bool hf_tensor(const ModelConfig& c, const TensorSpec& s, const safetensors::Checkpoint&,
+  // The sinks (no .weight in the checkpoint) and the experts: MXFP4 blocks as released, or
+  // dequantised, stored transposed with gate and up interleaved: gate_up_proj [E, D, 2F]
+  // (gate = [..., ::2], up = [..., 1::2]), down_proj [E, F, D]; gate_up_proj_bias [E, 2F]
+  // interleaved the same way, down_proj_bias [E, D].
+  bool hf_tensor(const ModelConfig& c, const TensorSpec& s, const safetensors::Checkpoint& ckpt,
                  safetensors::HfTensor* out) const override {
     using V = safetensors::HfTensor::Values;
     int l = 0;
@@ -178,8 +169,15 @@ class GptOss final : public Architecture {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     const int64_t F2 = 2 * int64_t(c.n_ff_exp), D = c.n_embd;
     const bool up = rest.rfind("ffn_up_exps.", 0) == 0;
+    // The released checkpoints keep the experts in MXFP4, not transposed: gate_up_proj_blocks
+    // [E, 2F, D/32, 16] (gate = even rows), down_proj_blocks [E, D, F/32, 16], with their _scales.
+    const bool mxfp4 = ckpt.has(p + "mlp.experts.gate_up_proj_blocks");
     if (rest == "attn_sinks.weight") {
       *out = {p + "self_attn.sinks"};
+    } else if (mxfp4 && (rest == "ffn_gate_exps.weight" || rest == "ffn_up_exps.weight")) {
+      *out = {p + "mlp.experts.gate_up_proj", V::kAsIs, false, F2, up ? 1 : 0, 2, false, false, /*mxfp4=*/true};
+    } else if (mxfp4 && rest == "ffn_down_exps.weight") {
+      *out = {p + "mlp.experts.down_proj", V::kAsIs, false, D, 0, 1, false, false, /*mxfp4=*/true};
     } else if (rest == "ffn_gate_exps.weight" || rest == "ffn_up_exps.weight") {
       *out = {p + "mlp.experts.gate_up_proj", V::kAsIs, false, F2, up ? 1 : 0, 2, /*transposed=*/true};
     } else if (rest == "ffn_down_exps.weight") {

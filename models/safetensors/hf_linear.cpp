@@ -240,6 +240,7 @@ std::vector<int64_t> squeezed(const std::vector<int64_t>& shape) {
 // as stored.
 Result<std::optional<HostTensor>> Weights::load_rule(const HfTensor& r, const TensorSpec& spec) {
   using Opt = std::optional<HostTensor>;
+  if (r.mxfp4) return load_fused_mxfp4(r, spec);
   const TensorRef t = ckpt_.find(r.name);
   if (!t.file) return Opt();
   if (r.fused_rows > 0) return load_fused_experts(r, t, spec);
@@ -352,6 +353,40 @@ Result<std::optional<HostTensor>> Weights::load_fused_experts(const HfTensor& r,
     }
   }
   TS_ASSIGN_OR_RETURN(HostTensor h, owned(spec, float_dtype(dt), std::move(out), 1.0f));
+  return Opt(std::move(h));
+}
+
+// Experts fused in MXFP4 blocks (HfTensor::mxfp4): each expert's rows gathered, then repacked.
+Result<std::optional<HostTensor>> Weights::load_fused_mxfp4(const HfTensor& r, const TensorSpec& spec) {
+  using Opt = std::optional<HostTensor>;
+  const TensorRef b = ckpt_.find(r.name + "_blocks");
+  if (!b.file) return Opt();
+  const TensorRef s = ckpt_.find(r.name + "_scales");
+  if (!s.file)
+    return NotFound(ckpt_.dir() + ": tensor '" + r.name + "_scales' is missing (needed by " + r.name + "_blocks)");
+  if (spec.shape.size() != 3 || r.row_step < 1 || r.row_begin < 0 ||
+      r.row_begin + (spec.shape[1] - 1) * r.row_step >= r.fused_rows)
+    return Internal(spec.name + ": fused MXFP4 rows " + std::to_string(r.row_begin) + " + i * " +
+                    std::to_string(r.row_step) + " outside " + std::to_string(r.fused_rows));
+  const int64_t E = spec.shape[0], rows = spec.shape[1], k = spec.shape[2];
+  if (k % 32 != 0)
+    return InvalidArgument(where(b) + ": rows of " + std::to_string(k) +
+                           " elements are no whole number of 32-element MXFP4 blocks");
+  const int64_t nb = k / 32;
+  TS_RETURN_IF_ERROR(expect(b, {E, r.fused_rows, nb, 16}, {StDType::kU8}));
+  TS_RETURN_IF_ERROR(expect(s, {E, r.fused_rows, nb}, {StDType::kU8, StDType::kF8_E8M0}));
+  std::vector<uint8_t> all, packed(size_t(rows * nb * 16)), scales(size_t(rows * nb));
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t row = e * r.fused_rows + r.row_begin + i * r.row_step;
+      std::memcpy(packed.data() + i * nb * 16, b.data() + row * nb * 16, size_t(nb * 16));
+      std::memcpy(scales.data() + i * nb, s.data() + row * nb, size_t(nb));
+    }
+    auto bytes = repack_mxfp4(packed.data(), scales.data(), rows, k);
+    if (!bytes.ok()) return bytes.status().with_context(where(b) + ": ");
+    all.insert(all.end(), bytes.value().begin(), bytes.value().end());
+  }
+  TS_ASSIGN_OR_RETURN(HostTensor h, owned(spec, DType::kMXFP4, std::move(all), 1.0f));
   return Opt(std::move(h));
 }
 

@@ -91,6 +91,7 @@ class Weights {
   Result<std::optional<HostTensor>> load_rule(const HfTensor& rule, const TensorSpec& spec);
   Result<std::optional<HostTensor>> load_fused_experts(const HfTensor& rule, const TensorRef& t,
                                                        const TensorSpec& spec);
+  Result<std::optional<HostTensor>> load_fused_mxfp4(const HfTensor& rule, const TensorSpec& spec);
   Status missing(const TensorSpec& spec, const std::string& hf_name) const;
   Result<HostTensor> owned(const TensorSpec& spec, DType dtype, std::vector<uint8_t> bytes, float out_scale);
 

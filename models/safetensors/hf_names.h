@@ -43,6 +43,10 @@ struct HfTensor {
   bool transposed = false;
   // Gathered into f32 (expert biases, which matmul_id reads as f32).
   bool to_f32 = false;
+  // Stored as MXFP4: name + "_blocks" U8 [E, fused_rows, K/32, 16] (element 2i in the low nibble
+  // of byte i) and name + "_scales" E8M0 [E, fused_rows, K/32] (gpt-oss's released experts);
+  // the rows taken are repacked into kMXFP4.
+  bool mxfp4 = false;
 };
 
 }  // namespace tessera::safetensors

@@ -15,10 +15,11 @@ without the sinks, without the window (every layer full) and without YaRN's roun
 range (truncate false, as the released config asks) must each be far (> 20 x the tolerance) from
 Tessera. The Hugging Face folder itself (transformers' dequantised layout: experts transposed, gate
 and up interleaved) loads to the same tolerance as the f32 GGUF, and stored as BF16 against the
-oracle on the same bf16-rounded weights. Bad files (a missing sink tensor, a
+oracle on the same bf16-rounded weights; in the released layout (experts as MXFP4 _blocks and
+_scales) its logits must equal the MXFP4 GGUF's exactly. Bad files (a missing sink tensor, a
 mis-shaped expert bias, a missing window key, an expert width that is no whole number of MXFP4
 blocks) and bad or unsupported folders (a missing sink or expert bias, a mis-shaped gate_up_proj, no
-sliding_window, another swiglu_limit, the released MXFP4 quantization_config) fail naming the file
+sliding_window, another swiglu_limit, MXFP4 blocks without their scales) fail naming the file
 and the tensor or key; `tessera convert` refuses a gpt-oss folder; and `tessera quantize` keeps the
 [E, N] expert biases in f32.
 Usage: compare_gpt_oss.py TESSERA_BIN_DIR SCRATCH_DIR [--device cpu|vulkan]
@@ -101,6 +102,20 @@ def main():
             print(f"{name}: vs an oracle {what} {far:.2e}")
             if not far > 20 * TOL:
                 failures.append(f"{name}: the oracle {what} is as close ({far:.2e})")
+    # The released layout: experts as MXFP4 blocks in the folder. Its weights are the GGUF's MXFP4
+    # blocks exactly, so Tessera's logits must equal those of the MXFP4 GGUF; and the oracle's.
+    for folder, n, _ in runs:
+        ids = [int(x) for x in rng.integers(0, 264, n)]
+        name = os.path.basename(folder)
+        mxfp4_hf = mxfp4_checkpoint(folder)
+        ours = tessera_logits(args.bin_dir, os.path.join(folder, mxfp4_hf), ids, args.device, args.scratch, 512)
+        gguf = tessera_logits(args.bin_dir, os.path.join(folder, "tiny-gpt-oss-mxfp4.gguf"), ids, args.device, args.scratch,
+                              512)
+        ref = numpy_gpt_oss.load(os.path.join(folder, "tiny-gpt-oss-hf")).forward(ids)
+        print(f"{name}/{mxfp4_hf}: max |difference| from the MXFP4 GGUF {np.max(np.abs(ours - gguf)):.2e}")
+        if not np.array_equal(ours, gguf):
+            failures.append(f"{name}/{mxfp4_hf}: logits differ from the MXFP4 GGUF's ({np.max(np.abs(ours - gguf)):.2e})")
+        failures += compare(f"{name}/{mxfp4_hf} chunk 512", ours, ref, TOL_MXFP4_CPU if args.device == "cpu" else TOL)
     # A BF16 folder (as dequantised checkpoints are published), against the oracle on the same
     # bf16-rounded weights: the transposed, interleaved expert gather on 2-byte elements.
     ids = [int(x) for x in rng.integers(0, 264, N)]
@@ -149,6 +164,39 @@ def bad_files(args):
     return problems
 
 
+def mxfp4_checkpoint(folder):
+    """tiny-gpt-oss-hf with its experts as the released checkpoints store them: gate_up_proj_blocks
+    [E, 2F, D/32, 16] (gate and up rows interleaved) and down_proj_blocks [E, D, F/32, 16], element
+    2i in the low nibble of byte i, with E8M0 _scales [.., K/32], and quantization_config mxfp4.
+    The f32 folder's experts already hold MXFP4 values, so the blocks encode them exactly."""
+    import json
+    import shutil
+    import make_gpt_oss
+    from safetensors.numpy import load_file, save_file
+    src, name = os.path.join(folder, "tiny-gpt-oss-hf"), "tiny-gpt-oss-hf-mxfp4"
+    dst = os.path.join(folder, name)
+    os.makedirs(dst, exist_ok=True)
+    t = load_file(os.path.join(src, "model.safetensors"))
+    for k in [k for k in t if k.endswith(("experts.gate_up_proj", "experts.down_proj"))]:
+        w = np.ascontiguousarray(t.pop(k).transpose(0, 2, 1))  # [E, rows, K]
+        gguf, deq = make_gpt_oss.mxfp4_quantize(w)
+        assert np.array_equal(deq, w), k
+        blk = gguf.reshape(w.shape[:2] + (w.shape[2] // 32, 17))
+        codes = np.concatenate([blk[..., 1:] & 15, blk[..., 1:] >> 4], axis=-1)  # [.., 32] in element order
+        t[k + "_blocks"] = np.ascontiguousarray((codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8))
+        t[k + "_scales"] = np.ascontiguousarray(blk[..., 0])
+    save_file(t, os.path.join(dst, "model.safetensors"), metadata={"format": "pt"})
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(src, f), dst)
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["quantization_config"] = {"modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                             "model.embed_tokens", "lm_head"], "quant_method": "mxfp4"}
+    with open(os.path.join(dst, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    return name
+
+
 def bf16_checkpoint(folder):
     """tiny-gpt-oss-hf with every tensor stored as BF16, and the same rounded values as F32 for the
     oracle; returns the two folders' names."""
@@ -185,6 +233,13 @@ def bad_checkpoints(args):
     def key(k, v):
         return lambda cfg: cfg.__setitem__(k, v)
 
+    def mxfp4_without_scales(ts):  # down_proj in the released form, its scales lost
+        w = ts.pop("model.layers.1.mlp.experts.down_proj").transpose(0, 2, 1)
+        ts["model.layers.1.mlp.experts.down_proj_blocks"] = np.zeros(w.shape[:2] + (w.shape[2] // 32, 16), np.uint8)
+        g = ts.pop("model.layers.1.mlp.experts.gate_up_proj").transpose(0, 2, 1)
+        ts["model.layers.1.mlp.experts.gate_up_proj_blocks"] = np.zeros(g.shape[:2] + (g.shape[2] // 32, 16), np.uint8)
+        ts["model.layers.1.mlp.experts.gate_up_proj_scales"] = np.full(g.shape[:2] + (g.shape[2] // 32,), 127, np.uint8)
+
     cases = [("missing sinks", drop("model.layers.1.self_attn.sinks"), None,
               ["model.layers.1.self_attn.sinks", "blk.1.attn_sinks.weight"]),
              ("mis-shaped gate_up_proj", halve_last("model.layers.2.mlp.experts.gate_up_proj"), None,
@@ -193,8 +248,8 @@ def bad_checkpoints(args):
               ["model.layers.0.mlp.experts.down_proj_bias"]),
              ("no sliding_window", None, lambda cfg: cfg.pop("sliding_window"), ["config.json", "sliding_window"]),
              ("other swiglu_limit", None, key("swiglu_limit", 5.0), ["config.json", "swiglu_limit 5"]),
-             ("mxfp4 checkpoint", None, key("quantization_config", {"quant_method": "mxfp4"}),
-              ["config.json", "quant_method mxfp4"])]
+             ("mxfp4 blocks without scales", mxfp4_without_scales, None,
+              ["model.layers.1.mlp.experts.down_proj_scales", "missing"])]
     problems = []
     for name, edit_t, edit_cfg, want in cases:
         path = os.path.join(args.scratch, "bad-hf-" + name.replace(" ", "-"))
