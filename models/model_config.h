@@ -70,6 +70,9 @@ struct ModelConfig {
   int ssm_k_heads = 0;           // Hk: query/key heads of the delta rule
   int ssm_v_heads = 0;           // Hv: value heads (a multiple of Hk)
   int ssm_head_dim = 0;          // Dk = Dv
+  // Value head h pairs with key head h % Hk (llama.cpp's GGUF reorders the heads so: "tiled"),
+  // else h / (Hv / Hk) (the checkpoint's grouped order).
+  bool ssm_tiled_heads = false;
   bool attn_output_gate = false;  // the q projection carries a per-head sigmoid gate of the output
   // Gemma 4: layers that differ in shape, KV-sharing layers, per-layer embeddings.
   std::vector<int> layer_head_dim;  // [n_layers]; empty: every layer head_dim

@@ -46,7 +46,13 @@ std::string Architecture::hf_tensor_prefix(const ModelConfig&, const std::string
   return "";
 }
 
-std::string Architecture::hf_expert_prefix(const ModelConfig&, int layer, const std::string& proj, int e) const {
+bool Architecture::hf_tensor(const ModelConfig&, const TensorSpec&, const safetensors::Checkpoint&,
+                             safetensors::HfTensor*) const {
+  return false;
+}
+
+std::string Architecture::hf_expert_prefix(const ModelConfig&, int layer, const std::string& proj, int e,
+                                           const safetensors::Checkpoint&) const {
   const char* hf = proj == "ffn_gate" ? "gate_proj" : proj == "ffn_up" ? "up_proj" : "down_proj";
   return "model.layers." + std::to_string(layer) + ".mlp.experts." + std::to_string(e) + "." + hf;
 }

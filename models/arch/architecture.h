@@ -22,7 +22,12 @@
 namespace tessera {
 
 namespace gguf { class File; class MetadataBuilder; }
-namespace safetensors { class JsonObject; class Checkpoint; struct LongRopeFactors; }
+namespace safetensors {
+class JsonObject;
+class Checkpoint;
+struct LongRopeFactors;
+struct HfTensor;
+}  // namespace safetensors
 class GraphContext;
 
 // The memory a layer keeps between steps (hybrid models mix them; core/kv holds each kind).
@@ -79,8 +84,17 @@ class Architecture {
   // the checkpoint has none. The default maps the llama layout (model.layers.N.self_attn.q_proj).
   virtual std::string hf_tensor_prefix(const ModelConfig& c, const std::string& name, const safetensors::Checkpoint& ckpt) const;
   // The HF module path of routed expert |e|'s projection |proj| ("ffn_gate", "ffn_up",
-  // "ffn_down") in layer |layer| (checkpoints store one module per expert).
-  virtual std::string hf_expert_prefix(const ModelConfig& c, int layer, const std::string& proj, int e) const;
+  // "ffn_down") in layer |layer| (checkpoints that store one module per expert).
+  virtual std::string hf_expert_prefix(const ModelConfig& c, int layer, const std::string& proj, int e,
+                                       const safetensors::Checkpoint& ckpt) const;
+  // How our tensor |s| is read from |ckpt| when its name is not enough (safetensors::HfTensor:
+  // values transformed, unit dims squeezed, experts fused in one tensor): true with |*out| set,
+  // or false for the default path (hf_tensor_prefix, hf_expert_prefix).
+  virtual bool hf_tensor(const ModelConfig& c, const TensorSpec& s, const safetensors::Checkpoint& ckpt,
+                         safetensors::HfTensor* out) const;
+  // Why `tessera convert` / `quantize` cannot write a GGUF of this family's checkpoint as it is
+  // loaded ("" when they can): a family whose GGUF layout the loader's tensors do not match.
+  virtual std::string gguf_unconvertible(const ModelConfig&) const { return ""; }
   // Whether a converted GGUF stores q/k rows in adjacent-pair rope order (llama, mistral: GGUF's
   // loader uses RopeMode::kNormal there), so `tessera convert` permutes HF's rotate-half rows.
   virtual bool gguf_rope_rows_permuted(const ModelConfig&) const { return false; }

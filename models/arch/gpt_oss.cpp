@@ -23,6 +23,9 @@
 #include "models/arch/gguf_keys.h"
 #include "models/arch/graph_context.h"
 #include "models/gguf/gguf.h"
+#include "models/safetensors/hf_config.h"
+#include "models/safetensors/hf_names.h"
+#include "models/safetensors/safetensors.h"
 
 namespace tessera {
 
@@ -88,10 +91,109 @@ Result<ModelConfig> gpt_oss_config(const gguf::File& f) {
   return c;
 }
 
+// config.json (transformers' GptOssConfig): the decoder keys and YaRN through read_decoder_hf, the
+// experts (intermediate_size is each expert's width), the window and which layers slide
+// (layer_types, else every even layer).
+Status gpt_oss_hf_config(const safetensors::JsonObject& o, ModelConfig* c) {
+  TS_RETURN_IF_ERROR(safetensors::read_decoder_hf(o, c));
+  bool bias = true;
+  TS_ASSIGN_OR_RETURN(bias, o.get_bool("attention_bias", true));
+  if (!bias) return Unimplemented(o.file() + ": attention_bias false is not supported (gpt-oss's q/k/v/o have biases)");
+  c->qkv_bias = true;
+  TS_ASSIGN_OR_RETURN(c->n_experts, o.get_int32("num_local_experts"));
+  TS_ASSIGN_OR_RETURN(c->n_experts_used, o.find("num_experts_per_tok") ? o.get_int32("num_experts_per_tok")
+                                                                       : o.get_int32("experts_per_token"));
+  if (c->n_experts < 1 || c->n_experts_used < 1 || c->n_experts_used > c->n_experts)
+    return InvalidArgument(o.file() + ": num_experts_per_tok " + std::to_string(c->n_experts_used) +
+                           " must be in [1, num_local_experts " + std::to_string(c->n_experts) + "]");
+  c->n_ff_exp = c->n_ff;
+  c->n_ff_shexp = 0;
+  c->expert_weights_norm = true;
+  double limit = 7.0;
+  TS_ASSIGN_OR_RETURN(limit, o.get_float("swiglu_limit", 7.0));
+  if (limit != double(kExpertGlu.limit))
+    return Unimplemented(o.file() + ": swiglu_limit " + std::to_string(limit) +
+                         " is not supported (gpt-oss clamps at " + std::to_string(kExpertGlu.limit) + ")");
+  TS_ASSIGN_OR_RETURN(c->sliding_window, o.get_int32("sliding_window"));
+  if (c->sliding_window <= 0)
+    return InvalidArgument(o.file() + ": sliding_window " + std::to_string(c->sliding_window) + " must be positive");
+  if (c->n_layers > (1 << 20))
+    return InvalidArgument(o.file() + ": num_hidden_layers " + std::to_string(c->n_layers) + " is implausible");
+  c->layer_sliding.assign(size_t(c->n_layers), 0);
+  if (const safetensors::json* lt = o.find("layer_types")) {
+    if (!lt->is_array() || lt->size() != size_t(c->n_layers))
+      return InvalidArgument(o.file() + ": layer_types must be a list of num_hidden_layers (" +
+                             std::to_string(c->n_layers) + ") names");
+    for (size_t l = 0; l < lt->size(); ++l) {
+      const safetensors::json& t = (*lt)[l];
+      if (t != "sliding_attention" && t != "full_attention")
+        return InvalidArgument(o.file() + ": layer_types holds " + t.dump() + " (sliding_attention or full_attention)");
+      c->layer_sliding[l] = t == "sliding_attention";
+    }
+  } else {
+    for (int l = 0; l < c->n_layers; ++l) c->layer_sliding[size_t(l)] = l % 2 == 0;
+  }
+  c->rope_sliding = c->rope;
+  return OkStatus();
+}
+
 class GptOss final : public Architecture {
  public:
   std::vector<std::string> gguf_names() const override { return {"gpt-oss"}; }
   Result<ModelConfig> config_from_gguf(const gguf::File& f) const override { return gpt_oss_config(f); }
+  std::vector<std::pair<std::string, std::string>> hf_model_types() const override { return {{"gpt_oss", "gpt-oss"}}; }
+  Status config_from_hf(const HfConfigInput& in, ModelConfig* c) const override {
+    return gpt_oss_hf_config(in.json, c);
+  }
+  std::string hf_tensor_prefix(const ModelConfig& c, const std::string& name,
+                               const safetensors::Checkpoint& ckpt) const override {
+    int l = 0;
+    std::string stem, suffix;
+    if (safetensors::split_layer_name(name, &l, &stem, &suffix)) {
+      const std::string p = "model.layers." + std::to_string(l) + ".";
+      if (stem == "post_attention_norm") return p + "post_attention_layernorm";
+      if (stem == "ffn_gate_inp") return p + "mlp.router";
+    }
+    return Architecture::hf_tensor_prefix(c, name, ckpt);
+  }
+  // The sinks (no .weight in the checkpoint) and the experts: MXFP4 blocks as released, or
+  // dequantised, stored transposed with gate and up interleaved: gate_up_proj [E, D, 2F]
+  // (gate = [..., ::2], up = [..., 1::2]), down_proj [E, F, D]; gate_up_proj_bias [E, 2F]
+  // interleaved the same way, down_proj_bias [E, D].
+  bool hf_tensor(const ModelConfig& c, const TensorSpec& s, const safetensors::Checkpoint& ckpt,
+                 safetensors::HfTensor* out) const override {
+    using V = safetensors::HfTensor::Values;
+    int l = 0;
+    std::string rest;
+    if (!safetensors::split_layer_rest(s.name, &l, &rest)) return false;
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const int64_t F2 = 2 * int64_t(c.n_ff_exp), D = c.n_embd;
+    const bool up = rest.rfind("ffn_up_exps.", 0) == 0;
+    // The released checkpoints keep the experts in MXFP4, not transposed: gate_up_proj_blocks
+    // [E, 2F, D/32, 16] (gate = even rows), down_proj_blocks [E, D, F/32, 16], with their _scales.
+    const bool mxfp4 = ckpt.has(p + "mlp.experts.gate_up_proj_blocks");
+    if (rest == "attn_sinks.weight") {
+      *out = {p + "self_attn.sinks"};
+    } else if (mxfp4 && (rest == "ffn_gate_exps.weight" || rest == "ffn_up_exps.weight")) {
+      *out = {p + "mlp.experts.gate_up_proj", V::kAsIs, false, F2, up ? 1 : 0, 2, false, false, /*mxfp4=*/true};
+    } else if (mxfp4 && rest == "ffn_down_exps.weight") {
+      *out = {p + "mlp.experts.down_proj", V::kAsIs, false, D, 0, 1, false, false, /*mxfp4=*/true};
+    } else if (rest == "ffn_gate_exps.weight" || rest == "ffn_up_exps.weight") {
+      *out = {p + "mlp.experts.gate_up_proj", V::kAsIs, false, F2, up ? 1 : 0, 2, /*transposed=*/true};
+    } else if (rest == "ffn_down_exps.weight") {
+      *out = {p + "mlp.experts.down_proj", V::kAsIs, false, D, 0, 1, /*transposed=*/true};
+    } else if (rest == "ffn_gate_exps.bias" || rest == "ffn_up_exps.bias") {
+      *out = {p + "mlp.experts.gate_up_proj_bias", V::kAsIs, false, F2, up ? 1 : 0, 2, false, /*to_f32=*/true};
+    } else if (rest == "ffn_down_exps.bias") {
+      *out = {p + "mlp.experts.down_proj_bias", V::kAsIs, false, 0, 0, 1, false, /*to_f32=*/true};
+    } else {
+      return false;
+    }
+    return true;
+  }
+  std::string gguf_unconvertible(const ModelConfig&) const override {
+    return "the gpt-oss.* window, sink and expert keys are not written";
+  }
   std::unique_ptr<ArchWeights> new_weights() const override { return std::make_unique<GptOssWeights>(); }
 
   std::vector<TensorSpec> tensor_specs(const ModelConfig& c, ArchWeights* aw) const override {

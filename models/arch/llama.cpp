@@ -154,8 +154,9 @@ class Llama final : public Architecture {
       return "model.layers." + std::to_string(l) + ".block_sparse_moe.gate";
     return Architecture::hf_tensor_prefix(c, name, ckpt);
   }
-  std::string hf_expert_prefix(const ModelConfig& c, int layer, const std::string& proj, int e) const override {
-    if (!is_mixtral(c)) return Architecture::hf_expert_prefix(c, layer, proj, e);
+  std::string hf_expert_prefix(const ModelConfig& c, int layer, const std::string& proj, int e,
+                               const safetensors::Checkpoint& ckpt) const override {
+    if (!is_mixtral(c)) return Architecture::hf_expert_prefix(c, layer, proj, e, ckpt);
     const char* hf = proj == "ffn_gate" ? "w1" : proj == "ffn_up" ? "w3" : "w2";
     return "model.layers." + std::to_string(layer) + ".block_sparse_moe.experts." + std::to_string(e) + "." + hf;
   }

@@ -20,7 +20,14 @@
 // llama.cpp's converter stores the RMSNorm weights as 1 + w (Qwen's zero-centred norms) except the
 // gated norm's, and reorders the value heads into "tiled" order (value head h pairs with key head
 // h % Hk) for ggml's broadcast: the delta rule is told so (GatedDeltaNetParams::tiled_heads).
-// NOTE: GGUF only for now (no HF checkpoint mapping).
+//
+// Hugging Face checkpoints (qwen3_5 / qwen3_5_moe, their text_config; or the text-only
+// qwen3_5_text / qwen3_5_moe_text) load as they are stored, into the same weights: the
+// zero-centred norms get their 1 + w at load, A_log becomes -exp(A_log), conv1d [C, 1, K] is
+// squeezed, fused experts (gate_up_proj [E, 2F, D]) are split as row views, and the value heads
+// keep the checkpoint's grouped order (value head h pairs with key head h / (Hv / Hk)), which the
+// delta rule is told instead. The vision tower (model.visual.*) and the MTP head (mtp.*) are not
+// read.
 #include <cmath>
 
 #include "models/arch/architecture.h"
@@ -28,6 +35,9 @@
 #include "models/arch/gguf_keys.h"
 #include "models/arch/graph_context.h"
 #include "models/gguf/gguf.h"
+#include "models/safetensors/hf_config.h"
+#include "models/safetensors/hf_names.h"
+#include "models/safetensors/safetensors.h"
 
 namespace tessera {
 
@@ -57,6 +67,7 @@ Result<ModelConfig> qwen35_config(const gguf::File& f) {
   if (nextn < 0 || nextn >= c.n_layers)
     return InvalidArgument(f.path() + ": " + a + "nextn_predict_layers " + std::to_string(nextn) + " outside [0, block_count)");
   c.n_layers -= nextn;
+  c.ssm_tiled_heads = true;
   c.rope.mode = RopeMode::kNeox;
   c.qk_norm = QkNorm::kPerHead;
   c.attn_output_gate = true;
@@ -97,10 +108,177 @@ Result<ModelConfig> qwen35_config(const gguf::File& f) {
   return c;
 }
 
+// The Gated DeltaNet keys of config.json (the text model's), with transformers' defaults
+// (Qwen3_5TextConfig); which layers are linear (layer_types, else every layer but each
+// full_attention_interval-th); qwen35moe's expert keys. Errors name the file and key.
+Status qwen35_hf_config(const safetensors::JsonObject& o, ModelConfig* c) {
+  TS_RETURN_IF_ERROR(safetensors::read_decoder_hf(o, c));
+  const safetensors::json* rp = o.find("rope_parameters");
+  if (!o.find("partial_rotary_factor") && !(rp && rp->is_object() && rp->contains("partial_rotary_factor"))) {
+    c->rope.n_dims = c->head_dim / 4;  // the family's default factor, 0.25
+    if (c->rope.n_dims <= 0 || c->rope.n_dims % 2)
+      return InvalidArgument(o.file() + ": head_dim " + std::to_string(c->head_dim) +
+                             " with the default partial_rotary_factor 0.25 gives an odd rotary size");
+  }
+  c->qk_norm = QkNorm::kPerHead;
+  c->attn_output_gate = true;
+  c->ssm_tiled_heads = false;  // the checkpoint's grouped order
+  bool gate = true;
+  TS_ASSIGN_OR_RETURN(gate, o.get_bool("attn_output_gate", true));
+  if (!gate)
+    return Unimplemented(o.file() + ": attn_output_gate false is not supported (Qwen3.5 gates every attention output)");
+  int key_dim = 0, value_dim = 0;
+  TS_ASSIGN_OR_RETURN(c->ssm_conv_kernel, o.get_int32("linear_conv_kernel_dim", 4));
+  TS_ASSIGN_OR_RETURN(key_dim, o.get_int32("linear_key_head_dim", 128));
+  TS_ASSIGN_OR_RETURN(value_dim, o.get_int32("linear_value_head_dim", 128));
+  TS_ASSIGN_OR_RETURN(c->ssm_k_heads, o.get_int32("linear_num_key_heads", 16));
+  TS_ASSIGN_OR_RETURN(c->ssm_v_heads, o.get_int32("linear_num_value_heads", 32));
+  if (key_dim != value_dim)
+    return Unimplemented(o.file() + ": linear_key_head_dim " + std::to_string(key_dim) +
+                         " differs from linear_value_head_dim " + std::to_string(value_dim));
+  c->ssm_head_dim = key_dim;
+  if (c->ssm_conv_kernel < 2 || c->ssm_head_dim <= 0 || c->ssm_k_heads <= 0 || c->ssm_v_heads <= 0 ||
+      c->ssm_v_heads % c->ssm_k_heads != 0)
+    return InvalidArgument(o.file() + ": inconsistent linear_* keys: linear_conv_kernel_dim " +
+                           std::to_string(c->ssm_conv_kernel) + " (>= 2), linear_key_head_dim " +
+                           std::to_string(key_dim) + " (> 0), linear_num_key_heads " + std::to_string(c->ssm_k_heads) +
+                           " dividing linear_num_value_heads " + std::to_string(c->ssm_v_heads));
+  if (const safetensors::json* m = o.find("mlp_only_layers"); m && !(m->is_array() && m->empty()))
+    return Unimplemented(o.file() + ": mlp_only_layers " + m->dump() +
+                         " is not supported (every layer's MLP is the same kind)");
+  c->layer_recurrent.clear();
+  if (const safetensors::json* lt = o.find("layer_types")) {
+    if (!lt->is_array() || lt->size() != size_t(c->n_layers))
+      return InvalidArgument(o.file() + ": layer_types must be a list of num_hidden_layers (" +
+                             std::to_string(c->n_layers) + ") names");
+    for (const safetensors::json& t : *lt) {
+      if (t == "linear_attention" || t == "full_attention") {
+        c->layer_recurrent.push_back(t == "linear_attention");
+      } else {
+        return InvalidArgument(o.file() + ": layer_types holds " + t.dump() + " (linear_attention or full_attention)");
+      }
+    }
+  } else {
+    int interval = 4;
+    TS_ASSIGN_OR_RETURN(interval, o.get_int32("full_attention_interval", 4));
+    if (interval <= 0) return InvalidArgument(o.file() + ": full_attention_interval must be positive");
+    if (c->n_layers > (1 << 20))
+      return InvalidArgument(o.file() + ": num_hidden_layers " + std::to_string(c->n_layers) + " is implausible");
+    for (int l = 0; l < c->n_layers; ++l) c->layer_recurrent.push_back((l + 1) % interval != 0);
+  }
+  if (c->arch == "qwen35moe") {
+    // Every layer's MLP: routed experts (top-k always renormalised) and a gated shared expert.
+    TS_ASSIGN_OR_RETURN(c->n_experts, o.get_int32("num_experts"));
+    TS_ASSIGN_OR_RETURN(c->n_experts_used, o.get_int32("num_experts_per_tok"));
+    TS_ASSIGN_OR_RETURN(c->n_ff_exp, o.get_int32("moe_intermediate_size"));
+    TS_ASSIGN_OR_RETURN(c->n_ff_shexp, o.get_int32("shared_expert_intermediate_size"));
+    if (c->n_experts < 1 || c->n_experts_used < 1 || c->n_experts_used > c->n_experts)
+      return InvalidArgument(o.file() + ": num_experts_per_tok " + std::to_string(c->n_experts_used) +
+                             " must be in [1, num_experts " + std::to_string(c->n_experts) + "]");
+    if (c->n_ff_exp <= 0 || c->n_ff_shexp <= 0)
+      return InvalidArgument(o.file() + ": moe_intermediate_size and shared_expert_intermediate_size must be positive");
+    c->expert_weights_norm = true;
+  } else if (o.find("num_experts")) {
+    return InvalidArgument(o.file() + ": num_experts in a dense qwen3_5 config (the MoE model_type is qwen3_5_moe)");
+  }
+  return OkStatus();
+}
+
+// Where the text model's modules are: model.language_model.* in the multimodal checkpoint,
+// model.* in a text-only one.
+std::string hf_base(const safetensors::Checkpoint& ckpt) {
+  return ckpt.has("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
+}
+
+// Our per-layer names -> the checkpoint's, beyond the llama table (architecture.cpp).
+constexpr safetensors::HfNameRow kQwen35Names[] = {
+    {"attn_qkv", "linear_attn.in_proj_qkv"}, {"attn_gate", "linear_attn.in_proj_z"},
+    {"ssm_beta", "linear_attn.in_proj_b"},   {"ssm_alpha", "linear_attn.in_proj_a"},
+    {"ssm_norm", "linear_attn.norm"},        {"ssm_out", "linear_attn.out_proj"},
+};
+
+// Per-layer tensors whose values or stored shape differ from ours (safetensors::HfTensor): the
+// zero-centred norms (applied as 1 + w), A_log (GGUF's ssm_a is -exp(A_log)), conv1d [C, 1, K].
+struct Qwen35HfRule {
+  const char* ours;  // after "blk.N."
+  const char* hf;    // after "<base>layers.N."
+  safetensors::HfTensor::Values values;
+  bool squeeze;
+};
+constexpr Qwen35HfRule kQwen35HfRules[] = {
+    {"attn_norm.weight", "input_layernorm.weight", safetensors::HfTensor::Values::kPlusOne, false},
+    {"post_attention_norm.weight", "post_attention_layernorm.weight", safetensors::HfTensor::Values::kPlusOne, false},
+    {"attn_q_norm.weight", "self_attn.q_norm.weight", safetensors::HfTensor::Values::kPlusOne, false},
+    {"attn_k_norm.weight", "self_attn.k_norm.weight", safetensors::HfTensor::Values::kPlusOne, false},
+    {"ssm_a", "linear_attn.A_log", safetensors::HfTensor::Values::kNegExp, false},
+    {"ssm_dt.bias", "linear_attn.dt_bias", safetensors::HfTensor::Values::kAsIs, false},
+    {"ssm_conv1d.weight", "linear_attn.conv1d.weight", safetensors::HfTensor::Values::kAsIs, true},
+};
+
 class Qwen35 final : public Architecture {
  public:
   std::vector<std::string> gguf_names() const override { return {"qwen35", "qwen35moe"}; }
+  std::vector<std::pair<std::string, std::string>> hf_model_types() const override {
+    return {{"qwen3_5", "qwen35"},
+            {"qwen3_5_text", "qwen35"},
+            {"qwen3_5_moe", "qwen35moe"},
+            {"qwen3_5_moe_text", "qwen35moe"}};
+  }
   Result<ModelConfig> config_from_gguf(const gguf::File& f) const override { return qwen35_config(f); }
+  Status config_from_hf(const HfConfigInput& in, ModelConfig* c) const override { return qwen35_hf_config(in.json, c); }
+
+  std::string hf_tensor_prefix(const ModelConfig& c, const std::string& name,
+                               const safetensors::Checkpoint& ckpt) const override {
+    const std::string base = hf_base(ckpt);
+    int l = 0;
+    std::string stem, suffix;
+    if (safetensors::split_layer_name(name, &l, &stem, &suffix))
+      for (const auto& row : kQwen35Names)
+        if (stem == row.ours) return base + "layers." + std::to_string(l) + "." + row.hf;
+    std::string p = Architecture::hf_tensor_prefix(c, name, ckpt);
+    if (p.rfind("model.", 0) == 0) p = base + p.substr(6);
+    return p;
+  }
+  std::string hf_expert_prefix(const ModelConfig& c, int layer, const std::string& proj, int e,
+                               const safetensors::Checkpoint& ckpt) const override {
+    return hf_base(ckpt) + Architecture::hf_expert_prefix(c, layer, proj, e, ckpt).substr(6);
+  }
+  bool hf_tensor(const ModelConfig& c, const TensorSpec& s, const safetensors::Checkpoint& ckpt,
+                 safetensors::HfTensor* out) const override {
+    using V = safetensors::HfTensor::Values;
+    const std::string base = hf_base(ckpt);
+    if (s.name == "output_norm.weight") {
+      *out = {base + "norm.weight", V::kPlusOne};
+      return true;
+    }
+    int l = 0;
+    std::string rest;
+    if (!safetensors::split_layer_rest(s.name, &l, &rest)) return false;
+    const std::string p = base + "layers." + std::to_string(l) + ".";
+    for (const Qwen35HfRule& r : kQwen35HfRules) {
+      if (rest == r.ours) {
+        *out = {p + r.hf, r.values, r.squeeze};
+        return true;
+      }
+    }
+    // Routed experts fused in two tensors (transformers' layout); a checkpoint with one module per
+    // expert takes the default path (hf_expert_prefix).
+    if (ckpt.has(p + "mlp.experts.0.gate_proj.weight")) return false;
+    const int64_t F = c.n_ff_exp;
+    if (rest == "ffn_gate_exps.weight" || rest == "ffn_up_exps.weight") {
+      // [E, 2F, D]: the gate's rows, then the up projection's (transformers' chunk(2))
+      *out = {p + "mlp.experts.gate_up_proj", V::kAsIs, false, 2 * F, rest == "ffn_up_exps.weight" ? F : 0};
+      return true;
+    }
+    if (rest == "ffn_down_exps.weight") {
+      *out = {p + "mlp.experts.down_proj", V::kAsIs, false, int64_t(c.n_embd)};
+      return true;
+    }
+    return false;
+  }
+  std::string gguf_unconvertible(const ModelConfig&) const override {
+    return "the qwen35.ssm.* keys and llama.cpp's tiled value-head order are not written";
+  }
   std::unique_ptr<ArchWeights> new_weights() const override { return std::make_unique<Qwen35Weights>(); }
 
   std::vector<TensorSpec> tensor_specs(const ModelConfig& c, ArchWeights* aw) const override {
@@ -213,7 +391,7 @@ class Qwen35 final : public Architecture {
     in.state_slots = ctx.state_slots;
     GatedDeltaNetParams gp;
     gp.eps = c.rms_eps;
-    gp.tiled_heads = true;  // llama.cpp's GGUF order of the value heads
+    gp.tiled_heads = c.ssm_tiled_heads;           // llama.cpp's GGUF order of the value heads, or the checkpoint's
     const ValueId o = g.gated_delta_net(in, gp);  // [T, Hv, Dh]
     const ValueId z = g.reshape(ctx.linear(h, L.wgate), {T, Hv, Dh});
     const ValueId gated = g.swiglu(z, g.rms_norm(o, g.input(L.ssm_norm), c.rms_eps));  // norm(o) * silu(z)

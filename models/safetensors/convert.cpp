@@ -75,6 +75,9 @@ class HfSource final : public TensorSource {
     cfg.n_vocab = int(emb.info->shape[0]);
     TS_RETURN_IF_ERROR(pad_vocabulary(&tok, cfg.n_vocab, dir));
     TS_ASSIGN_OR_RETURN(const Architecture* arch, ArchRegistry::get(cfg.arch));
+    if (const std::string why = arch->gguf_unconvertible(cfg); !why.empty())
+      return Unimplemented(dir + ": a " + cfg.arch + " checkpoint cannot be written as GGUF yet (" + why +
+                           "); load the folder itself");
     Meta meta;
     meta.str("general.architecture", cfg.arch);
     if (!cfg.name.empty()) meta.str("general.name", cfg.name);

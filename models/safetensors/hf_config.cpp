@@ -224,22 +224,28 @@ Result<ModelConfig> read_config(const std::string& dir, QuantConfig* quant, Long
   json j;
   TS_ASSIGN_OR_RETURN(j, read_json_file(path));
   if (!j.is_object()) return InvalidArgument(path + ": not a JSON object");
-  const JsonObject o(j, path);
+  const JsonObject top(j, path);
   ModelConfig c;
   std::string mt;
-  TS_ASSIGN_OR_RETURN(mt, o.get_string("model_type"));
+  TS_ASSIGN_OR_RETURN(mt, top.get_string("model_type"));
   const auto found = ArchRegistry::find_hf(mt);
   if (!found) return Unimplemented(path + ": model_type '" + mt + "' is not supported (" + ArchRegistry::hf_model_type_list() + ")");
   const Architecture& arch = *found->first;
   c.arch = found->second;
-  TS_ASSIGN_OR_RETURN(c.name, o.get_string("_name_or_path", ""));
+  TS_ASSIGN_OR_RETURN(c.name, top.get_string("_name_or_path", ""));
+  // A multimodal checkpoint (Qwen3.5's *ForConditionalGeneration) keeps the text model's keys in
+  // text_config; we load the text model. Its errors name "config.json: text_config".
+  const json* text = top.find("num_hidden_layers") ? nullptr : top.find("text_config");
+  if (text && !text->is_object()) return InvalidArgument(path + ": text_config should be an object");
+  const JsonObject o = text ? JsonObject(*text, path + ": text_config") : top;
   TS_ASSIGN_OR_RETURN(c.n_layers, o.get_int32("num_hidden_layers"));
   TS_ASSIGN_OR_RETURN(c.n_embd, o.get_int32("hidden_size"));
-  TS_ASSIGN_OR_RETURN(c.n_ff, o.get_int32("intermediate_size"));
+  // A mixture of experts may have no dense width (Qwen3.5-MoE); checked after the family's keys.
+  TS_ASSIGN_OR_RETURN(c.n_ff, o.get_int32("intermediate_size", 0));
   TS_ASSIGN_OR_RETURN(c.n_heads, o.get_int32("num_attention_heads"));
   TS_ASSIGN_OR_RETURN(c.n_kv_heads, o.get_int32("num_key_value_heads", c.n_heads));
   TS_ASSIGN_OR_RETURN(c.n_ctx_train, o.get_int32("max_position_embeddings", 2048));
-  if (c.n_layers <= 0 || c.n_embd <= 0 || c.n_ff <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 || c.n_ctx_train <= 0)
+  if (c.n_layers <= 0 || c.n_embd <= 0 || c.n_ff < 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 || c.n_ctx_train <= 0)
     return InvalidArgument(path + ": sizes must be positive (num_hidden_layers " + std::to_string(c.n_layers) + ", hidden_size " +
                            std::to_string(c.n_embd) + ", num_attention_heads " + std::to_string(c.n_heads) +
                            ", num_key_value_heads " + std::to_string(c.n_kv_heads) + ")");
@@ -248,10 +254,14 @@ Result<ModelConfig> read_config(const std::string& dir, QuantConfig* quant, Long
                            std::to_string(c.n_kv_heads));
   TS_ASSIGN_OR_RETURN(c.head_dim, o.get_int32("head_dim", c.n_embd / c.n_heads));
   TS_RETURN_IF_ERROR(arch.config_from_hf(HfConfigInput{o, dir, mt, longrope}, &c));
+  if (c.n_ff <= 0 && !c.is_moe()) {
+    TS_RETURN_IF_ERROR(o.get_int32("intermediate_size").status());  // missing: named
+    return InvalidArgument(o.file() + ": intermediate_size must be positive");
+  }
   // n_vocab and tied_output come from the tensors (as on the GGUF path).
   TS_ASSIGN_OR_RETURN(c.n_vocab, o.get_int32("vocab_size", 0));
   if (c.is_encoder()) return c;
-  TS_RETURN_IF_ERROR(read_quant(o, quant));
+  TS_RETURN_IF_ERROR(read_quant(top, quant));
   return c;
 }
 

@@ -6,6 +6,8 @@
 //   <p>.weight_packed U8 + weight_scale U8/F8_E8M0                    MXFP4 (compressed-tensors)
 //   <p>_blocks U8 [N, K/32, 16] + <p>_scales U8                       MXFP4 (gpt-oss)
 //   <p>.qweight/.qzeros/.scales I32/I32/F16 (quant_method awq | gptq)  kINT4_G{32,64,128}
+// and by a family's rule (Architecture::hf_tensor, load_rule): F32/F16/BF16 values transformed,
+// unit dims squeezed, or routed experts fused in one tensor split into row views.
 #include <cmath>
 #include <cstring>
 
@@ -215,6 +217,177 @@ Result<HostTensor> Weights::load_int4(const std::string& prefix, const TensorRef
   if (!bytes.ok()) return bytes.status().with_context(where(q) + ": ");
   TS_ASSIGN_OR_RETURN(DType dt, int4_dtype(g));
   return owned(spec, dt, std::move(bytes).value(), 1.0f);
+}
+
+namespace {
+
+DType float_dtype(StDType dt) {
+  return dt == StDType::kF32 ? DType::kF32 : dt == StDType::kF16 ? DType::kF16 : DType::kBF16;
+}
+
+// |shape| without its dims of size 1.
+std::vector<int64_t> squeezed(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> out;
+  for (int64_t d : shape)
+    if (d != 1) out.push_back(d);
+  return out;
+}
+
+}  // namespace
+
+// A tensor by a family's rule (Architecture::hf_tensor): fused experts as row views or gathered
+// rows; 1-D and squeezed tensors widened to f32 with their values transformed; anything else
+// as stored.
+Result<std::optional<HostTensor>> Weights::load_rule(const HfTensor& r, const TensorSpec& spec) {
+  using Opt = std::optional<HostTensor>;
+  if (r.mxfp4) return load_fused_mxfp4(r, spec);
+  const TensorRef t = ckpt_.find(r.name);
+  if (!t.file) return Opt();
+  if (r.fused_rows > 0) return load_fused_experts(r, t, spec);
+  const bool widen = spec.shape.size() == 1 || r.squeeze || r.to_f32 || r.values != HfTensor::Values::kAsIs;
+  if (!r.squeeze) {
+    TS_RETURN_IF_ERROR(expect(t, spec.shape, kFloats));
+  } else {
+    TS_RETURN_IF_ERROR(expect(t, t.info->shape, kFloats));  // the dtype
+    if (squeezed(t.info->shape) != squeezed(spec.shape)) {
+      TensorInfo w;
+      w.shape = spec.shape;
+      w.dtype = t.info->dtype;
+      return InvalidArgument(where(t) + " has shape " + t.info->shape_string() + ", expected " + w.shape_string() +
+                             " (dims of size 1 aside)");
+    }
+  }
+  if (!widen) {
+    const StDType dt = t.info->dtype;
+    if (t.info->offset % uint64_t(st_dtype_size(dt)) != 0) {  // misaligned in the file: copy
+      TS_ASSIGN_OR_RETURN(
+          HostTensor h, owned(spec, float_dtype(dt), std::vector<uint8_t>(t.data(), t.data() + t.info->nbytes), 1.0f));
+      return Opt(std::move(h));
+    }
+    HostTensor h;
+    h.dtype = float_dtype(dt);
+    h.shape = spec.shape;
+    h.data = t.data();
+    h.nbytes = t.info->nbytes;
+    h.region = t.file->base();
+    h.region_bytes = t.file->size();
+    h.keepalive = t.file->mapping();
+    h.region_is_file = true;
+    return Opt(std::move(h));
+  }
+  std::vector<float> v = to_f32(t);
+  switch (r.values) {
+    case HfTensor::Values::kAsIs:
+      break;
+    case HfTensor::Values::kPlusOne:
+      for (float& x : v) x = 1.0f + x;
+      break;
+    case HfTensor::Values::kNegExp:
+      for (float& x : v) x = float(-std::exp(double(x)));
+      break;
+  }
+  TS_ASSIGN_OR_RETURN(HostTensor h, owned(spec, DType::kF32, f32_bytes(v), 1.0f));
+  return Opt(std::move(h));
+}
+
+// Experts fused in one stored tensor [E, fused_rows, ...] (or transposed, [E, inner, fused_rows])
+// -> ours [E, rows, ...]: a contiguous row range stays in the mapped shard (a view whose experts
+// are fused_rows apart); strided rows (gate and up interleaved), transposed tensors and f32
+// conversions are gathered into new memory.
+Result<std::optional<HostTensor>> Weights::load_fused_experts(const HfTensor& r, const TensorRef& t,
+                                                              const TensorSpec& spec) {
+  using Opt = std::optional<HostTensor>;
+  const size_t rank = spec.shape.size();
+  if (rank < 2 || (r.transposed && rank != 3) || r.row_step < 1 || r.row_begin < 0 ||
+      r.row_begin + (spec.shape[1] - 1) * r.row_step >= r.fused_rows)
+    return Internal(spec.name + ": fused rows " + std::to_string(r.row_begin) + " + i * " + std::to_string(r.row_step) +
+                    " outside " + std::to_string(r.fused_rows));
+  std::vector<int64_t> want = spec.shape;
+  if (r.transposed) {
+    want = {spec.shape[0], spec.shape[2], r.fused_rows};
+  } else {
+    want[1] = r.fused_rows;
+  }
+  TS_RETURN_IF_ERROR(expect(t, want, kFloats));
+  const StDType dt = t.info->dtype;
+  const int64_t E = spec.shape[0], rows = spec.shape[1], esz = st_dtype_size(dt);
+  int64_t inner = 1;
+  for (size_t i = 2; i < rank; ++i) inner *= spec.shape[i];
+  const int64_t row_bytes = inner * esz;
+  if (!r.transposed && !r.to_f32 && r.row_step == 1 && t.info->offset % uint64_t(esz) == 0) {
+    HostTensor h;
+    h.dtype = float_dtype(dt);
+    h.shape = spec.shape;
+    h.data = t.data() + r.row_begin * row_bytes;
+    h.nbytes = size_t(E * rows * row_bytes);
+    h.stride0 = rows == r.fused_rows || E == 1 ? 0 : r.fused_rows * row_bytes;
+    h.region = t.file->base();
+    h.region_bytes = t.file->size();
+    h.keepalive = t.file->mapping();
+    h.region_is_file = true;
+    return Opt(std::move(h));
+  }
+  // The stored element of our (e, i, j).
+  auto src = [&](int64_t e, int64_t i, int64_t j) {
+    const int64_t row = r.row_begin + i * r.row_step;
+    return r.transposed ? (e * inner + j) * r.fused_rows + row : (e * r.fused_rows + row) * inner + j;
+  };
+  if (r.to_f32) {
+    const std::vector<float> all = to_f32(t);
+    std::vector<float> v(size_t(E * rows * inner));
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < inner; ++j) v[size_t((e * rows + i) * inner + j)] = all[size_t(src(e, i, j))];
+    TS_ASSIGN_OR_RETURN(HostTensor h, owned(spec, DType::kF32, f32_bytes(v), 1.0f));
+    return Opt(std::move(h));
+  }
+  std::vector<uint8_t> out(size_t(E * rows * row_bytes));
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t i = 0; i < rows; ++i) {
+      uint8_t* dst = out.data() + (e * rows + i) * row_bytes;
+      if (!r.transposed) {
+        std::memcpy(dst, t.data() + src(e, i, 0) * esz, size_t(row_bytes));
+        continue;
+      }
+      for (int64_t j = 0; j < inner; ++j) std::memcpy(dst + j * esz, t.data() + src(e, i, j) * esz, size_t(esz));
+    }
+  }
+  TS_ASSIGN_OR_RETURN(HostTensor h, owned(spec, float_dtype(dt), std::move(out), 1.0f));
+  return Opt(std::move(h));
+}
+
+// Experts fused in MXFP4 blocks (HfTensor::mxfp4): each expert's rows gathered, then repacked.
+Result<std::optional<HostTensor>> Weights::load_fused_mxfp4(const HfTensor& r, const TensorSpec& spec) {
+  using Opt = std::optional<HostTensor>;
+  const TensorRef b = ckpt_.find(r.name + "_blocks");
+  if (!b.file) return Opt();
+  const TensorRef s = ckpt_.find(r.name + "_scales");
+  if (!s.file)
+    return NotFound(ckpt_.dir() + ": tensor '" + r.name + "_scales' is missing (needed by " + r.name + "_blocks)");
+  if (spec.shape.size() != 3 || r.row_step < 1 || r.row_begin < 0 ||
+      r.row_begin + (spec.shape[1] - 1) * r.row_step >= r.fused_rows)
+    return Internal(spec.name + ": fused MXFP4 rows " + std::to_string(r.row_begin) + " + i * " +
+                    std::to_string(r.row_step) + " outside " + std::to_string(r.fused_rows));
+  const int64_t E = spec.shape[0], rows = spec.shape[1], k = spec.shape[2];
+  if (k % 32 != 0)
+    return InvalidArgument(where(b) + ": rows of " + std::to_string(k) +
+                           " elements are no whole number of 32-element MXFP4 blocks");
+  const int64_t nb = k / 32;
+  TS_RETURN_IF_ERROR(expect(b, {E, r.fused_rows, nb, 16}, {StDType::kU8}));
+  TS_RETURN_IF_ERROR(expect(s, {E, r.fused_rows, nb}, {StDType::kU8, StDType::kF8_E8M0}));
+  std::vector<uint8_t> all, packed(size_t(rows * nb * 16)), scales(size_t(rows * nb));
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t row = e * r.fused_rows + r.row_begin + i * r.row_step;
+      std::memcpy(packed.data() + i * nb * 16, b.data() + row * nb * 16, size_t(nb * 16));
+      std::memcpy(scales.data() + i * nb, s.data() + row * nb, size_t(nb));
+    }
+    auto bytes = repack_mxfp4(packed.data(), scales.data(), rows, k);
+    if (!bytes.ok()) return bytes.status().with_context(where(b) + ": ");
+    all.insert(all.end(), bytes.value().begin(), bytes.value().end());
+  }
+  TS_ASSIGN_OR_RETURN(HostTensor h, owned(spec, DType::kMXFP4, std::move(all), 1.0f));
+  return Opt(std::move(h));
 }
 
 }  // namespace tessera::safetensors

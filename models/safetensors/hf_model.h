@@ -19,6 +19,7 @@
 
 #include "models/arch/weights.h"
 #include "models/model_config.h"
+#include "models/safetensors/hf_names.h"
 #include "models/safetensors/safetensors.h"
 #include "models/tokenizer/tokenizer.h"
 
@@ -71,7 +72,8 @@ class Weights {
   Weights(const Checkpoint& ckpt, const ModelConfig& cfg, QuantConfig quant);
   ~Weights();
   // The tensor for |spec|, always in spec.shape (a stored shape that differs is an error naming
-  // the file and tensor), or nullopt when the checkpoint lacks it (an optional tensor).
+  // the file and tensor), or nullopt when the checkpoint lacks an optional one (a required one
+  // missing is an error naming the checkpoint tensor).
   // Float weights stay in the mapped shard (1-D ones are widened to f32); quantised ones are
   // repacked into new memory.
   Result<std::optional<HostTensor>> get(const TensorSpec& spec);
@@ -86,6 +88,11 @@ class Weights {
   Result<HostTensor> load_int4(const std::string& prefix, const TensorRef& q, const TensorSpec& spec);
   Result<std::optional<HostTensor>> load_stacked(const std::vector<std::string>& prefixes, const TensorSpec& spec);
   Result<std::optional<HostTensor>> load_fused_rows(const TensorSpec& spec);
+  Result<std::optional<HostTensor>> load_rule(const HfTensor& rule, const TensorSpec& spec);
+  Result<std::optional<HostTensor>> load_fused_experts(const HfTensor& rule, const TensorRef& t,
+                                                       const TensorSpec& spec);
+  Result<std::optional<HostTensor>> load_fused_mxfp4(const HfTensor& rule, const TensorSpec& spec);
+  Status missing(const TensorSpec& spec, const std::string& hf_name) const;
   Result<HostTensor> owned(const TensorSpec& spec, DType dtype, std::vector<uint8_t> bytes, float out_scale);
 
   const Checkpoint& ckpt_;

@@ -21,6 +21,17 @@ bool split_layer_name(const std::string& name, int* layer, std::string* stem, st
   return true;
 }
 
+bool split_layer_rest(const std::string& name, int* layer, std::string* rest) {
+  if (name.rfind("blk.", 0) != 0) return false;
+  const size_t a = name.find('.', 4);
+  if (a == std::string::npos || a + 1 >= name.size()) return false;
+  const std::string digits = name.substr(4, a - 4);
+  if (digits.empty() || digits.size() > 6 || digits.find_first_not_of("0123456789") != std::string::npos) return false;
+  *layer = std::stoi(digits);
+  *rest = name.substr(a + 1);
+  return true;
+}
+
 Weights::Weights(const Checkpoint& ckpt, const ModelConfig& cfg, QuantConfig quant)
     : ckpt_(ckpt), cfg_(cfg), quant_(std::move(quant)), arch_(ArchRegistry::find(cfg.arch)) {}
 Weights::~Weights() = default;
@@ -66,20 +77,33 @@ Result<std::optional<HostTensor>> Weights::get(const TensorSpec& spec) {
       return Internal("rope_freqs: " + std::to_string(f.size()) + " factors for " + std::to_string(spec.shape[0]) + " frequencies");
     return std::optional<HostTensor>(owned_f32(f));
   }
+  if (HfTensor rule; arch_ && arch_->hf_tensor(cfg_, spec, ckpt_, &rule)) {
+    TS_ASSIGN_OR_RETURN(auto h, load_rule(rule, spec));
+    if (!h && spec.required) return missing(spec, rule.name);
+    return h;
+  }
   int l = 0;
   std::string stem, suffix;
   if (split_layer_name(spec.name, &l, &stem, &suffix) && stem.size() > 5 && stem.compare(stem.size() - 5, 5, "_exps") == 0) {
     // Experts: one HF module per expert, stacked into [E, rows, cols].
     const std::string proj = stem.substr(0, stem.size() - 5);  // ffn_gate / ffn_up / ffn_down
     std::vector<std::string> prefixes;
-    for (int e = 0; e < cfg_.n_experts; ++e) if (arch_) prefixes.push_back(arch_->hf_expert_prefix(cfg_, l, proj, e));
+    for (int e = 0; e < cfg_.n_experts; ++e)
+      if (arch_) prefixes.push_back(arch_->hf_expert_prefix(cfg_, l, proj, e, ckpt_));
     return load_stacked(prefixes, spec);
   }
   if (spec.fused_rows > 0) return load_fused_rows(spec);
   const std::string prefix = hf_prefix(spec.name);
   if (prefix.empty()) return InvalidArgument("no Hugging Face name for tensor '" + spec.name + "'");
   const std::string sfx = spec.name.substr(spec.name.rfind('.') + 1);
-  return load_linear(prefix, sfx, spec);
+  TS_ASSIGN_OR_RETURN(auto h, load_linear(prefix, sfx, spec));
+  if (!h && spec.required) return missing(spec, prefix + "." + sfx);
+  return h;
+}
+
+Status Weights::missing(const TensorSpec& spec, const std::string& hf_name) const {
+  return NotFound(ckpt_.dir() + ": tensor '" + spec.name + "' is missing (checkpoint tensor '" + hf_name +
+                  "', architecture " + cfg_.arch + ")");
 }
 
 // A row range of a fused projection (phi3: qkv_proj, gate_up_proj): the whole tensor as stored

@@ -60,9 +60,16 @@ Result<std::string> byte_level_pre(const json* pre) {
     }
   }
   if (!split.empty()) {
+    // o200k (gpt-oss, GPT-4o): upper- and lower-case runs split apart; before llama-bpe, whose
+    // \p{N}{1,3} it shares.
+    if (split.find("[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]") != std::string::npos) return std::string("gpt-4o");
     if (split.find("\\p{N}{1,3}") != std::string::npos) return std::string("llama-bpe");
     if (split.find("\\p{N}") != std::string::npos && split.find("[^\\r\\n\\p{L}\\p{N}]?\\p{L}+") != std::string::npos)
       return std::string("qwen2");
+    // Qwen3.5: letters with their combining marks ([\p{L}\p{M}]+), single digits.
+    if (split.find("\\p{N}|") != std::string::npos &&
+        split.find("[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+") != std::string::npos)
+      return std::string("qwen35");
     return Unimplemented("tokenizer.json: pre_tokenizer Split regex '" + split.substr(0, 120) + "' is not supported");
   }
   if (digits && byte_regex) return std::string("smollm");

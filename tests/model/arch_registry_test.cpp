@@ -21,13 +21,18 @@ TEST(ArchRegistry, EveryFamilyIsFoundByEachOfItsNames) {
       EXPECT_EQ(ArchRegistry::find(n), a) << n;
     }
   EXPECT_EQ(names, want);
-  for (const char* hf : {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "bert", "phi3"}) {
+  for (const char* hf : {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "bert",
+                         "phi3", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "gpt_oss"}) {
     const auto found = ArchRegistry::find_hf(hf);
     ASSERT_TRUE(found.has_value()) << hf;
     EXPECT_EQ(ArchRegistry::find(found->second), found->first) << hf << " loads as " << found->second;
   }
   EXPECT_EQ(ArchRegistry::find_hf("mixtral")->second, "llama");
   EXPECT_EQ(ArchRegistry::find_hf("qwen2_moe")->second, "qwen2moe");
+  // Qwen3.5: the multimodal checkpoint's model_type and its text model's both load the text model.
+  EXPECT_EQ(ArchRegistry::find_hf("qwen3_5")->second, "qwen35");
+  EXPECT_EQ(ArchRegistry::find_hf("qwen3_5_moe_text")->second, "qwen35moe");
+  EXPECT_EQ(ArchRegistry::find_hf("gpt_oss")->second, "gpt-oss");
 }
 
 TEST(ArchRegistry, AnUnknownNameListsTheKnownOnes) {

@@ -13,9 +13,15 @@ top-2 margin is decisive (compare_numpy.py's checks). A model with the released 
 runs a 150-token prompt whole and in steps of 48. The features are shown to matter: the oracle
 without the sinks, without the window (every layer full) and without YaRN's rounded correction
 range (truncate false, as the released config asks) must each be far (> 20 x the tolerance) from
-Tessera. Bad files (a missing sink tensor, a mis-shaped expert bias, a missing window key, an
-expert width that is no whole number of MXFP4 blocks) fail naming the file and the tensor or key,
-and `tessera quantize` keeps the [E, N] expert biases in f32.
+Tessera. The Hugging Face folder itself (transformers' dequantised layout: experts transposed, gate
+and up interleaved) loads to the same tolerance as the f32 GGUF, and stored as BF16 against the
+oracle on the same bf16-rounded weights; in the released layout (experts as MXFP4 _blocks and
+_scales) its logits must equal the MXFP4 GGUF's exactly. Bad files (a missing sink tensor, a
+mis-shaped expert bias, a missing window key, an expert width that is no whole number of MXFP4
+blocks) and bad or unsupported folders (a missing sink or expert bias, a mis-shaped gate_up_proj, no
+sliding_window, another swiglu_limit, MXFP4 blocks without their scales) fail naming the file
+and the tensor or key; `tessera convert` refuses a gpt-oss folder; and `tessera quantize` keeps the
+[E, N] expert biases in f32.
 Usage: compare_gpt_oss.py TESSERA_BIN_DIR SCRATCH_DIR [--device cpu|vulkan]
 """
 import argparse
@@ -79,7 +85,7 @@ def main():
         ref = oracle.forward(ids)
         name = os.path.basename(folder)
         mxfp4_tol = TOL_MXFP4_CPU if args.device == "cpu" else TOL
-        for gguf, tol in (("tiny-gpt-oss-f32.gguf", TOL), ("tiny-gpt-oss-mxfp4.gguf", mxfp4_tol)):
+        for gguf, tol in (("tiny-gpt-oss-f32.gguf", TOL), ("tiny-gpt-oss-mxfp4.gguf", mxfp4_tol), ("tiny-gpt-oss-hf", TOL)):
             for chunk in chunks:
                 ours = tessera_logits(args.bin_dir, os.path.join(folder, gguf), ids, args.device, args.scratch, chunk)
                 print(f"{name}/{gguf} {n} tokens, chunk {chunk}: normalised RMS {nrmse(ours, ref):.2e}")
@@ -96,7 +102,30 @@ def main():
             print(f"{name}: vs an oracle {what} {far:.2e}")
             if not far > 20 * TOL:
                 failures.append(f"{name}: the oracle {what} is as close ({far:.2e})")
+    # The released layout: experts as MXFP4 blocks in the folder. Its weights are the GGUF's MXFP4
+    # blocks exactly, so Tessera's logits must equal those of the MXFP4 GGUF; and the oracle's.
+    for folder, n, _ in runs:
+        ids = [int(x) for x in rng.integers(0, 264, n)]
+        name = os.path.basename(folder)
+        mxfp4_hf = mxfp4_checkpoint(folder)
+        ours = tessera_logits(args.bin_dir, os.path.join(folder, mxfp4_hf), ids, args.device, args.scratch, 512)
+        gguf = tessera_logits(args.bin_dir, os.path.join(folder, "tiny-gpt-oss-mxfp4.gguf"), ids, args.device, args.scratch,
+                              512)
+        ref = numpy_gpt_oss.load(os.path.join(folder, "tiny-gpt-oss-hf")).forward(ids)
+        print(f"{name}/{mxfp4_hf}: max |difference| from the MXFP4 GGUF {np.max(np.abs(ours - gguf)):.2e}")
+        if not np.array_equal(ours, gguf):
+            failures.append(f"{name}/{mxfp4_hf}: logits differ from the MXFP4 GGUF's ({np.max(np.abs(ours - gguf)):.2e})")
+        failures += compare(f"{name}/{mxfp4_hf} chunk 512", ours, ref, TOL_MXFP4_CPU if args.device == "cpu" else TOL)
+    # A BF16 folder (as dequantised checkpoints are published), against the oracle on the same
+    # bf16-rounded weights: the transposed, interleaved expert gather on 2-byte elements.
+    ids = [int(x) for x in rng.integers(0, 264, N)]
+    bf16, rounded = bf16_checkpoint(small)
+    ref = numpy_gpt_oss.load(os.path.join(small, rounded)).forward(ids)
+    for chunk in (512, 5):
+        ours = tessera_logits(args.bin_dir, os.path.join(small, bf16), ids, args.device, args.scratch, chunk)
+        failures += compare(f"window16/{bf16} chunk {chunk}", ours, ref, TOL)
     failures += bad_files(args)
+    failures += bad_checkpoints(args)
     failures += quantize_plan(args, os.path.join(small, "tiny-gpt-oss-f32.gguf"))
     for f in failures:
         print("FAIL:", f)
@@ -132,6 +161,122 @@ def bad_files(args):
         print(f"{name}: exit {r.returncode}: {msg}")
         if r.returncode == 0 or not all(w in r.stderr for w in want + [os.path.basename(path)]):
             problems.append(f"{name}: expected a failure naming {want} and the file, got exit {r.returncode}: {msg}")
+    return problems
+
+
+def mxfp4_checkpoint(folder):
+    """tiny-gpt-oss-hf with its experts as the released checkpoints store them: gate_up_proj_blocks
+    [E, 2F, D/32, 16] (gate and up rows interleaved) and down_proj_blocks [E, D, F/32, 16], element
+    2i in the low nibble of byte i, with E8M0 _scales [.., K/32], and quantization_config mxfp4.
+    The f32 folder's experts already hold MXFP4 values, so the blocks encode them exactly."""
+    import json
+    import shutil
+    import make_gpt_oss
+    from safetensors.numpy import load_file, save_file
+    src, name = os.path.join(folder, "tiny-gpt-oss-hf"), "tiny-gpt-oss-hf-mxfp4"
+    dst = os.path.join(folder, name)
+    os.makedirs(dst, exist_ok=True)
+    t = load_file(os.path.join(src, "model.safetensors"))
+    for k in [k for k in t if k.endswith(("experts.gate_up_proj", "experts.down_proj"))]:
+        w = np.ascontiguousarray(t.pop(k).transpose(0, 2, 1))  # [E, rows, K]
+        gguf, deq = make_gpt_oss.mxfp4_quantize(w)
+        assert np.array_equal(deq, w), k
+        blk = gguf.reshape(w.shape[:2] + (w.shape[2] // 32, 17))
+        codes = np.concatenate([blk[..., 1:] & 15, blk[..., 1:] >> 4], axis=-1)  # [.., 32] in element order
+        t[k + "_blocks"] = np.ascontiguousarray((codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8))
+        t[k + "_scales"] = np.ascontiguousarray(blk[..., 0])
+    save_file(t, os.path.join(dst, "model.safetensors"), metadata={"format": "pt"})
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(src, f), dst)
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["quantization_config"] = {"modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                             "model.embed_tokens", "lm_head"], "quant_method": "mxfp4"}
+    with open(os.path.join(dst, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    return name
+
+
+def bf16_checkpoint(folder):
+    """tiny-gpt-oss-hf with every tensor stored as BF16, and the same rounded values as F32 for the
+    oracle; returns the two folders' names."""
+    import shutil
+    import ml_dtypes
+    from safetensors.numpy import load_file, save_file
+    src = os.path.join(folder, "tiny-gpt-oss-hf")
+    t = {k: v.astype(ml_dtypes.bfloat16) for k, v in load_file(os.path.join(src, "model.safetensors")).items()}
+    names = ("tiny-gpt-oss-hf-bf16", "tiny-gpt-oss-hf-bf16-as-f32")
+    for name, ts in ((names[0], t), (names[1], {k: v.astype(np.float32) for k, v in t.items()})):
+        dst = os.path.join(folder, name)
+        os.makedirs(dst, exist_ok=True)
+        save_file(ts, os.path.join(dst, "model.safetensors"), metadata={"format": "pt"})
+        for f in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(os.path.join(src, f), dst)
+    return names
+
+
+def bad_checkpoints(args):
+    """Broken or unsupported Hugging Face folders: `tessera eval` fails naming the file (or folder) and the
+    tensor or key; `tessera convert` refuses a gpt-oss folder (its GGUF keys are not written)."""
+    import json
+    import shutil
+    import make_gpt_oss
+    s = make_gpt_oss.Spec(make_gpt_oss.parse_args(["--out", args.scratch]))
+    t = make_gpt_oss.hf_weights(s, 5)
+
+    def drop(name):
+        return lambda ts: ts.pop(name)
+
+    def halve_last(name):
+        return lambda ts: ts.__setitem__(name, np.ascontiguousarray(ts[name][..., : ts[name].shape[-1] // 2]))
+
+    def key(k, v):
+        return lambda cfg: cfg.__setitem__(k, v)
+
+    def mxfp4_without_scales(ts):  # down_proj in the released form, its scales lost
+        w = ts.pop("model.layers.1.mlp.experts.down_proj").transpose(0, 2, 1)
+        ts["model.layers.1.mlp.experts.down_proj_blocks"] = np.zeros(w.shape[:2] + (w.shape[2] // 32, 16), np.uint8)
+        g = ts.pop("model.layers.1.mlp.experts.gate_up_proj").transpose(0, 2, 1)
+        ts["model.layers.1.mlp.experts.gate_up_proj_blocks"] = np.zeros(g.shape[:2] + (g.shape[2] // 32, 16), np.uint8)
+        ts["model.layers.1.mlp.experts.gate_up_proj_scales"] = np.full(g.shape[:2] + (g.shape[2] // 32,), 127, np.uint8)
+
+    cases = [("missing sinks", drop("model.layers.1.self_attn.sinks"), None,
+              ["model.layers.1.self_attn.sinks", "blk.1.attn_sinks.weight"]),
+             ("mis-shaped gate_up_proj", halve_last("model.layers.2.mlp.experts.gate_up_proj"), None,
+              ["model.safetensors", "model.layers.2.mlp.experts.gate_up_proj"]),
+             ("missing down_proj_bias", drop("model.layers.0.mlp.experts.down_proj_bias"), None,
+              ["model.layers.0.mlp.experts.down_proj_bias"]),
+             ("no sliding_window", None, lambda cfg: cfg.pop("sliding_window"), ["config.json", "sliding_window"]),
+             ("other swiglu_limit", None, key("swiglu_limit", 5.0), ["config.json", "swiglu_limit 5"]),
+             ("mxfp4 blocks without scales", mxfp4_without_scales, None,
+              ["model.layers.1.mlp.experts.down_proj_scales", "missing"])]
+    problems = []
+    for name, edit_t, edit_cfg, want in cases:
+        path = os.path.join(args.scratch, "bad-hf-" + name.replace(" ", "-"))
+        shutil.rmtree(path, ignore_errors=True)
+        ts = dict(t)
+        if edit_t:
+            edit_t(ts)
+        make_gpt_oss.write_hf(path, s, ts)
+        if edit_cfg:
+            with open(os.path.join(path, "config.json")) as f:
+                cfg = json.load(f)
+            edit_cfg(cfg)
+            with open(os.path.join(path, "config.json"), "w") as f:
+                json.dump(cfg, f)
+        r = subprocess.run([os.path.join(args.bin_dir, "tessera"), "eval", "-q", "-m", path, "--device", args.device,
+                            "--tokens", "1,2,3,4", "-o", os.path.join(args.scratch, "bad.npy")], capture_output=True, text=True)
+        msg = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
+        print(f"{name}: exit {r.returncode}: {msg}")
+        if r.returncode == 0 or not all(w in r.stderr for w in want + [os.path.basename(path)]):
+            problems.append(f"{name}: expected a failure naming {want} and the folder, got exit {r.returncode}: {msg}")
+    path = os.path.join(args.scratch, "hf-convert")
+    make_gpt_oss.write_hf(path, s, t)
+    r = subprocess.run([os.path.join(args.bin_dir, "tessera"), "convert", "-q", path, os.path.join(args.scratch, "x.gguf")],
+                       capture_output=True, text=True)
+    print(f"convert: exit {r.returncode}: {r.stderr.strip()}")
+    if r.returncode == 0 or "cannot be written as GGUF" not in r.stderr or "hf-convert" not in r.stderr:
+        problems.append(f"convert: expected a refusal naming the folder, got exit {r.returncode}: {r.stderr.strip()}")
     return problems
 
 

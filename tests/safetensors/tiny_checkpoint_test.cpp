@@ -234,6 +234,14 @@ TEST_F(TinyCheckpoint, MissingConfigKeyIsAnError) {
   EXPECT_NE(err.find("config.json: key 'hidden_size' is missing"), std::string::npos) << err;
 }
 
+// intermediate_size may be absent only for a mixture of experts (Qwen3.5-MoE has no dense width).
+TEST_F(TinyCheckpoint, DenseModelWithoutIntermediateSizeIsAnError) {
+  write_sharded();
+  write("config.json", R"({"model_type":"llama","hidden_size":64,"num_hidden_layers":1,"num_attention_heads":4})");
+  const std::string err = load_error();
+  EXPECT_NE(err.find("config.json: key 'intermediate_size' is missing"), std::string::npos) << err;
+}
+
 TEST_F(TinyCheckpoint, MistypedConfigKeyIsAnError) {
   write_sharded();
   write("config.json", R"({"model_type":"llama","hidden_size":"64","intermediate_size":96,"num_hidden_layers":1,"num_attention_heads":4})");

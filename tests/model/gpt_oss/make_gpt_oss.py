@@ -9,7 +9,8 @@ experts of width 2880, 4 per token, window 128, YaRN factor 32 over 4096 positio
 YaRN factor 8 over 32 positions (so a 64-token prompt leaves the original context).
 
 Written to OUT_DIR:
-  tiny-gpt-oss-hf/          config.json and model.safetensors (f32) in transformers' GptOss layout:
+  tiny-gpt-oss-hf/          config.json, tokenizer.json (o200k's split regex, the GGUF's vocabulary) and
+                            model.safetensors (f32) in transformers' GptOss layout:
                             experts as gate_up_proj [E, D, 2F] (gate and up interleaved along the
                             last dim: gate = [..., ::2]), down_proj [E, F, D], biases
                             gate_up_proj_bias [E, 2F] and down_proj_bias [E, D]; the expert
@@ -184,12 +185,42 @@ def special_id(tok):
     return 256 + len(MERGED) + SPECIAL.index(tok)
 
 
+# o200k_harmony's split (tiktoken's o200k pattern), as gpt-oss's tokenizer.json spells it.
+O200K_REGEX = (r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"""
+               r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"""
+               r"""\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
+
+
+def write_tokenizer(path):
+    """tokenizer.json and tokenizer_config.json for the GGUF's vocabulary (bytes, the merge, the specials)."""
+    toks = vocab_tokens()
+    n_base = 256 + len(MERGED)
+    added = [{"id": n_base + i, "content": tok, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for i, tok in enumerate(SPECIAL)]
+    tok = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+           "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+               {"type": "Split", "pattern": {"Regex": O200K_REGEX}, "behavior": "Isolated", "invert": False},
+               {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
+           "post_processor": None, "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
+                                                "use_regex": True},
+           "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                     "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                     "vocab": {t: i for i, t in enumerate(toks[:n_base])}, "merges": [list(MERGED[0])]}}
+    with open(os.path.join(path, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(tok, f, ensure_ascii=False)
+    cfg = {"bos_token": "<|start|>", "eos_token": "<|return|>", "pad_token": "<|endoftext|>", "add_bos_token": False,
+           "model_max_length": 131072, "tokenizer_class": "PreTrainedTokenizerFast"}
+    with open(os.path.join(path, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump(cfg, f, indent=1)
+
+
 def write_hf(path, s, t):
     from safetensors.numpy import save_file
     os.makedirs(path, exist_ok=True)
     save_file(t, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(config_json(s), f, indent=2)
+    write_tokenizer(path)
 
 
 # ---- GGUF, as llama.cpp's converter writes it (conversion/gpt_oss.py) ----------------------------------
