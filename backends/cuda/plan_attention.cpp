@@ -12,8 +12,8 @@ Status plan_attention(NodePlan& p) {
   const int64_t D = q.cols();
   if (D > kMaxHeadDimWide) return p.fail("head dim " + std::to_string(D) + " above " + std::to_string(kMaxHeadDimWide));
   if (q.shape[0] > kMaxGridX || q.shape[1] > kMaxGridY) return p.fail("too many tokens or heads for one launch");
-  KvStoreArgs s{p.in(in::kAttnK),           p.in(in::kAttnV), kc, p.in(in::kAttnVCache), p.in(in::kAttnSlotMapping),
-                kc.shape[0] * kc.shape[1], p.err};
+  KvStoreArgs s{p.in(in::kAttnK),           p.in(in::kAttnV),          kc,   p.in(in::kAttnVCache),
+                p.in(in::kAttnSlotMapping), kc.shape[0] * kc.shape[1], p.err};
   Launch ls = p.launch();
   ls.kind = KernelKind::kKvStore;
   ls.block = 128;

@@ -36,8 +36,9 @@ Status plan_matmul(NodePlan& p) {
 
 Status plan_matmul_id(NodePlan& p) {
   const View o = p.output();
-  MatmulIdArgs a{p.in(in::kMatmulIdX), p.in(in::kMatmulIdW), p.in(in::kMatmulIdIds), p.in(in::kMatmulIdWeights), o, p.err,
-                 p.in(in::kMatmulIdBias)};
+  MatmulIdArgs a{
+      p.in(in::kMatmulIdX),   p.in(in::kMatmulIdW), p.in(in::kMatmulIdIds), p.in(in::kMatmulIdWeights), o, p.err,
+      p.in(in::kMatmulIdBias)};
   const int64_t E = a.w.shape[0], N = a.w.shape[1], K = a.w.cols(), T = a.ids.shape[0], k = a.ids.cols();
   const int64_t P = T * k, X = a.x.rows();
   const bool q8 = matmul_uses_q8(a.w.dtype, K) && X > 0;

@@ -10,8 +10,14 @@ Status plan_pointwise(NodePlan& p) {
   a.out = p.output();
   a.scale = 1.0f;
   switch (n.op) {
-    case OpKind::kAdd: a.op = Pointwise::kAdd; a.b = p.in(1); break;
-    case OpKind::kMul: a.op = Pointwise::kMul; a.b = p.in(1); break;
+    case OpKind::kAdd:
+      a.op = Pointwise::kAdd;
+      a.b = p.in(1);
+      break;
+    case OpKind::kMul:
+      a.op = Pointwise::kMul;
+      a.b = p.in(1);
+      break;
     case OpKind::kScale:
       a.op = Pointwise::kScale;
       a.scale = n.param<ScaleParams>().scale;
@@ -19,9 +25,15 @@ Status plan_pointwise(NodePlan& p) {
       break;
     case OpKind::kGlu:
       switch (n.param<GluParams>().kind) {
-        case GluKind::kSilu: a.op = Pointwise::kSiluGlu; break;
-        case GluKind::kGelu: a.op = Pointwise::kGeluGlu; break;
-        case GluKind::kSigmoid: a.op = Pointwise::kSigmoidGlu; break;
+        case GluKind::kSilu:
+          a.op = Pointwise::kSiluGlu;
+          break;
+        case GluKind::kGelu:
+          a.op = Pointwise::kGeluGlu;
+          break;
+        case GluKind::kSigmoid:
+          a.op = Pointwise::kSigmoidGlu;
+          break;
         case GluKind::kSwigluOai:
           a.op = Pointwise::kSwigluOai;
           a.scale = n.param<GluParams>().alpha;
@@ -30,8 +42,12 @@ Status plan_pointwise(NodePlan& p) {
       }
       a.b = p.in(1);
       break;
-    case OpKind::kGelu: a.op = Pointwise::kGelu; break;
-    default: a.op = Pointwise::kConvert; break;  // cast, copy
+    case OpKind::kGelu:
+      a.op = Pointwise::kGelu;
+      break;
+    default:
+      a.op = Pointwise::kConvert;
+      break;  // cast, copy
   }
   Launch l = p.launch();
   l.kind = KernelKind::kPointwise;
