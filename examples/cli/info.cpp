@@ -25,10 +25,12 @@ void print_devices() {
   for (const DeviceEntry& e : reg.entries()) {
     if (e.device) {
       const DeviceInfo& i = e.device->info();
-      std::printf("  %-10s %s%s\n", i.id.c_str(), i.name.c_str(),
-                  e.device == best ? "  [default]"
-                  : i.by_name_only ? "  (slow; only by name: --device reference)"
-                                   : "");
+      const std::string note = e.device == best ? "  [default]"
+                               : i.by_name_only ? "  (only by name: --device " + i.id + ")"
+                                                : "";
+      std::printf("  %-10s %s%s\n", i.id.c_str(), i.name.c_str(), note.c_str());
+      std::printf("  %-10s type: %s (%s backend%s)\n", "", device_type_name(i.type), i.backend.c_str(),
+                  i.emulated ? ", emulated on the CPU" : "");
       if (!i.features.empty()) std::printf("  %-10s features: %s\n", "", i.features.c_str());
       if (const std::string t = cpu_thread_summary(*e.device); !t.empty())
         std::printf("  %-10s threads: %s (%s; -t/--threads on run, chat, serve, perplexity, embed)\n", "", t.c_str(),
