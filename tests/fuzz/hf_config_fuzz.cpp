@@ -1,8 +1,9 @@
 // libFuzzer target for a checkpoint's config.json (safetensors::read_config,
 // models/safetensors/hf_config.cpp), and the tensor list the loader derives from the config
 // before it touches any tensor (llama_tensor_specs). An accepted config must hold what the rest
-// of the loader relies on: positive sizes, whole GQA groups, an even head dim, rotary dims
-// within the head, and a valid expert count.
+// of the loader relies on: positive sizes (an FFN width unless every layer is a mixture of
+// experts), whole GQA groups, an even head dim, rotary dims within the head, and a valid expert
+// count.
 #include <cstdint>
 
 #include "models/arch/registry.h"
@@ -13,8 +14,11 @@ namespace tessera {
 namespace {
 
 void check(const ModelConfig& c) {
-  if (c.n_layers <= 0 || c.n_embd <= 0 || c.n_ff <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 || c.n_ctx_train <= 0)
+  if (c.n_layers <= 0 || c.n_embd <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 || c.n_ctx_train <= 0)
     fuzz::fail("a non-positive size was accepted");
+  // A mixture of experts may have no dense FFN width (Qwen3.5-MoE's config.json has no
+  // intermediate_size); a dense model must have one.
+  if (c.n_ff < 0 || (c.n_ff == 0 && !c.is_moe())) fuzz::fail("a dense model without an FFN width was accepted");
   if (c.n_heads % c.n_kv_heads) fuzz::fail("heads not a multiple of kv heads accepted");
   if (c.head_dim <= 0 || c.head_dim % 2) fuzz::fail("bad head_dim accepted");
   if (c.rope.n_dims <= 0 || c.rope.n_dims > c.head_dim || c.rope.n_dims % 2) fuzz::fail("bad rotary dims accepted");
