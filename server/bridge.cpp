@@ -150,6 +150,58 @@ void record_metrics(ServerContext& ctx, const TokenEvent& ev) {
   ctx.prompt_tokens += m.prompt_tokens;
 }
 
+// A token of choice |c|: its gap since the previous one, and its logprobs; returns the logprobs
+// entry a streamed chunk carries (null when none).
+json note_token(RequestState& st, ChoiceState& c, const TokenEvent& ev) {
+  json lp = nullptr;
+  if (ev.token < 0) return lp;
+  const auto now = std::chrono::steady_clock::now();
+  if (c.n_tokens > 0) c.itl_s.push_back(std::chrono::duration<double>(now - c.last_token).count());
+  c.last_token = now;
+  ++c.n_tokens;
+  if (!st.req.want_logprobs) return lp;
+  const size_t before = st.req.chat ? c.logprobs.size() : c.tokens.size();
+  add_logprobs(*st.ctx->model, st, c, ev);
+  if (!st.req.stream) return lp;
+  if (st.req.chat) return {{"content", json::array({c.logprobs[before]})}};
+  return {{"tokens", {c.tokens[before]}},
+          {"token_logprobs", {c.token_logprobs[before]}},
+          {"top_logprobs", {c.top_logprobs[before]}},
+          {"text_offset", {c.text_offset[before]}}};
+}
+
+// Choice |c| finished with |ev|: its last streamed events, and when it is the request's last
+// choice, the usage chunk and the request's end.
+void queue_finish(RequestState& st, ChoiceState& c, const TokenEvent& ev, bool tool_stream) {
+  if (st.req.stream) {
+    if (ev.finish == FinishReason::kError) {
+      json err = {{"error", {{"message", ev.error}, {"type", "server_error"}, {"param", nullptr}, {"code", nullptr}}}};
+      st.events.push_back("data: " + dump(err) + "\n\n");
+    } else if (tool_stream) {
+      // A reply that opened calls and stopped by itself ends as one (as vLLM's streams do, also
+      // when the model's arguments turn out not to be valid JSON; a reply cut by the length
+      // limit says so).
+      const bool called = c.tools->opened_calls() && ev.finish == FinishReason::kStop;
+      st.events.push_back(sse_chunk(st, ev.index, "", nullptr, called ? "tool_calls" : finish_text(ev.finish), false));
+    } else {
+      st.events.push_back(sse_chunk(st, ev.index, "", nullptr, finish_text(ev.finish), !c.started));
+    }
+  }
+  if (++st.n_finished < int(st.choices.size())) return;
+  if (st.req.stream && st.req.include_usage) {
+    json chunk = {{"id", st.id},
+                  {"object", st.req.chat ? "chat.completion.chunk" : "text_completion"},
+                  {"created", st.created},
+                  {"model", st.ctx->opts.model_name},
+                  {"choices", json::array()},
+                  {"usage", usage_of(st)}};
+    st.events.push_back("data: " + dump(chunk) + "\n\n");
+  }
+  st.done = true;
+  st.stats_version = st.ctx->engine->stats_version() + 1;  // the snapshot after this step
+  st.ctx->in_flight.fetch_sub(1);
+}
+
 // The token callback (engine thread): appends text and queues SSE events; never blocks on I/O.
 void on_event(const std::shared_ptr<RequestState>& sp, const TokenEvent& ev) {
   RequestState& st = *sp;
@@ -157,22 +209,7 @@ void on_event(const std::shared_ptr<RequestState>& sp, const TokenEvent& ev) {
   std::unique_lock<std::mutex> lock(st.mu);
   if (ev.index < 0 || ev.index >= int(st.choices.size())) return;
   ChoiceState& c = st.choices[size_t(ev.index)];
-  json lp = nullptr;
-  if (ev.token >= 0) {
-    const auto now = std::chrono::steady_clock::now();
-    if (c.n_tokens > 0) c.itl_s.push_back(std::chrono::duration<double>(now - c.last_token).count());
-    c.last_token = now;
-    ++c.n_tokens;
-    if (st.req.want_logprobs) {
-      const size_t before = st.req.chat ? c.logprobs.size() : c.tokens.size();
-      add_logprobs(*st.ctx->model, st, c, ev);
-      if (st.req.stream) {
-        if (st.req.chat) lp = {{"content", json::array({c.logprobs[before]})}};
-        else lp = {{"tokens", {c.tokens[before]}}, {"token_logprobs", {c.token_logprobs[before]}},
-                   {"top_logprobs", {c.top_logprobs[before]}}, {"text_offset", {c.text_offset[before]}}};
-      }
-    }
-  }
+  const json lp = note_token(st, c, ev);
   c.text += ev.text;
   std::string reasoning, content;  // what this event adds to each
   if (st.req.think && !c.splitter) c.splitter.emplace(*st.req.think, st.req.think_inside);
@@ -206,30 +243,7 @@ void on_event(const std::shared_ptr<RequestState>& sp, const TokenEvent& ev) {
   c.error = ev.error;
   std::vector<double> itl;
   itl.swap(c.itl_s);
-  if (st.req.stream) {
-    if (ev.finish == FinishReason::kError) {
-      json err = {{"error", {{"message", ev.error}, {"type", "server_error"}, {"param", nullptr}, {"code", nullptr}}}};
-      st.events.push_back("data: " + dump(err) + "\n\n");
-    } else if (tool_stream) {
-      // A reply that opened calls and stopped by itself ends as one (as vLLM's streams do, also
-      // when the model's arguments turn out not to be valid JSON; a reply cut by the length
-      // limit says so).
-      const bool called = c.tools->opened_calls() && ev.finish == FinishReason::kStop;
-      st.events.push_back(sse_chunk(st, ev.index, "", nullptr, called ? "tool_calls" : finish_text(ev.finish), false));
-    } else {
-      st.events.push_back(sse_chunk(st, ev.index, "", nullptr, finish_text(ev.finish), !c.started));
-    }
-  }
-  if (++st.n_finished == int(st.choices.size())) {
-    if (st.req.stream && st.req.include_usage) {
-      json chunk = {{"id", st.id}, {"object", st.req.chat ? "chat.completion.chunk" : "text_completion"},
-                    {"created", st.created}, {"model", st.ctx->opts.model_name}, {"choices", json::array()}, {"usage", usage_of(st)}};
-      st.events.push_back("data: " + dump(chunk) + "\n\n");
-    }
-    st.done = true;
-    st.stats_version = st.ctx->engine->stats_version() + 1;  // the snapshot after this step
-    st.ctx->in_flight.fetch_sub(1);
-  }
+  queue_finish(st, c, ev, tool_stream);
   st.cv.notify_all();
   const bool done = st.done;
   lock.unlock();  // ctx.mu is taken before a request's own lock, never after
