@@ -74,16 +74,18 @@ void write_vllm_metrics(std::ostringstream& o, ServerContext& ctx, const EngineS
 
 }  // namespace
 
-std::string prometheus(ServerContext& ctx) {
-  const EngineStats s = ctx.engine->stats();
-  std::ostringstream o;
-  o.precision(15);  // counters stay exact far past the default 6 digits
-  auto metric = [&](const char* name, const char* type, const char* help, double v) {
+namespace {
+
+// One Prometheus sample with its HELP and TYPE lines.
+struct Metric {
+  std::ostringstream& o;
+  void operator()(const char* name, const char* type, const char* help, double v) const {
     o << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << "\n" << name << ' ' << v << "\n";
-  };
-  metric("tessera_requests_running", "gauge", "Sequences holding KV blocks.", s.running);
-  metric("tessera_requests_waiting", "gauge", "Sequences queued for admission (queue depth).", s.waiting);
-  metric("tessera_http_requests_in_flight", "gauge", "Generation requests admitted and not finished.", ctx.in_flight.load());
+  }
+};
+
+// The KV pools: the full-attention layers' and (hybrid memory) the sliding-window layers'.
+void kv_metrics(const Metric& metric, const EngineStats& s) {
   metric("tessera_kv_blocks_used", "gauge", "KV blocks owned by sequences.", s.kv_usage.blocks_used);
   metric("tessera_kv_blocks_cached", "gauge", "Free KV blocks still holding reusable prefixes.", s.kv_usage.blocks_cached);
   metric("tessera_kv_blocks_total", "gauge", "KV blocks in the pool.", s.kv_usage.blocks_total);
@@ -96,7 +98,10 @@ std::string prometheus(ServerContext& ctx) {
          s.window_kv_usage.blocks_total);
   metric("tessera_kv_full_bytes", "gauge", "K/V bytes held by sequences in full-attention layers.", double(s.kv_bytes_full));
   metric("tessera_kv_window_bytes", "gauge", "K/V bytes held by sequences in sliding-window layers.", double(s.kv_bytes_window));
-  // Recurrent layers (hybrid models; all 0 without them): fixed-size state slots and checkpoints.
+}
+
+// Recurrent layers (hybrid models; all 0 without them): fixed-size state slots and checkpoints.
+void state_metrics(const Metric& metric, const EngineStats& s) {
   const StateManagerStats& st = s.state;
   metric("tessera_state_slots_used", "gauge", "Recurrent state slots held by running sequences.", st.pool.slots_used);
   metric("tessera_state_slots_total", "gauge", "Recurrent state slots (the most sequences running at once; 0: none).",
@@ -113,28 +118,19 @@ std::string prometheus(ServerContext& ctx) {
          double(st.rollbacks));
   metric("tessera_state_swapped_out_total", "counter", "Recurrent states copied to host memory (swap preemption).",
          double(st.swapped_out));
+}
+
+// Preemption and swapping.
+void preemption_metrics(const Metric& metric, const EngineStats& s) {
   metric("tessera_preemptions_total", "counter", "Sequences preempted for KV space.", double(s.sched.preemptions));
   metric("tessera_swap_out_total", "counter", "Preemptions that swapped KV blocks to host memory.", double(s.kv.swap_outs));
   metric("tessera_swap_in_total", "counter", "Swapped sequences brought back.", double(s.kv.swap_ins));
   metric("tessera_kv_blocks_swapped_out_total", "counter", "KV blocks copied to host memory.", double(s.kv.blocks_swapped_out));
   metric("tessera_kv_blocks_swapped_in_total", "counter", "KV blocks copied back from host memory.", double(s.kv.blocks_swapped_in));
-  metric("tessera_executables_built_total", "counter",
-         "Step graphs prepared (validated, planned, recorded): a new shape bucket, or one evicted from the cache.",
-         double(s.exec.built));
-  metric("tessera_executables_reused_total", "counter", "Steps that re-submitted a cached executable.", double(s.exec.reused));
-  metric("tessera_steps_total", "counter", "Engine steps run.", double(s.sched.steps));
-  metric("tessera_grammar_masks_total", "counter", "Grammar masks computed (one per token sampled under a grammar).",
-         double(s.grammar.masks));
-  metric("tessera_grammar_mask_seconds_total", "counter", "Host time computing grammar masks.", s.grammar.mask_ms_sum / 1e3);
-  metric("tessera_grammar_mask_seconds_p99", "gauge", "99th percentile of one grammar mask's host time (10 us buckets).",
-         s.grammar.mask_ms_p99 / 1e3);
-  metric("tessera_grammar_mask_seconds_max", "gauge", "The slowest grammar mask.", s.grammar.mask_ms_max / 1e3);
-  metric("tessera_grammar_dead_ends_total", "counter", "Requests ended because their grammar allowed no next token.",
-         double(s.grammar.dead_ends));
-  metric("tessera_prompt_tokens_total", "counter", "Prompt tokens admitted.", double(s.sched.admitted_tokens));
-  metric("tessera_prompt_tokens_cached_total", "counter", "Prompt tokens served from the prefix cache.", double(s.sched.cached_tokens));
-  metric("tessera_prefix_cache_hit_rate", "gauge", "Cached over admitted prompt tokens.", s.prefix_hit_rate());
-  metric("tessera_generation_tokens_total", "counter", "Tokens generated.", double(s.generated_tokens));
+}
+
+// Speculative decoding and the proposer's own counters.
+void spec_metrics(const Metric& metric, const EngineStats& s) {
   metric("tessera_spec_steps_total", "counter", "Engine steps that verified speculative drafts.", double(s.spec.steps));
   metric("tessera_spec_steps_off_batch_total", "counter", "Steps whose decodes did not speculate: too many of them.",
          double(s.spec.steps_off_batch));
@@ -156,6 +152,10 @@ std::string prometheus(ServerContext& ctx) {
   metric("tessera_spec_draft_model_out_of_blocks_total", "counter", "Drafts skipped because the draft model's KV pool was full.",
          double(ps.out_of_blocks));
   metric("tessera_spec_draft_model_failures_total", "counter", "Draft model calls whose forward failed.", double(ps.failures));
+}
+
+// The latest step and the fitted step cost model.
+void step_metrics(const Metric& metric, std::ostringstream& o, const EngineStats& s) {
   metric("tessera_step_tokens", "gauge", "Tokens in the latest engine step.", s.sched.step.last_step_tokens);
   metric("tessera_step_prefill_tokens", "gauge", "Prefill chunk tokens in the latest engine step.", s.sched.step.last_prefill_tokens);
   metric("tessera_step_seconds", "gauge", "Measured time of the latest engine step.", s.sched.step.last_step_ms / 1e3);
@@ -168,6 +168,44 @@ std::string prometheus(ServerContext& ctx) {
   const std::pair<const char*, double> terms[] = {{"step", s.sched.step.cost.c0_ms}, {"token", s.sched.step.cost.token_ms},
                                                   {"logit", s.sched.step.cost.logit_ms}, {"pair", s.sched.step.cost.pair_ms}};
   for (const auto& [term, ms] : terms) o << "tessera_step_cost_seconds{term=\"" << term << "\"} " << ms / 1e3 << "\n";
+}
+
+}  // namespace
+
+std::string prometheus(ServerContext& ctx) {
+  const EngineStats s = ctx.engine->stats();
+  std::ostringstream o;
+  o.precision(15);  // counters stay exact far past the default 6 digits
+  const Metric metric{o};
+  metric("tessera_requests_running", "gauge", "Sequences holding KV blocks.", s.running);
+  metric("tessera_requests_waiting", "gauge", "Sequences queued for admission (queue depth).", s.waiting);
+  metric("tessera_http_requests_in_flight", "gauge", "Generation requests admitted and not finished.",
+         ctx.in_flight.load());
+  kv_metrics(metric, s);
+  state_metrics(metric, s);
+  preemption_metrics(metric, s);
+  metric("tessera_executables_built_total", "counter",
+         "Step graphs prepared (validated, planned, recorded): a new shape bucket, or one evicted from the cache.",
+         double(s.exec.built));
+  metric("tessera_executables_reused_total", "counter", "Steps that re-submitted a cached executable.",
+         double(s.exec.reused));
+  metric("tessera_steps_total", "counter", "Engine steps run.", double(s.sched.steps));
+  metric("tessera_grammar_masks_total", "counter", "Grammar masks computed (one per token sampled under a grammar).",
+         double(s.grammar.masks));
+  metric("tessera_grammar_mask_seconds_total", "counter", "Host time computing grammar masks.",
+         s.grammar.mask_ms_sum / 1e3);
+  metric("tessera_grammar_mask_seconds_p99", "gauge",
+         "99th percentile of one grammar mask's host time (10 us buckets).", s.grammar.mask_ms_p99 / 1e3);
+  metric("tessera_grammar_mask_seconds_max", "gauge", "The slowest grammar mask.", s.grammar.mask_ms_max / 1e3);
+  metric("tessera_grammar_dead_ends_total", "counter", "Requests ended because their grammar allowed no next token.",
+         double(s.grammar.dead_ends));
+  metric("tessera_prompt_tokens_total", "counter", "Prompt tokens admitted.", double(s.sched.admitted_tokens));
+  metric("tessera_prompt_tokens_cached_total", "counter", "Prompt tokens served from the prefix cache.",
+         double(s.sched.cached_tokens));
+  metric("tessera_prefix_cache_hit_rate", "gauge", "Cached over admitted prompt tokens.", s.prefix_hit_rate());
+  metric("tessera_generation_tokens_total", "counter", "Tokens generated.", double(s.generated_tokens));
+  spec_metrics(metric, s);
+  step_metrics(metric, o, s);
   {
     std::lock_guard<std::mutex> lock(ctx.mu);
     o << "# HELP tessera_request_finished_total Finished choices by reason.\n# TYPE tessera_request_finished_total counter\n";
@@ -185,6 +223,5 @@ std::string prometheus(ServerContext& ctx) {
   write_vllm_metrics(o, ctx, s);
   return o.str();
 }
-
 
 }  // namespace tessera::server
