@@ -86,6 +86,82 @@ Result<float> layer_scalar(const gguf::File& f, int layer) {
   return v;
 }
 
+// The head widths of the global and sliding layers (|key_full|, |key_swa|: keys as wide as
+// values), their rotary dims and bases, the norm epsilon and the final logit softcap.
+Status read_heads_and_rope(const gguf::File& f, const std::string& a, ModelConfig* c, int* key_full, int* key_swa) {
+  int v_full = 0, v_swa = 0, rot_full = 0, rot_swa = 0;
+  int& head_full = *key_full;
+  int& head_swa = *key_swa;
+  TS_ASSIGN_OR_RETURN(head_full, gguf_int32_key(f, a + "attention.key_length"));
+  TS_ASSIGN_OR_RETURN(v_full, gguf_int32_key(f, a + "attention.value_length", head_full));
+  TS_ASSIGN_OR_RETURN(head_swa, gguf_int32_key(f, a + "attention.key_length_swa", head_full));
+  TS_ASSIGN_OR_RETURN(v_swa, gguf_int32_key(f, a + "attention.value_length_swa", head_swa));
+  if (head_full <= 0 || head_swa <= 0 || head_full % 2 || head_swa % 2 || v_full != head_full || v_swa != head_swa)
+    return InvalidArgument(f.path() + ": " + a + "attention.key_length " + std::to_string(head_full) +
+                           " / value_length " + std::to_string(v_full) + " and key_length_swa " +
+                           std::to_string(head_swa) + " / value_length_swa " + std::to_string(v_swa) +
+                           " must be positive, even and keys as wide as values");
+  TS_ASSIGN_OR_RETURN(rot_full, gguf_int32_key(f, a + "rope.dimension_count", head_full));
+  TS_ASSIGN_OR_RETURN(rot_swa, gguf_int32_key(f, a + "rope.dimension_count_swa", head_swa));
+  if (rot_full <= 0 || rot_full > head_full || rot_full % 2 || rot_swa <= 0 || rot_swa > head_swa || rot_swa % 2)
+    return InvalidArgument(f.path() + ": " + a + "rope.dimension_count " + std::to_string(rot_full) +
+                           " and rope.dimension_count_swa " + std::to_string(rot_swa) +
+                           " must be even and within their heads (" + std::to_string(head_full) + ", " +
+                           std::to_string(head_swa) + ")");
+  double d = 0;
+  TS_ASSIGN_OR_RETURN(d, gguf_float_or(f, a + "attention.layer_norm_rms_epsilon", 1e-6));
+  c->rms_eps = float(d);
+  if (!(c->rms_eps > 0.0f))
+    return InvalidArgument(f.path() + ": " + a + "attention.layer_norm_rms_epsilon must be positive");
+  c->rope.mode = RopeMode::kNeox;  // HF's rotate_half; the converter leaves q/k rows as they are
+  c->rope.n_dims = rot_full;
+  TS_ASSIGN_OR_RETURN(d, gguf_float_or(f, a + "rope.freq_base", 1000000.0));
+  c->rope.freq_base = float(d);
+  c->rope.n_ctx_orig = c->n_ctx_train;
+  c->rope_sliding = c->rope;
+  c->rope_sliding.n_dims = rot_swa;
+  TS_ASSIGN_OR_RETURN(d, gguf_float_or(f, a + "rope.freq_base_swa", 10000.0));
+  c->rope_sliding.freq_base = float(d);
+  if (!(c->rope.freq_base > 0) || !(c->rope_sliding.freq_base > 0))
+    return InvalidArgument(f.path() + ": " + a + "rope.freq_base and rope.freq_base_swa must be positive");
+  TS_ASSIGN_OR_RETURN(d, gguf_float_or(f, a + "final_logit_softcapping", 0.0));
+  if (!(d >= 0) || !std::isfinite(d))
+    return InvalidArgument(f.path() + ": " + a + "final_logit_softcapping must be >= 0");
+  c->final_softcap = float(d);
+  c->qk_norm = QkNorm::kPerHead;
+  c->embd_scale = std::sqrt(float(c->n_embd));
+  c->attn_scale = 1.0f;  // Gemma 4's q and k are RMS-normed per head and not scaled again
+  return OkStatus();
+}
+
+// KV sharing: layer l >= n_layers - shared reads the K/V of the last layer of its kind before them.
+Status read_kv_sharing(const gguf::File& f, const std::string& a, ModelConfig* c) {
+  int shared = 0;
+  TS_ASSIGN_OR_RETURN(shared, gguf_int32_key(f, a + "attention.shared_kv_layers", 0));
+  if (shared < 0 || shared >= c->n_layers)
+    return InvalidArgument(f.path() + ": " + a + "attention.shared_kv_layers " + std::to_string(shared) +
+                           " outside [0, block_count)");
+  c->layer_kv_source.resize(size_t(c->n_layers));
+  const int first_shared = c->n_layers - shared;
+  for (int l = 0; l < c->n_layers; ++l) {
+    int src = l;
+    if (l >= first_shared) {
+      src = -1;
+      for (int j = first_shared - 1; j >= 0 && src < 0; --j)
+        if (c->layer_sliding[size_t(j)] == c->layer_sliding[size_t(l)]) src = j;
+      if (src < 0)
+        return InvalidArgument(f.path() + ": layer " + std::to_string(l) + " shares K/V (" + a +
+                               "attention.shared_kv_layers " + std::to_string(shared) +
+                               ") but no earlier layer of its kind computes them");
+      if (c->layer_kv_heads[size_t(src)] != c->layer_kv_heads[size_t(l)])
+        return InvalidArgument(f.path() + ": layer " + std::to_string(l) + " shares the K/V of layer " +
+                               std::to_string(src) + " but their head_count_kv differ");
+    }
+    c->layer_kv_source[size_t(l)] = src;
+  }
+  return OkStatus();
+}
+
 Result<ModelConfig> gemma4_config(const gguf::File& f) {
   ModelConfig c;
   TS_ASSIGN_OR_RETURN(c.arch, f.get_string("general.architecture"));
@@ -115,46 +191,8 @@ Result<ModelConfig> gemma4_config(const gguf::File& f) {
   TS_ASSIGN_OR_RETURN(c.layer_kv_heads, per_layer_ints(f, a + "attention.head_count_kv", c.n_layers, c.n_heads));
   c.n_kv_heads = c.layer_kv_heads[0];
 
-  int head_full = 0, head_swa = 0, v_full = 0, v_swa = 0, rot_full = 0, rot_swa = 0;
-  TS_ASSIGN_OR_RETURN(head_full, gguf_int32_key(f, a + "attention.key_length"));
-  TS_ASSIGN_OR_RETURN(v_full, gguf_int32_key(f, a + "attention.value_length", head_full));
-  TS_ASSIGN_OR_RETURN(head_swa, gguf_int32_key(f, a + "attention.key_length_swa", head_full));
-  TS_ASSIGN_OR_RETURN(v_swa, gguf_int32_key(f, a + "attention.value_length_swa", head_swa));
-  if (head_full <= 0 || head_swa <= 0 || head_full % 2 || head_swa % 2 || v_full != head_full || v_swa != head_swa)
-    return InvalidArgument(f.path() + ": " + a + "attention.key_length " + std::to_string(head_full) +
-                           " / value_length " + std::to_string(v_full) + " and key_length_swa " +
-                           std::to_string(head_swa) + " / value_length_swa " + std::to_string(v_swa) +
-                           " must be positive, even and keys as wide as values");
-  TS_ASSIGN_OR_RETURN(rot_full, gguf_int32_key(f, a + "rope.dimension_count", head_full));
-  TS_ASSIGN_OR_RETURN(rot_swa, gguf_int32_key(f, a + "rope.dimension_count_swa", head_swa));
-  if (rot_full <= 0 || rot_full > head_full || rot_full % 2 || rot_swa <= 0 || rot_swa > head_swa || rot_swa % 2)
-    return InvalidArgument(f.path() + ": " + a + "rope.dimension_count " + std::to_string(rot_full) +
-                           " and rope.dimension_count_swa " + std::to_string(rot_swa) +
-                           " must be even and within their heads (" + std::to_string(head_full) + ", " +
-                           std::to_string(head_swa) + ")");
-  double d = 0;
-  TS_ASSIGN_OR_RETURN(d, gguf_float_or(f, a + "attention.layer_norm_rms_epsilon", 1e-6));
-  c.rms_eps = float(d);
-  if (!(c.rms_eps > 0.0f))
-    return InvalidArgument(f.path() + ": " + a + "attention.layer_norm_rms_epsilon must be positive");
-  c.rope.mode = RopeMode::kNeox;  // HF's rotate_half; the converter leaves q/k rows as they are
-  c.rope.n_dims = rot_full;
-  TS_ASSIGN_OR_RETURN(d, gguf_float_or(f, a + "rope.freq_base", 1000000.0));
-  c.rope.freq_base = float(d);
-  c.rope.n_ctx_orig = c.n_ctx_train;
-  c.rope_sliding = c.rope;
-  c.rope_sliding.n_dims = rot_swa;
-  TS_ASSIGN_OR_RETURN(d, gguf_float_or(f, a + "rope.freq_base_swa", 10000.0));
-  c.rope_sliding.freq_base = float(d);
-  if (!(c.rope.freq_base > 0) || !(c.rope_sliding.freq_base > 0))
-    return InvalidArgument(f.path() + ": " + a + "rope.freq_base and rope.freq_base_swa must be positive");
-  TS_ASSIGN_OR_RETURN(d, gguf_float_or(f, a + "final_logit_softcapping", 0.0));
-  if (!(d >= 0) || !std::isfinite(d))
-    return InvalidArgument(f.path() + ": " + a + "final_logit_softcapping must be >= 0");
-  c.final_softcap = float(d);
-  c.qk_norm = QkNorm::kPerHead;
-  c.embd_scale = std::sqrt(float(c.n_embd));
-  c.attn_scale = 1.0f;  // Gemma 4's q and k are RMS-normed per head and not scaled again
+  int head_full = 0, head_swa = 0;
+  TS_RETURN_IF_ERROR(read_heads_and_rope(f, a, &c, &head_full, &head_swa));
 
   // Which layers slide: one bool per layer (the global layers use the whole context).
   TS_ASSIGN_OR_RETURN(c.sliding_window, gguf_int32_key(f, a + "attention.sliding_window"));
@@ -177,30 +215,7 @@ Result<ModelConfig> gemma4_config(const gguf::File& f) {
   }
   c.head_dim = c.layer_head_dim[0];
 
-  // KV sharing: layer l >= n_layers - shared reads the K/V of the last layer of its kind before them.
-  int shared = 0;
-  TS_ASSIGN_OR_RETURN(shared, gguf_int32_key(f, a + "attention.shared_kv_layers", 0));
-  if (shared < 0 || shared >= c.n_layers)
-    return InvalidArgument(f.path() + ": " + a + "attention.shared_kv_layers " + std::to_string(shared) +
-                           " outside [0, block_count)");
-  c.layer_kv_source.resize(size_t(c.n_layers));
-  const int first_shared = c.n_layers - shared;
-  for (int l = 0; l < c.n_layers; ++l) {
-    int src = l;
-    if (l >= first_shared) {
-      src = -1;
-      for (int j = first_shared - 1; j >= 0 && src < 0; --j)
-        if (c.layer_sliding[size_t(j)] == c.layer_sliding[size_t(l)]) src = j;
-      if (src < 0)
-        return InvalidArgument(f.path() + ": layer " + std::to_string(l) + " shares K/V (" + a +
-                               "attention.shared_kv_layers " + std::to_string(shared) +
-                               ") but no earlier layer of its kind computes them");
-      if (c.layer_kv_heads[size_t(src)] != c.layer_kv_heads[size_t(l)])
-        return InvalidArgument(f.path() + ": layer " + std::to_string(l) + " shares the K/V of layer " +
-                               std::to_string(src) + " but their head_count_kv differ");
-    }
-    c.layer_kv_source[size_t(l)] = src;
-  }
+  TS_RETURN_IF_ERROR(read_kv_sharing(f, a, &c));
 
   TS_ASSIGN_OR_RETURN(c.n_embd_per_layer, gguf_int32_key(f, a + "embedding_length_per_layer_input", 0));
   if (c.n_embd_per_layer < 0)
