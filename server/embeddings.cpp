@@ -137,6 +137,39 @@ std::optional<ApiError> parse_embedding_request(ServerContext& ctx, const std::s
   return std::nullopt;
 }
 
+namespace {
+
+// The reply to an embeddings request whose inputs all finished: OpenAI's list of vectors (or the
+// first input's error, a 500).
+void send_embeddings(ServerContext& ctx, httplib::Response& res, const EmbedState& st, bool base64,
+                     int64_t prompt_tokens) {
+  const size_t n = st.vectors.size();
+  if (st.failed) {
+    for (size_t i = 0; i < n; ++i)
+      if (!st.errors[i].empty())
+        return send_error(ctx, res, {500, "input " + std::to_string(i) + ": " + st.errors[i], "", "", "server_error"});
+  }
+  json data = json::array();
+  for (size_t i = 0; i < n; ++i) {
+    json e = {{"object", "embedding"}, {"index", i}};
+    if (base64) e["embedding"] = base64_floats(st.vectors[i]);
+    else e["embedding"] = st.vectors[i];
+    data.push_back(std::move(e));
+  }
+  {
+    std::lock_guard<std::mutex> ctx_lock(ctx.mu);
+    ctx.finished["stop"] += int64_t(n);
+    ctx.prompt_tokens += prompt_tokens;
+  }
+  json body = {{"object", "list"},
+               {"data", std::move(data)},
+               {"model", ctx.opts.model_name},
+               {"usage", {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}}}};
+  res.set_content(dump(body), "application/json");
+}
+
+}  // namespace
+
 void handle_embeddings(ServerContext& ctx, const httplib::Request& hreq, httplib::Response& res) {
   if (!ctx.ready.load()) return send_error(ctx, res, {503, "the model is still loading", "", "loading", "server_error"});
   if (ctx.shutting_down.load())
@@ -202,25 +235,7 @@ void handle_embeddings(ServerContext& ctx, const httplib::Request& hreq, httplib
     return;
   }
   ctx.in_flight.fetch_sub(1);
-  if (st->failed) {
-    for (size_t i = 0; i < n; ++i)
-      if (!st->errors[i].empty()) return send_error(ctx, res, {500, "input " + std::to_string(i) + ": " + st->errors[i], "", "", "server_error"});
-  }
-  json data = json::array();
-  for (size_t i = 0; i < n; ++i) {
-    json e = {{"object", "embedding"}, {"index", i}};
-    if (req.base64) e["embedding"] = base64_floats(st->vectors[i]);
-    else e["embedding"] = st->vectors[i];
-    data.push_back(std::move(e));
-  }
-  {
-    std::lock_guard<std::mutex> ctx_lock(ctx.mu);
-    ctx.finished["stop"] += int64_t(n);
-    ctx.prompt_tokens += prompt_tokens;
-  }
-  json body = {{"object", "list"}, {"data", std::move(data)}, {"model", ctx.opts.model_name},
-               {"usage", {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}}}};
-  res.set_content(dump(body), "application/json");
+  send_embeddings(ctx, res, *st, req.base64, prompt_tokens);
 }
 
 }  // namespace tessera::server
