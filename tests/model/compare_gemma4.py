@@ -31,21 +31,14 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "gemma4"))
 import make_gemma4  # noqa: E402
 import numpy_gemma4  # noqa: E402
-from compare_numpy import compare, device_unusable  # noqa: E402
+from compare_numpy import compare, device_unusable, nrmse, tessera_logits  # noqa: E402
 
 TOL = 1e-4
 N = 40
 
 
-def nrmse(a, b):
-    return float(np.sqrt(np.sum((a - b) ** 2) / np.sum(b ** 2)))
 
 
-def tessera_logits(bin_dir, model, ids, device, scratch, chunk):
-    out = os.path.join(scratch, "ours.npy")
-    subprocess.run([os.path.join(bin_dir, "tessera"), "eval", "-q", "-m", model, "--device", device, "--kv-dtype", "f32",
-                    "--chunk", str(chunk), "--tokens", ",".join(map(str, ids)), "-o", out], check=True)
-    return np.load(out).astype(np.float64)
 
 
 def main():

@@ -35,7 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "gpt_oss"))
 import numpy_gpt_oss  # noqa: E402
-from compare_numpy import compare, device_unusable  # noqa: E402
+from compare_numpy import compare, device_unusable, nrmse, tessera_logits  # noqa: E402
 
 TOL = 1e-4  # f32 experts on every device, MXFP4 experts where the matmul decodes them to float
 # MXFP4 experts on the CPU, whose block-format kernels quantise the activations to int8 per 32
@@ -45,15 +45,8 @@ TOL_MXFP4_CPU = 5e-2
 N = 64
 
 
-def nrmse(a, b):
-    return float(np.sqrt(np.sum((a - b) ** 2) / np.sum(b ** 2)))
 
 
-def tessera_logits(bin_dir, model, ids, device, scratch, chunk):
-    out = os.path.join(scratch, "ours.npy")
-    subprocess.run([os.path.join(bin_dir, "tessera"), "eval", "-q", "-m", model, "--device", device, "--kv-dtype", "f32",
-                    "--chunk", str(chunk), "--tokens", ",".join(map(str, ids)), "-o", out], check=True)
-    return np.load(out).astype(np.float64)
 
 
 def make(scratch, name, extra):

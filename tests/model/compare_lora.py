@@ -22,21 +22,10 @@ import sys
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from compare_numpy import device_unusable, nrmse, tessera_logits  # noqa: E402
+
 TOL = 1e-5
-
-
-def eval_logits(bin_dir, model, ids, device, scratch, loras=()):
-    out = os.path.join(scratch, "logits.npy")
-    cmd = [os.path.join(bin_dir, "tessera"), "eval", "-q", "-m", model, "--device", device, "--kv-dtype", "f32",
-           "--tokens", ",".join(map(str, ids)), "-o", out]
-    for spec in loras:
-        cmd += ["--lora", spec]
-    subprocess.run(cmd, check=True)
-    return np.load(out).astype(np.float64)
-
-
-def nrmse(a, b):
-    return float(np.sqrt(np.sum((a - b) ** 2) / np.sum(b ** 2)))
 
 
 def main():
@@ -49,19 +38,18 @@ def main():
     base = os.path.join(args.scratch, "tiny-llama-f32.gguf")
     subprocess.run([os.path.join(args.bin_dir, "make_tiny_model"), "--arch", "llama", "--dtype", "f32", "--out", base],
                    check=True, stdout=subprocess.DEVNULL)
-    probe = subprocess.run([os.path.join(args.bin_dir, "tessera"), "eval", "-q", "-m", base, "--device", args.device,
-                            "--tokens", "1", "-o", os.path.join(args.scratch, "probe.npy")], capture_output=True, text=True)
-    if probe.returncode != 0 and ("is unavailable" in probe.stderr or "no device '" in probe.stderr):
-        print(f"SKIP: [hardware] {probe.stderr.strip()}")
+    why = device_unusable(args.bin_dir, base, args.device, args.scratch)
+    if why:
+        print(f"SKIP: [hardware] {why}")  # a device that is absent: the one skip CI allows
         sys.exit(77)
     subprocess.run([sys.executable, os.path.join(HERE, "lora", "make_lora.py"), base, args.scratch], check=True)
     d = lambda name: os.path.join(args.scratch, name)  # noqa: E731
     ids = [int(x) for x in np.random.default_rng(7).integers(0, 256, 24)]
     failures = []
-    plain = eval_logits(args.bin_dir, base, ids, args.device, args.scratch)
+    plain = tessera_logits(args.bin_dir, base, ids, args.device, args.scratch)
     for name, loras in (("a", [f"a={d('adapter-a')}"]), ("b", [f"b={d('adapter-b')}", f"a={d('adapter-a')}"])):
-        ours = eval_logits(args.bin_dir, base, ids, args.device, args.scratch, loras)
-        ref = eval_logits(args.bin_dir, d(f"merged-{name}.gguf"), ids, args.device, args.scratch)
+        ours = tessera_logits(args.bin_dir, base, ids, args.device, args.scratch, loras=loras)
+        ref = tessera_logits(args.bin_dir, d(f"merged-{name}.gguf"), ids, args.device, args.scratch)
         e, moved = nrmse(ours, ref), nrmse(plain, ref)
         print(f"adapter {name} ({' '.join(loras)}): unmerged vs merged nrmse {e:.3e} (tol {TOL:g}); "
               f"base vs merged {moved:.3e}; argmax agrees at {int(np.sum(ours.argmax(1) == ref.argmax(1)))}/{len(ids)}")

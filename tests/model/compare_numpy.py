@@ -31,11 +31,23 @@ TOL = {"f32": 1e-4, "f16": 1e-3, "q8_0": 3e-2, "q4_0": 5e-2, "q4_1": 5e-2}
 N_TOKENS = 64
 
 
-def tessera_logits(bin_dir, model, ids, device, scratch):
+def tessera_logits(bin_dir, model, ids, device, scratch, chunk=0, loras=()):
+    """Tessera's logits for |ids| (f32 KV cache); |chunk| > 0: prefill in chunks of that many tokens;
+    |loras|: NAME=PATH adapters (--lora), the first applied."""
     out = os.path.join(scratch, "ours.npy")
-    subprocess.run([os.path.join(bin_dir, "tessera"), "eval", "-q", "-m", model, "--device", device,
-                    "--kv-dtype", "f32", "--tokens", ",".join(map(str, ids)), "-o", out], check=True)
+    cmd = [os.path.join(bin_dir, "tessera"), "eval", "-q", "-m", model, "--device", device,
+           "--kv-dtype", "f32", "--tokens", ",".join(map(str, ids)), "-o", out]
+    if chunk:
+        cmd += ["--chunk", str(chunk)]
+    for spec in loras:
+        cmd += ["--lora", spec]
+    subprocess.run(cmd, check=True)
     return np.load(out).astype(np.float64)
+
+
+def nrmse(a, b):
+    """Normalised RMS of a - b relative to b."""
+    return float(np.sqrt(np.sum((a - b) ** 2) / np.sum(b ** 2)))
 
 
 def device_unusable(bin_dir, model, device, scratch):

@@ -34,11 +34,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import numpy_phi3  # noqa: E402
-from compare_numpy import N_TOKENS, TOL, compare, device_unusable, tessera_logits  # noqa: E402
+from compare_numpy import N_TOKENS, TOL, compare, device_unusable, nrmse, tessera_logits  # noqa: E402
 
 
-def nrmse(a, b):
-    return float(np.sqrt(np.sum((a - b) ** 2) / np.sum(b ** 2)))
 
 
 def gguf_fields(reader):
