@@ -273,34 +273,33 @@ ToolCallStream::Delta ToolCallStream::update(const std::string& text, bool final
   const bool harmony = is_harmony(text);
   Scan s = harmony ? scan_harmony(text, final) : scan_hermes(req_, text, final);
   Delta d;
+  // The calls that may open: those in order up to the first whose name is incomplete or not
+  // offered (the reply is not a valid call from there on, as parse_tool_calls would say).
+  const auto offered = [&](const PartialCall& pc) { return pc.named && offered_tool(req_, pc.name) != nullptr; };
+  size_t callable = 0;
+  while (callable < s.calls.size() && offered(s.calls[callable])) ++callable;
   // A reply that ends without a call of an offered function is content, all of it (as
   // parse_tool_calls says of a <tool_call> block naming a function that was not offered); the
   // content sent so far is then a prefix of the text.
-  bool offered_call = false;
-  for (const PartialCall& pc : s.calls) offered_call |= pc.named && offered_tool(req_, pc.name);
-  if (final && !harmony && !offered_call && !opened_calls()) s.content = text, s.calls.clear();
+  if (final && !harmony && !opened_calls() && std::none_of(s.calls.begin(), s.calls.end(), offered)) s.content = text;
   if (s.content.size() > content_sent_) {
     d.content = s.content.substr(content_sent_);
     content_sent_ = s.content.size();
   }
-  // Calls open in order; one whose name is not offered stops the stream of calls (the reply is
-  // not a valid call from there on, as parse_tool_calls would say).
-  for (size_t i = 0; i < s.calls.size(); ++i) {
+  for (size_t i = 0; i < callable; ++i) {
     const PartialCall& pc = s.calls[i];
-    if (!pc.named || !offered_tool(req_, pc.name)) break;
-    if (i >= sent_.size()) sent_.emplace_back();
-    Sent& sent = sent_[i];
-    const std::string fresh = pc.args.size() > sent.args ? pc.args.substr(sent.args) : std::string();
-    if (!sent.header) {
+    const size_t sent = i < args_sent_.size() ? args_sent_[i] : 0;
+    const std::string fresh = pc.args.size() > sent ? pc.args.substr(sent) : std::string();
+    if (i >= args_sent_.size()) {  // the call opens: its index, id and name
       d.tool_calls.push_back({{"index", i},
                               {"id", id_prefix_ + std::to_string(i)},
                               {"type", "function"},
                               {"function", {{"name", pc.name}, {"arguments", fresh}}}});
-      sent.header = true;
+      args_sent_.push_back(pc.args.size());
     } else if (!fresh.empty()) {
       d.tool_calls.push_back({{"index", i}, {"function", {{"arguments", fresh}}}});
+      args_sent_[i] = pc.args.size();
     }
-    sent.args = std::max(sent.args, pc.args.size());
   }
   return d;
 }

@@ -30,17 +30,13 @@ class ToolCallStream {
   // |final|: the reply has ended, so nothing is held back.
   Delta update(const std::string& text, bool final);
   // Whether any call has been opened (the choice then finishes with "tool_calls").
-  bool opened_calls() const { return !sent_.empty() && sent_.front().header; }
+  bool opened_calls() const { return !args_sent_.empty(); }
 
  private:
-  struct Sent {
-    bool header = false;
-    size_t args = 0;  // bytes of the arguments sent
-  };
   const ParsedRequest& req_;
   std::string id_prefix_;
   size_t content_sent_ = 0;
-  std::vector<Sent> sent_;
+  std::vector<size_t> args_sent_;  // per call opened: bytes of its arguments sent
 };
 
 }  // namespace tessera::server
