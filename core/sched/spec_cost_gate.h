@@ -4,6 +4,7 @@
 // The Engine (engine_spec.cpp) asks the gate around its proposer call and reports every
 // verification back to it; the gate holds no sequence and runs nothing.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
