@@ -19,6 +19,7 @@ struct tessera_model {
 struct tessera_context {
   tessera_model* model;
   std::unique_ptr<tessera::KvCache> kv;
+  int32_t lora = -1;  // tessera_context_set_lora
 };
 
 namespace {
@@ -112,6 +113,33 @@ tessera_status tessera_tokenize(const tessera_model* m, const char* text, int ad
   return report(tessera::OkStatus());
 }
 
+tessera_status tessera_model_load_lora(tessera_model* m, const char* name, const char* path, int32_t* slot) {
+  if (!m || !name || !path) return invalid("tessera_model_load_lora: model, name and path must not be NULL");
+  if (!m->model) return invalid("tessera_model_load_lora: the model was loaded vocab-only (tessera_model_load_vocab)");
+  auto s = m->model->add_lora(name, path);
+  if (!s.ok()) return report(s.status());
+  if (slot) *slot = int32_t(*s);
+  return report(tessera::OkStatus());
+}
+
+int32_t tessera_model_n_loras(const tessera_model* m) { return m && m->model ? m->model->n_loras() : 0; }
+
+const char* tessera_model_lora_name(const tessera_model* m, int32_t slot) {
+  if (!m || !m->model || slot < 0 || slot >= m->model->n_loras()) return nullptr;
+  return m->model->loras()[size_t(slot)].name.c_str();
+}
+
+tessera_status tessera_context_set_lora(tessera_context* ctx, int32_t slot) {
+  if (!ctx) return invalid("tessera_context_set_lora: ctx must not be NULL");
+  const int32_t n = ctx->model->model->n_loras();
+  if (slot < -1 || slot >= n)
+    return report(tessera::InvalidArgument("tessera_context_set_lora: slot " + std::to_string(slot) +
+                                           " is not loaded (" + std::to_string(n) +
+                                           " adapters; -1 is the base model)"));
+  ctx->lora = slot;
+  return report(tessera::OkStatus());
+}
+
 tessera_context_params tessera_context_default_params(void) { return {4096}; }
 
 tessera_status tessera_context_create(tessera_model* model, const tessera_context_params* params, tessera_context** out) {
@@ -156,6 +184,7 @@ tessera_status tessera_generate(tessera_context* ctx, const char* prompt, const 
   req.sampling.top_p = p.top_p;
   req.sampling.min_p = p.min_p;
   req.sampling.seed = p.seed;
+  req.lora = ctx->lora;
   tessera::Engine engine(model, *ctx->kv, model.codec());
   tessera::RequestId id = 0;
   bool stop = false;

@@ -547,8 +547,12 @@ TextCodec Model::codec() const {
   return c;
 }
 
-Result<int> Model::add_lora(const std::string& name, const std::string& dir) {
+Result<int> Model::add_lora(const std::string& name, const std::string& dir, const LoraLimits& limits) {
   if (pending_.active) return Internal("Model::add_lora: a step is pending (collect it first)");
+  if (limits.max_loras > 0 && int(loras_.size()) >= limits.max_loras)
+    return ResourceExhausted("cannot load adapter '" + name + "': " + std::to_string(loras_.size()) +
+                             " adapters are loaded, the most --max-loras allows (" + std::to_string(limits.max_loras) +
+                             ")");
   for (const LoraAdapter& a : loras_)
     if (a.name == name)
       return InvalidArgument("an adapter named '" + name + "' is already loaded (from " + a.path + ")");
@@ -556,6 +560,9 @@ Result<int> Model::add_lora(const std::string& name, const std::string& dir) {
   for (const LoraTarget& t : lora_targets_)
     if (t.weight->buffer) targets.push_back(t);
   TS_ASSIGN_OR_RETURN(LoraAdapter a, read_peft_adapter(name, dir, *arch_, cfg_, targets));
+  if (limits.max_rank > 0 && a.rank > limits.max_rank)
+    return InvalidArgument("adapter '" + name + "' (" + dir + ") has rank " + std::to_string(a.rank) +
+                           ", above --max-lora-rank " + std::to_string(limits.max_rank));
   std::vector<LoraAdapter> next = loras_;
   next.push_back(std::move(a));
   TS_ASSIGN_OR_RETURN(std::unique_ptr<LoraSet> set, LoraSet::build(*device_, next));

@@ -107,13 +107,16 @@ class Model final : public ModelRunner {
   // LoRA adapters (docs/lora.md). add_lora reads a PEFT adapter folder against this model and
   // gives it the next slot (returned); its errors name the adapter and what does not fit, and
   // leave the loaded adapters as they were. Not while a step is pending (submit without collect).
-  Result<int> add_lora(const std::string& name, const std::string& dir);
+  // |limits| (0: none): refuses an adapter beyond max_loras loaded or of rank above max_rank.
+  Result<int> add_lora(const std::string& name, const std::string& dir, const LoraLimits& limits = {});
   const std::vector<LoraAdapter>& loras() const { return loras_; }
   // The adapter slot every sequence of a step runs under (-1: the base model). With adapters
   // loaded, every projection an adapter targets goes through the lora op, so switching the slot
   // reuses the step graphs.
   Status set_default_lora(int slot);
-  int default_lora() const { return default_lora_; }
+  int default_lora_slot() const { return default_lora_; }
+  int32_t n_loras() const override { return int32_t(loras_.size()); }
+  LoraRef default_lora() const override { return lora(default_lora_); }
 
   // Expert statistics (MoE models; a no-op for dense ones). Off by default: when on, each step
   // keeps the router's expert ids ([T, k] i32 per layer) alive and downloads them after compute.

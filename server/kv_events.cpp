@@ -25,6 +25,8 @@ struct Event {
   std::vector<BlockHash> hashes;
   BlockHash parent = 0;         // kStored: 0 for none
   std::vector<int32_t> tokens;  // kStored: every block's tokens, in order
+  int32_t lora_id = 0;          // kStored: the adapter the blocks were computed under (0: none)
+  std::string lora_name;        // kStored: its name (KvEventsOptions::lora_name)
 };
 
 // [timestamp, [events], dp_rank] in msgpack (kv_events.h).
@@ -41,7 +43,9 @@ struct Event {
       continue;
     }
     const bool stored = e.kind == Event::kStored;
-    msgpack::array(out, stored ? 7 : 3);
+    // vLLM's BlockStored omits trailing defaults: lora_name only follows medium when set.
+    const bool named = stored && e.lora_id != 0 && !e.lora_name.empty();
+    msgpack::array(out, stored ? (named ? 8 : 7) : 3);
     msgpack::str(out, stored ? "BlockStored" : "BlockRemoved");
     msgpack::array(out, e.hashes.size());
     for (BlockHash h : e.hashes) msgpack::u64(out, h);
@@ -51,9 +55,11 @@ struct Event {
       msgpack::array(out, e.tokens.size());
       for (int32_t t : e.tokens) msgpack::u64(out, uint64_t(uint32_t(t)));
       msgpack::u64(out, uint64_t(block_size));
-      msgpack::nil(out);  // lora_id: no adapters
+      if (e.lora_id == 0) msgpack::nil(out);  // lora_id: nil for the base model
+      else msgpack::u64(out, uint64_t(uint32_t(e.lora_id)));
     }
     msgpack::str(out, "GPU");  // medium: the device's KV cache, the tier routers credit in full
+    if (named) msgpack::str(out, e.lora_name);
   }
   msgpack::u64(out, 0);  // data-parallel rank
   return out;
@@ -84,7 +90,7 @@ struct KvEventPublisher::Impl {
     std::lock_guard<std::mutex> lock(mu);
     // A chain of blocks stored one after another becomes one event (as vLLM sends a prompt's).
     if (e.kind == Event::kStored && !pending.empty() && pending.back().kind == Event::kStored &&
-        pending.back().hashes.back() == e.parent) {
+        pending.back().hashes.back() == e.parent && pending.back().lora_id == e.lora_id) {
       Event& last = pending.back();
       last.hashes.push_back(e.hashes[0]);
       last.tokens.insert(last.tokens.end(), e.tokens.begin(), e.tokens.end());
@@ -218,10 +224,13 @@ KvEventPublisher::~KvEventPublisher() {
   impl_->close();
 }
 
-void KvEventPublisher::on_block_stored(BlockHash hash, BlockHash parent, std::span<const int32_t> tokens) {
-  impl_->push(Event{Event::kStored, {hash}, parent, std::vector<int32_t>(tokens.begin(), tokens.end())});
+void KvEventPublisher::on_block_stored(BlockHash hash, BlockHash parent, std::span<const int32_t> tokens,
+                                       int32_t lora_id) {
+  std::string name = lora_id != 0 && impl_->opts.lora_name ? impl_->opts.lora_name(lora_id) : std::string();
+  impl_->push(Event{
+      Event::kStored, {hash}, parent, std::vector<int32_t>(tokens.begin(), tokens.end()), lora_id, std::move(name)});
 }
 
-void KvEventPublisher::on_block_removed(BlockHash hash) { impl_->push(Event{Event::kRemoved, {hash}, 0, {}}); }
+void KvEventPublisher::on_block_removed(BlockHash hash) { impl_->push(Event{Event::kRemoved, {hash}, 0, {}, 0, {}}); }
 
 }  // namespace tessera::server

@@ -6,13 +6,15 @@
 // Wire: a PUB socket sends one message per batch, three frames
 //   [topic, sequence number (u64 big-endian, from 0), msgpack payload]
 // payload = [timestamp (float64, seconds since the epoch), [event...], data-parallel rank (0)]
-//   ["BlockStored", [block_hash...], parent_block_hash or nil, [token_id...], block_size, nil, "GPU"]
+//   ["BlockStored", [block_hash...], parent_block_hash or nil, [token_id...], block_size,
+//    lora_id or nil, "GPU"(, lora_name when an adapter)]
 //   ["BlockRemoved", [block_hash...], "GPU"]
 //   ["AllBlocksCleared"]   (the first event after start: this process's cache is empty)
 // The optional replay socket (ROUTER) answers a request [empty, start seq (8 bytes big-endian)]
 // with [empty, seq, payload] for each buffered batch from start on, then [empty, -1 (8 bytes), ""].
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -29,6 +31,9 @@ struct KvEventsOptions {
   std::string topic;            // the first frame of every message
   int32_t block_size = 16;      // the KV cache's block size (every BlockStored states it)
   size_t replay_batches = 10000;  // batches kept for replay
+  // The name of the LoRA adapter with id |lora_id| (> 0) that BlockStored events carry; called
+  // on the engine thread (inside the pool's calls). Unset: events carry the id alone.
+  std::function<std::string(int32_t lora_id)> lora_name;
 };
 
 // A BlockEventSink that queues the pool's events (engine thread, never blocks on I/O) and sends
@@ -41,7 +46,7 @@ class KvEventPublisher : public BlockEventSink {
   // Sends what is queued, then stops the thread and closes the sockets.
   ~KvEventPublisher() override;
 
-  void on_block_stored(BlockHash hash, BlockHash parent, std::span<const int32_t> tokens) override;
+  void on_block_stored(BlockHash hash, BlockHash parent, std::span<const int32_t> tokens, int32_t lora_id) override;
   void on_block_removed(BlockHash hash) override;
 
   struct Impl;

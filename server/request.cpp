@@ -188,17 +188,77 @@ void gate_reasoning(const ServerContext& ctx, int32_t budget, const std::optiona
   out->gen.grammar = std::make_shared<ReasoningGate>(ctx.token_pieces, *tags, budget, close, std::move(inner));
 }
 
+// The served model ids: the base model's, then each adapter's (--lora NAME=PATH).
+std::string served_ids(const ServerContext& ctx) {
+  std::string out = "'" + ctx.opts.model_name + "'";
+  for (const LoraAdapter& a : ctx.model->loras()) out += ", '" + a.name + "'";
+  return out;
+}
+
+// The LoRA adapter a request runs under (docs/lora.md), in either dialect: vLLM's ("model" names
+// an adapter, or the base model) or llama.cpp's ("lora": [{"id": slot, "scale": s}], where an
+// adapter left out has scale 0). One adapter per request, at the scale it was loaded with.
+std::optional<ApiError> select_lora(const ServerContext& ctx, const json& body, int32_t* slot) {
+  *slot = -1;
+  std::string model_name = ctx.opts.model_name;
+  if (auto e = read_field(body, "model", "a string", &model_name)) return e;
+  const std::vector<LoraAdapter>& loras = ctx.model->loras();
+  if (model_name != ctx.opts.model_name) {
+    auto it = std::find_if(loras.begin(), loras.end(), [&](const LoraAdapter& a) { return a.name == model_name; });
+    if (it == loras.end())
+      return ApiError{404, "the model '" + model_name + "' does not exist (this server serves " + served_ids(ctx) + ")",
+                      "model", "model_not_found"};
+    *slot = int32_t(it - loras.begin());
+  }
+  auto it = body.find("lora");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_array())
+    return ApiError{400, "'lora' must be an array of {\"id\", \"scale\"} objects, got " + std::string(it->type_name()),
+                    "lora"};
+  int32_t chosen = -1;
+  for (const json& entry : *it) {
+    if (!entry.is_object()) return ApiError{400, "each 'lora' entry must be an object {\"id\", \"scale\"}", "lora"};
+    int64_t id = -1;
+    double scale = 1.0;
+    if (auto e = read_field(entry, "id", "an integer", &id)) return ApiError{400, "lora: " + e->message, "lora"};
+    if (auto e = read_field(entry, "scale", "a number", &scale)) return ApiError{400, "lora: " + e->message, "lora"};
+    if (!entry.contains("id"))
+      return ApiError{400, "each 'lora' entry needs an 'id' (GET /lora-adapters lists them)", "lora"};
+    if (id < 0 || id >= int64_t(loras.size()))
+      return ApiError{400,
+                      "lora: no adapter has id " + std::to_string(id) + " (this server has " +
+                          std::to_string(loras.size()) + ": GET /lora-adapters lists them)",
+                      "lora"};
+    if (scale == 0.0) continue;  // off, as an adapter left out
+    if (scale != 1.0)
+      return ApiError{400,
+                      "lora: adapter " + std::to_string(id) + " at scale " + entry["scale"].dump() +
+                          ": only 0 (off) and 1 (the scale it was loaded with) are supported per request",
+                      "lora"};
+    if (chosen >= 0 && chosen != int32_t(id))
+      return ApiError{400,
+                      "lora: only one adapter per request can be on (ids " + std::to_string(chosen) + " and " +
+                          std::to_string(id) + " have scale 1)",
+                      "lora"};
+    chosen = int32_t(id);
+  }
+  if (*slot >= 0 && chosen != *slot)
+    return ApiError{
+        400,
+        "'model' names adapter '" + model_name + "' but 'lora' " +
+            (chosen < 0 ? std::string("turns every adapter off") : "selects adapter " + std::to_string(chosen)),
+        "lora"};
+  *slot = chosen;
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<ApiError> parse_request(ServerContext& ctx, const std::string& raw, ParsedRequest* out) {
   const json body = json::parse(raw, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) return ApiError{400, "the request body is not valid JSON", "", "invalid_json"};
   if (!body.is_object()) return ApiError{400, "the request body must be a JSON object"};
-  std::string model_name = ctx.opts.model_name;
-  if (auto e = read_field(body, "model", "a string", &model_name)) return e;
-  if (model_name != ctx.opts.model_name)
-    return ApiError{404, "the model '" + model_name + "' does not exist (this server serves '" + ctx.opts.model_name + "')",
-                    "model", "model_not_found"};
+  if (auto e = select_lora(ctx, body, &out->gen.lora)) return e;
   if (auto e = read_field(body, "stream", "a boolean", &out->stream)) return e;
   if (auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
     if (!it->is_object()) return ApiError{400, "'stream_options' must be an object", "stream_options"};

@@ -15,8 +15,9 @@ uint64_t mix(uint64_t h, uint64_t v) {
 }
 }  // namespace
 
-BlockHash hash_block(BlockHash parent, std::span<const int32_t> tokens) {
+BlockHash hash_block(BlockHash parent, std::span<const int32_t> tokens, int32_t lora_id) {
   uint64_t h = mix(0x7E55E7A000000001ull, parent);
+  if (lora_id != 0) h = mix(h, 0x10BA000000000000ull | uint64_t(uint32_t(lora_id)));
   for (int32_t t : tokens) h = mix(h, uint64_t(uint32_t(t)));
   return h == 0 ? 1 : h;  // 0 is reserved for "no parent"
 }
@@ -70,20 +71,23 @@ void BlockPool::release(BlockId b) {
   }
 }
 
-bool BlockPool::has(BlockHash hash, BlockHash parent, std::span<const int32_t> tokens) const {
+bool BlockPool::has(BlockHash hash, BlockHash parent, std::span<const int32_t> tokens, int32_t lora_id) const {
   auto it = by_hash_.find(hash);
   if (it == by_hash_.end()) return false;
   const Meta& m = meta_[size_t(it->second)];
-  return m.parent == parent && std::equal(tokens.begin(), tokens.end(), m.tokens.begin(), m.tokens.end());
+  return m.parent == parent && m.lora_id == lora_id &&
+         std::equal(tokens.begin(), tokens.end(), m.tokens.begin(), m.tokens.end());
 }
 
-std::optional<BlockId> BlockPool::lookup(BlockHash hash, BlockHash parent, std::span<const int32_t> tokens) {
+std::optional<BlockId> BlockPool::lookup(BlockHash hash, BlockHash parent, std::span<const int32_t> tokens,
+                                         int32_t lora_id) {
   ++stats_.lookups;
   auto it = by_hash_.find(hash);
   if (it == by_hash_.end()) return std::nullopt;
   const BlockId b = it->second;
   const Meta& m = meta_[size_t(b)];
-  if (m.parent != parent || !std::equal(tokens.begin(), tokens.end(), m.tokens.begin(), m.tokens.end()))
+  if (m.parent != parent || m.lora_id != lora_id ||
+      !std::equal(tokens.begin(), tokens.end(), m.tokens.begin(), m.tokens.end()))
     return std::nullopt;
   if (ref_[size_t(b)] == 0) lru_.erase(m.lru_pos);
   ++ref_[size_t(b)];
@@ -91,16 +95,18 @@ std::optional<BlockId> BlockPool::lookup(BlockHash hash, BlockHash parent, std::
   return b;
 }
 
-void BlockPool::register_full(BlockId b, BlockHash hash, BlockHash parent, std::span<const int32_t> tokens) {
+void BlockPool::register_full(BlockId b, BlockHash hash, BlockHash parent, std::span<const int32_t> tokens,
+                              int32_t lora_id) {
   assert(ref_[size_t(b)] > 0);
   Meta& m = meta_[size_t(b)];
   if (m.hashed || by_hash_.count(hash)) return;
   m.hashed = true;
   m.hash = hash;
   m.parent = parent;
+  m.lora_id = lora_id;
   m.tokens.assign(tokens.begin(), tokens.end());
   by_hash_[hash] = b;
-  if (sink_) sink_->on_block_stored(hash, parent, tokens);
+  if (sink_) sink_->on_block_stored(hash, parent, tokens, lora_id);
 }
 
 }  // namespace tessera

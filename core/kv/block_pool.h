@@ -18,8 +18,11 @@ namespace tessera {
 using BlockId = int32_t;
 using BlockHash = uint64_t;
 
-// The hash of a full block of |tokens| following the block hashed |parent| (0 for the first).
-BlockHash hash_block(BlockHash parent, std::span<const int32_t> tokens);
+// The hash of a full block of |tokens| following the block hashed |parent| (0 for the first),
+// computed under LoRA adapter |lora_id| (0: the base model). The adapter is mixed into every
+// block's hash (as vLLM's extra keys), so K/V computed under different adapters never share a
+// block, and a base-model chain hashes as it did before adapters existed.
+BlockHash hash_block(BlockHash parent, std::span<const int32_t> tokens, int32_t lora_id = 0);
 
 // Told about the prefix cache's content as it changes (KV events for a router: server/kv_events.h).
 // Called on the thread that owns the pool, inside its calls: an implementation must not block
@@ -28,8 +31,9 @@ class BlockEventSink {
  public:
   virtual ~BlockEventSink() = default;
   // The cache now holds |tokens| (one full block) after the block hashed |parent| (0: none),
-  // under |hash| = hash_block(parent, tokens).
-  virtual void on_block_stored(BlockHash hash, BlockHash parent, std::span<const int32_t> tokens) = 0;
+  // computed under adapter |lora_id| (0: the base model), under |hash| = hash_block(parent,
+  // tokens, lora_id).
+  virtual void on_block_stored(BlockHash hash, BlockHash parent, std::span<const int32_t> tokens, int32_t lora_id) = 0;
   // The content hashed |hash| left the cache (its block was taken for other content).
   virtual void on_block_removed(BlockHash hash) = 0;
 };
@@ -59,13 +63,14 @@ class BlockPool {
   void release(BlockId b);
   int32_t refcount(BlockId b) const { return ref_[size_t(b)]; }
 
-  // The cached block holding |tokens| after |parent|, retained for the caller, or nullopt.
-  std::optional<BlockId> lookup(BlockHash hash, BlockHash parent, std::span<const int32_t> tokens);
+  // The cached block holding |tokens| after |parent| under adapter |lora_id|, retained for the
+  // caller, or nullopt.
+  std::optional<BlockId> lookup(BlockHash hash, BlockHash parent, std::span<const int32_t> tokens, int32_t lora_id = 0);
   // Whether lookup would find that content (no counters change, nothing is retained).
-  bool has(BlockHash hash, BlockHash parent, std::span<const int32_t> tokens) const;
-  // Records that |b| (owned, full) holds |tokens| after |parent|. When another block already
-  // holds that content, |b| stays unhashed (duplicates are not cached twice).
-  void register_full(BlockId b, BlockHash hash, BlockHash parent, std::span<const int32_t> tokens);
+  bool has(BlockHash hash, BlockHash parent, std::span<const int32_t> tokens, int32_t lora_id = 0) const;
+  // Records that |b| (owned, full) holds |tokens| after |parent| under |lora_id|. When another
+  // block already holds that content, |b| stays unhashed (duplicates are not cached twice).
+  void register_full(BlockId b, BlockHash hash, BlockHash parent, std::span<const int32_t> tokens, int32_t lora_id = 0);
   bool is_cached(BlockId b) const { return meta_[size_t(b)].hashed; }
 
   const BlockPoolStats& stats() const { return stats_; }
@@ -77,7 +82,9 @@ class BlockPool {
   struct Meta {
     bool hashed = false;
     BlockHash hash = 0, parent = 0;
-    std::vector<int32_t> tokens;  // checked on lookup, so a hash collision cannot alias content
+    int32_t lora_id = 0;
+    std::vector<int32_t>
+        tokens;  // checked on lookup (with parent and lora_id), so a hash collision cannot alias content
     std::list<BlockId>::iterator lru_pos;
   };
   void forget_hash(BlockId b);

@@ -16,10 +16,10 @@ HybridKv::HybridKv(const KvManagerConfig& cfg, BlockPool& pool, BlockPool* windo
   if (window_pool && window > 0) window_.emplace(window_config(cfg, window), *window_pool);
 }
 
-int32_t HybridKv::match_prefix(SeqId id, std::span<const int32_t> tokens, int32_t max_tokens) {
-  const int32_t n = full_.match_prefix(id, tokens, max_tokens);
+int32_t HybridKv::match_prefix(SeqId id, std::span<const int32_t> tokens, int32_t max_tokens, int32_t lora_id) {
+  const int32_t n = full_.match_prefix(id, tokens, max_tokens, lora_id);
   if (!window_) return n;
-  const int32_t w = window_->match_prefix(id, tokens, n);
+  const int32_t w = window_->match_prefix(id, tokens, n, lora_id);
   if (w < n) full_.shorten_match(id, w);
   return std::min(n, w);
 }

@@ -30,7 +30,7 @@ class HybridKv {
 
   // KvManager's, in every group; the result is the shorter match, to which the longer is cut.
   int32_t match_prefix(SeqId id, std::span<const int32_t> tokens,
-                       int32_t max_tokens = std::numeric_limits<int32_t>::max());
+                       int32_t max_tokens = std::numeric_limits<int32_t>::max(), int32_t lora_id = 0);
   // Every group's; false when any pool ran out (blocks taken so far stay, as KvManager's).
   [[nodiscard]] bool allocate(SeqId id, int32_t n_computed, int32_t n_tokens);
   void commit(SeqId id, std::span<const int32_t> tokens, int32_t n_computed);

@@ -21,11 +21,12 @@ bool KvManager::swapped(SeqId id) const {
   return it != tables_.end() && !it->second.host_slots.empty();
 }
 
-int32_t KvManager::match_prefix(SeqId id, std::span<const int32_t> tokens, int32_t max_tokens) {
+int32_t KvManager::match_prefix(SeqId id, std::span<const int32_t> tokens, int32_t max_tokens, int32_t lora_id) {
   Table& t = tables_[id];
   assert(t.blocks.empty() && t.host_slots.empty());
   t.n_computed = 0;
   t.n_released = 0;
+  t.lora_id = lora_id;
   if (!cfg_.prefix_caching || tokens.empty()) return 0;
   // The last token is always computed, so the step has logits to sample from.
   const int32_t bs = cfg_.block_size;
@@ -35,8 +36,8 @@ int32_t KvManager::match_prefix(SeqId id, std::span<const int32_t> tokens, int32
   if (cfg_.window <= 0) {
     for (int32_t i = 0; i < max_blocks; ++i) {
       const auto toks = tokens.subspan(size_t(i) * size_t(bs), size_t(bs));
-      const BlockHash h = hash_block(parent, toks);
-      auto b = pool_.lookup(h, parent, toks);
+      const BlockHash h = hash_block(parent, toks, lora_id);
+      auto b = pool_.lookup(h, parent, toks, lora_id);
       if (!b) break;
       t.blocks.push_back(*b);
       t.hashes.push_back(h);
@@ -47,20 +48,21 @@ int32_t KvManager::match_prefix(SeqId id, std::span<const int32_t> tokens, int32
   }
   // A window group: the chain's hashes, then the longest match m whose window blocks are cached.
   for (int32_t i = 0; i < max_blocks; ++i) {
-    hashes.push_back(hash_block(parent, tokens.subspan(size_t(i) * size_t(bs), size_t(bs))));
+    hashes.push_back(hash_block(parent, tokens.subspan(size_t(i) * size_t(bs), size_t(bs)), lora_id));
     parent = hashes.back();
   }
   auto block_tokens = [&](int32_t i) { return tokens.subspan(size_t(i) * size_t(bs), size_t(bs)); };
   for (int32_t m = max_blocks; m > 0; --m) {
     const int32_t first = std::max(0, m * bs - cfg_.window + 1) / bs;  // the next query's first key's block
     bool all = true;
-    for (int32_t i = first; i < m && all; ++i) all = pool_.has(hashes[size_t(i)], i ? hashes[size_t(i - 1)] : 0, block_tokens(i));
+    for (int32_t i = first; i < m && all; ++i)
+      all = pool_.has(hashes[size_t(i)], i ? hashes[size_t(i - 1)] : 0, block_tokens(i), lora_id);
     if (!all) continue;
     for (int32_t i = 0; i < m; ++i) {
       if (i < first) {
         t.blocks.push_back(kReleased);
       } else {
-        auto b = pool_.lookup(hashes[size_t(i)], i ? hashes[size_t(i - 1)] : 0, block_tokens(i));
+        auto b = pool_.lookup(hashes[size_t(i)], i ? hashes[size_t(i - 1)] : 0, block_tokens(i), lora_id);
         assert(b);
         t.blocks.push_back(*b);
       }
@@ -148,8 +150,8 @@ void KvManager::commit(SeqId id, std::span<const int32_t> tokens, int32_t n_comp
   for (size_t k = t.hashes.size(); int32_t(k + 1) * bs <= n_computed && k < t.blocks.size(); ++k) {
     const BlockHash parent = k == 0 ? 0 : t.hashes[k - 1];
     const auto toks = tokens.subspan(k * size_t(bs), size_t(bs));
-    const BlockHash h = hash_block(parent, toks);
-    if (t.blocks[k] != kReleased) pool_.register_full(t.blocks[k], h, parent, toks);
+    const BlockHash h = hash_block(parent, toks, t.lora_id);
+    if (t.blocks[k] != kReleased) pool_.register_full(t.blocks[k], h, parent, toks, t.lora_id);
     t.hashes.push_back(h);
   }
 }
@@ -175,6 +177,7 @@ void KvManager::fork(SeqId parent, SeqId child) {
   c.hashes = p.hashes;
   c.n_computed = p.n_computed;
   c.n_released = p.n_released;
+  c.lora_id = p.lora_id;
   for (BlockId b : c.blocks)
     if (b != kReleased) pool_.retain(b);
   tables_[child] = std::move(c);

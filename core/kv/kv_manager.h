@@ -85,7 +85,10 @@ class KvManager {
   // At most |max_tokens| are matched. In a window group the match needs only the cached blocks
   // the next query's window covers (the ones before it are kReleased): the longest match whose
   // window blocks are all still cached.
-  int32_t match_prefix(SeqId id, std::span<const int32_t> tokens, int32_t max_tokens = std::numeric_limits<int32_t>::max());
+  // |lora_id| (0: the base model) is the adapter |id| runs under: it is part of every block hash
+  // of |id|'s chain (hash_block), here and at commit, so adapters never share blocks.
+  int32_t match_prefix(SeqId id, std::span<const int32_t> tokens,
+                       int32_t max_tokens = std::numeric_limits<int32_t>::max(), int32_t lora_id = 0);
   // |id| keeps only the first |n_tokens| tokens of a prefix match (a multiple of block_size; the
   // other group of a hybrid cache matched fewer): the blocks beyond go back to the pool.
   void shorten_match(SeqId id, int32_t n_tokens);
@@ -142,6 +145,7 @@ class KvManager {
     std::vector<int32_t> host_slots;  // swapped out: the host slots of its first blocks, in order
     int32_t n_computed = 0;           // as the scheduler last told it (usage)
     int32_t n_released = 0;           // leading entries that are kReleased (window groups)
+    int32_t lora_id = 0;              // the adapter its K/V is computed under (match_prefix)
   };
   // Window groups: gives back the blocks wholly before the first key a query at |n_computed| or
   // later sees.

@@ -82,6 +82,9 @@ Status Engine::validate(const GenerationRequest& req) const {
                              std::to_string(model_.vocab_size()) + ")");
   if (req.max_tokens <= 0) return InvalidArgument("max_tokens must be positive, got " + std::to_string(req.max_tokens));
   if (req.n < 1 || req.n > 128) return InvalidArgument("n must be in [1, 128], got " + std::to_string(req.n));
+  if (req.lora != GenerationRequest::kDefaultLora && (req.lora < -1 || req.lora >= model_.n_loras()))
+    return InvalidArgument("LoRA adapter slot " + std::to_string(req.lora) + " is not loaded (the model has " +
+                           std::to_string(model_.n_loras()) + " adapters)");
   if (req.grammar && req.grammar->vocab_size() != model_.vocab_size())
     return InvalidArgument("the grammar covers " + std::to_string(req.grammar->vocab_size()) + " tokens, the model's vocabulary " +
                            std::to_string(model_.vocab_size()));
@@ -130,6 +133,9 @@ Status Engine::submit_as(RequestId id, GenerationRequest req) {
   seq->tokens = req.prompt;
   seq->n_prompt = int32_t(req.prompt.size());
   seq->embed = req.embed;
+  seq->lora = req.lora == GenerationRequest::kDefaultLora ? model_.default_lora()
+              : req.lora < 0                              ? LoraRef{}
+                                                          : model_.lora(req.lora);
   a->req = std::move(req);
   active_[id] = std::move(a);
   scheduler_.add(std::move(seq));
@@ -439,6 +445,7 @@ EngineStats Engine::stats() const {
   st.generated_tokens = generated_tokens_;
   st.requests_finished = requests_finished_;
   st.grammar = grammar_stats_;
+  scheduler_.count_loras(model_.n_loras(), &st.lora_running, &st.lora_waiting);
   // Percentiles from the histogram: the upper edge of the bucket that holds them.
   auto percentile = [&](double q) {
     const int64_t want = int64_t(std::ceil(q * double(grammar_stats_.masks)));

@@ -72,6 +72,11 @@ struct GenerationRequest {
   // Speculative decoding: draft tokens per step for this request. -1: the engine's default
   // (EngineConfig::spec.k, 0 when the engine has no proposer); 0: off; > 0: at most this many.
   int32_t spec_k = -1;
+  // LoRA (docs/lora.md): the adapter slot this request runs under (Model::add_lora), -1 for the
+  // base model, or kDefaultLora for the model's default (ModelRunner::default_lora). The engine
+  // keys the prefix cache and KV events with the adapter (ModelRunner::lora(slot).id).
+  static constexpr int32_t kDefaultLora = -2;
+  int32_t lora = kDefaultLora;
   TokenCallback on_token;
 };
 
@@ -115,6 +120,8 @@ struct EngineStats {
   int64_t requests_finished = 0;  // choices finished (each of a request's n counts)
   int32_t running = 0;            // sequences holding blocks
   int32_t waiting = 0;            // sequences queued for admission
+  // Of those, the sequences under each LoRA adapter slot [ModelRunner::n_loras()].
+  std::vector<int32_t> lora_running, lora_waiting;
   // Cached over admitted prompt tokens (admissions include re-admissions after preemption).
   double prefix_hit_rate() const {
     return sched.admitted_tokens ? double(sched.cached_tokens) / double(sched.admitted_tokens) : 0.0;

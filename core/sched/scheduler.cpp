@@ -63,6 +63,7 @@ bool Scheduler::fork(RequestId parent, std::unique_ptr<Sequence> child) {
   const Sequence& p = **it;
   child->tokens = p.tokens;
   child->n_prompt = p.n_prompt;
+  child->lora = p.lora;
   child->n_computed = p.n_computed;
   child->n_cached = p.n_cached;
   child->admitted = true;
@@ -78,6 +79,15 @@ bool Scheduler::fork(RequestId parent, std::unique_ptr<Sequence> child) {
   kv_.fork(p.id, child->id);
   running_.push_back(std::move(child));
   return true;
+}
+
+void Scheduler::count_loras(int32_t n_slots, std::vector<int32_t>* running, std::vector<int32_t>* waiting) const {
+  running->assign(size_t(std::max(n_slots, 0)), 0);
+  waiting->assign(size_t(std::max(n_slots, 0)), 0);
+  for (const auto& s : running_)
+    if (s->lora.slot >= 0 && s->lora.slot < n_slots) ++(*running)[size_t(s->lora.slot)];
+  for (const auto& s : waiting_)
+    if (s->lora.slot >= 0 && s->lora.slot < n_slots) ++(*waiting)[size_t(s->lora.slot)];
 }
 
 RequestId Scheduler::blocked() const {
@@ -206,7 +216,7 @@ int32_t Scheduler::match_prefix(Sequence& s, int32_t* kv_match) {
   // it (a window group's blocks depend on where the match ends). Each round is shorter.
   int32_t limit = std::numeric_limits<int32_t>::max();
   for (;;) {
-    const int32_t m = kv_.match_prefix(s.id, s.tokens, limit);
+    const int32_t m = kv_.match_prefix(s.id, s.tokens, limit, s.lora.id);
     if (kv_match && limit == std::numeric_limits<int32_t>::max()) *kv_match = m;
     if (!states_) return m;
     const int32_t b = states_->match(kv_.hashes(s.id));  // the chain of the m matched tokens
@@ -327,6 +337,7 @@ void Scheduler::fill(StepPlan* plan, const std::vector<ScheduledSeq>& scheduled)
     plan->query_start.push_back(plan->query_start.back() + sc.n_new);
     plan->seq_lens.push_back(s.n_computed + sc.n_new);
     if (states_) plan->state_slots.push_back(states_->slot(s.id));
+    plan->lora_slots.push_back(s.lora.slot);
     for (int32_t b = 0; b < max_blocks; ++b)
       plan->block_tables.push_back(b < int32_t(blocks.size()) ? blocks[size_t(b)] : 0);
     // Entries the window gave back (KvManager::kReleased) go out as block 0, a valid index that

@@ -48,6 +48,7 @@ struct Sequence {
   int32_t n_preemptions = 0;
   bool finished = false;
   bool embed = false;        // prefill only, whole in one step, no prefix cache (GenerationRequest::embed)
+  LoraRef lora;              // the adapter it runs under (GenerationRequest::lora, resolved)
   // Speculative decoding: tokens drafted for this step after the pending one (the engine sets
   // them before planning; the plan may shorten them), and the draft's probabilities
   // ([draft.size(), vocab], empty for a one-hot draft). Never part of |tokens|.
@@ -145,6 +146,8 @@ class Scheduler {
   RequestId blocked() const;
   size_t n_waiting() const { return waiting_.size(); }
   size_t n_running() const { return running_.size(); }
+  // Sequences per LoRA adapter slot [0, n_slots) that run (hold blocks) and that wait.
+  void count_loras(int32_t n_slots, std::vector<int32_t>* running, std::vector<int32_t>* waiting) const;
   SchedulerStats stats() const;
   const KvManager& kv() const { return kv_.full(); }
   // The sliding-window layers' bookkeeping, or nullptr when the cache has no window group.

@@ -12,6 +12,16 @@
 
 namespace tessera {
 
+// The LoRA adapter a sequence runs under (docs/lora.md): |slot| indexes the model's adapters
+// (Model::add_lora; -1: the base model) and picks the adapter's weights in a step; |id| (0: the
+// base model, else > 0 and never reused for another adapter) keys the prefix cache and the KV
+// events, so K/V computed under different adapters are never shared.
+struct LoraRef {
+  int32_t slot = -1;
+  int32_t id = 0;
+  bool operator==(const LoraRef&) const = default;
+};
+
 struct StepPlan {
   std::vector<int32_t> tokens;        // [T] token ids of every sequence's new tokens, flattened
   std::vector<int32_t> positions;     // [T] position of each token in its sequence
@@ -31,7 +41,8 @@ struct StepPlan {
   // after the sequence's last token in the step.
   std::vector<int32_t> state_slots;  // [S]
   // LoRA (docs/lora.md): each sequence's adapter slot (Model::add_lora; -1: the base model).
-  // Empty: every sequence runs under the model's default adapter (Model::set_default_lora).
+  // Empty: every sequence runs under the model's default adapter (Model::set_default_lora). The
+  // Scheduler always fills it, from each request's resolved GenerationRequest::lora.
   std::vector<int32_t> lora_slots;    // [S]
   std::vector<int32_t> logit_rows;    // rows of [T] whose logits are needed (in this order)
   // Sequences (indices into seq_lens) whose pooled embedding the step returns instead of logits:
@@ -83,6 +94,11 @@ class ModelRunner {
   // A guess at the cost of a step (from the model's dimensions and the device), the starting
   // point of the scheduler's fitted step cost model. All zero: unknown (generic defaults).
   virtual StepCostCoefficients cost_prior() const { return {}; }
+  // The adapter a request that names none runs under (Model::set_default_lora), and the adapter
+  // in |slot| of n_loras(), as the engine keys its prefix cache with them (LoraRef::id).
+  virtual int32_t n_loras() const { return 0; }
+  virtual LoraRef default_lora() const { return {}; }
+  virtual LoraRef lora(int32_t slot) const { return {slot, slot + 1}; }
   // The counters of the executor that runs its steps (executables built and reused), or zeros.
   // Called on the engine thread.
   virtual ExecutorStats executor_stats() const { return {}; }

@@ -54,27 +54,25 @@ void add_model_options(CLI::App* cmd, ModelOptions* o) {
   cmd->add_flag("-q,--quiet", o->quiet, "no progress bar");
 }
 
-namespace {
-// Loads |o|'s --lora adapters into |m| and makes the first the default. Errors are printed.
-bool load_loras(const ModelOptions& o, Model& m) {
-  for (const std::string& spec : o.loras) {
+bool load_loras(const std::vector<std::string>& specs, Model& m, const LoraLoadOptions& lo) {
+  for (const std::string& spec : specs) {
     const size_t eq = spec.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
       fail("--lora wants NAME=PATH, got '" + spec + "'", 2);
       return false;
     }
-    auto slot = m.add_lora(spec.substr(0, eq), spec.substr(eq + 1));
+    auto slot = m.add_lora(spec.substr(0, eq), spec.substr(eq + 1), lo.limits);
     if (!slot.ok()) {
       fail(slot.status());
       return false;
     }
     const LoraAdapter& a = m.loras()[size_t(*slot)];
-    if (!o.quiet)
+    if (!lo.quiet)
       std::fprintf(stderr, "lora: %s (rank %d, alpha %g%s, scale %g, %zu modules) in slot %d%s\n", a.name.c_str(),
                    a.rank, a.alpha, a.rslora ? ", rsLoRA" : "", double(a.scale), a.modules.size(), *slot,
-                   *slot == 0 ? ", applied" : "");
+                   *slot == 0 && lo.first_is_default ? ", applied" : "");
   }
-  if (!o.loras.empty()) {
+  if (!specs.empty() && lo.first_is_default) {
     const Status s = m.set_default_lora(0);
     if (!s.ok()) {
       fail(s);
@@ -83,7 +81,6 @@ bool load_loras(const ModelOptions& o, Model& m) {
   }
   return true;
 }
-}  // namespace
 
 void add_thread_options(CLI::App* cmd, int* threads, int* threads_batch) {
   // NOTE: 0 and negatives are refused here (CLI11 names the option and the range); a count
@@ -157,7 +154,7 @@ std::unique_ptr<Model> load_model(const ModelOptions& o, const LoadOptions& extr
   lo.progress = [&bar](size_t done, size_t total) { bar.draw(done, total); return true; };
   auto m = Model::load(o.model, *dev, lo);
   if (!m.ok()) { fail(m.status()); return nullptr; }
-  if (!load_loras(o, **m)) return nullptr;
+  if (!load_loras(o.loras, **m, {.first_is_default = true, .quiet = o.quiet})) return nullptr;
   if (!o.quiet)
     std::fprintf(stderr, "model: %s (%s, %d layers, %d tokens context) on %s\n",
                  (*m)->config().name.empty() ? o.model.c_str() : (*m)->config().name.c_str(), (*m)->config().arch.c_str(),

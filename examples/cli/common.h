@@ -26,6 +26,14 @@ struct ModelOptions {
   std::vector<std::string> loras;
 };
 
+// Loads --lora NAME=PATH adapters into |m|, slot after slot. Errors are printed (false).
+struct LoraLoadOptions {
+  bool first_is_default = false;  // run/chat: the first applies to every sequence; serve: none does
+  bool quiet = false;
+  LoraLimits limits;
+};
+bool load_loras(const std::vector<std::string>& specs, Model& m, const LoraLoadOptions& lo);
+
 // Adds -m/--model, -d/--device, -c/--ctx, --kv-dtype, --act-dtype, --swa-full, --lora, -q/--quiet to |cmd|.
 void add_model_options(CLI::App* cmd, ModelOptions* o);
 // Adds -t/--threads and --threads-batch (run, chat, serve, perplexity, embed) binding to

@@ -39,6 +39,8 @@ struct ServeCommandOptions {
   SpecOptions spec;
   int load_delay_ms = 0;  // a test hook: stay in the loading state this long after binding
   int threads = 0, threads_batch = 0;  // CPU threads (0: the default)
+  std::vector<std::string> loras;      // --lora NAME=PATH
+  LoraLimits lora_limits;
 };
 
 void serve_fail(const std::string& message, int code = 1) {
@@ -69,6 +71,7 @@ void serve_command(const ServeCommandOptions& o) {
   if (o.act_dtype != "auto") lo.activation_dtype = dtype_from_name(o.act_dtype);
   auto model = Model::load(o.model, *dev, lo);
   if (!model.ok()) return serve_fail(model.status().to_string());
+  if (!load_loras(o.loras, **model, {.first_is_default = false, .quiet = false, .limits = o.lora_limits})) return;
   if (!o.pooling.empty()) {
     const Pooling p = o.pooling == "last" ? Pooling::kLast : o.pooling == "cls" ? Pooling::kCls : Pooling::kMean;
     if (Status s = (*model)->set_pooling(p); !s.ok()) return serve_fail(s.to_string());
@@ -79,6 +82,10 @@ void serve_command(const ServeCommandOptions& o) {
   if (!o.kv_events.endpoint.empty()) {
     server::KvEventsOptions ko = o.kv_events;
     ko.block_size = (*kv)->config().block_size;
+    ko.lora_name = [m = model->get()](int32_t lora_id) {  // the engine keys adapters by slot + 1
+      return lora_id >= 1 && size_t(lora_id) <= m->loras().size() ? m->loras()[size_t(lora_id - 1)].name
+                                                                  : std::string();
+    };
     auto pub = server::KvEventPublisher::start(ko);
     if (!pub.ok()) return serve_fail(pub.status().message());
     kv_events = std::move(pub).value();
@@ -157,6 +164,18 @@ void add_serve_command(CLI::App& app) {
                   "pooling of /v1/embeddings: mean, cls or last (default: the model's own; a decoder has none)")
       ->check(CLI::IsMember({"mean", "cls", "last"}));
   cmd->add_option("--model-name", o->serve.model_name, "the model id clients send (default: the file's stem)");
+  cmd->add_option(
+         "--lora", o->loras,
+         "NAME=PATH: serve a PEFT LoRA adapter folder under the model id NAME (repeatable); a request picks it with "
+         "\"model\": \"NAME\" (vLLM) or \"lora\": [{\"id\": N, \"scale\": 1}] (llama.cpp; GET /lora-adapters lists the "
+         "ids); requests of different adapters and of the base model share steps (docs/lora.md)")
+      ->allow_extra_args(false);
+  cmd->add_option("--max-loras", o->lora_limits.max_loras, "the most adapters --lora may load (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 4096));
+  cmd->add_option("--max-lora-rank", o->lora_limits.max_rank, "refuse adapters of a higher rank (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 256));
   cmd->add_option("--reasoning-format", o->serve.reasoning_format,
                   "thinking models: auto (cut <think>...</think> into reasoning_content when the chat template writes those tags), "
                   "deepseek (always cut at them) or none (thoughts stay in content); a request's reasoning_format overrides")

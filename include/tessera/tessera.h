@@ -67,6 +67,15 @@ void tessera_model_free(tessera_model* model);
 int32_t tessera_model_vocab_size(const tessera_model* model);
 int32_t tessera_model_context_length(const tessera_model* model);
 
+/* LoRA adapters (docs/lora.md). Loads the PEFT adapter folder |path| (adapter_config.json,
+ * adapter_model.safetensors) under |name| into the next slot of |model| and stores the slot in
+ * |*slot| (may be NULL). Errors name what does not fit (another architecture or size, a missing
+ * tensor, a name loaded twice). Load adapters before creating contexts that use them. */
+tessera_status tessera_model_load_lora(tessera_model* model, const char* name, const char* path, int32_t* slot);
+/* Adapters loaded, and the name of the one in |slot| (NULL when out of range). */
+int32_t tessera_model_n_loras(const tessera_model* model);
+const char* tessera_model_lora_name(const tessera_model* model, int32_t slot);
+
 /* Tokenizes |text|. Writes at most |capacity| ids into |ids| and stores the total count in
  * |*n_ids| (call with capacity 0 to size the buffer). |add_special|: BOS etc. as the model
  * wants, and special tokens written in the text become their ids. */
@@ -80,6 +89,11 @@ tessera_context_params tessera_context_default_params(void);
 tessera_status tessera_context_create(tessera_model* model, const tessera_context_params* params,
                                       tessera_context** out);
 void tessera_context_free(tessera_context* ctx);
+
+/* The adapter the next generations on |ctx| run under: a slot of tessera_model_load_lora, or -1
+ * for the base model (the default). Contexts of one model may each use another adapter; their
+ * K/V are never shared across adapters. */
+tessera_status tessera_context_set_lora(tessera_context* ctx, int32_t slot);
 
 typedef struct tessera_generate_params {
   int32_t max_tokens;        /* default 256 */

@@ -119,6 +119,14 @@ class Model {
   // The CPU threads the model's device runs with (0 on a GPU).
   int32_t n_threads() const { return tessera_model_n_threads(handle()); }
 
+  // Loads a PEFT LoRA adapter folder under |name|; returns its slot (Context::set_lora).
+  int32_t load_lora(const std::string& name, const std::string& path) {
+    int32_t slot = -1;
+    detail::check(tessera_model_load_lora(handle(), name.c_str(), path.c_str(), &slot));
+    return slot;
+  }
+  int32_t n_loras() const { return tessera_model_n_loras(handle()); }
+
   // The C handle, still owned by this object (for C API calls the wrapper does not cover).
   tessera_model* handle() const { return detail::require(handle_, "tessera::api::Model"); }
 
@@ -176,6 +184,9 @@ class Context {
     if (call.error) std::rethrow_exception(call.error);
     detail::check(s);
   }
+
+  // The adapter later generations run under (a slot of Model::load_lora; -1: the base model).
+  void set_lora(int32_t slot) { detail::check(tessera_context_set_lora(handle(), slot)); }
 
   // The whole completion of |prompt| at once.
   Completion generate(const std::string& prompt, const GenerateParams& params = default_generate_params()) {

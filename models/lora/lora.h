@@ -31,6 +31,12 @@ struct LoraPair {
   std::vector<float> b;        // [N, r]: lora_B, the up projection
 };
 
+// What a server allows (vLLM's --max-loras, --max-lora-rank); 0: no limit.
+struct LoraLimits {
+  int max_loras = 0;
+  int max_rank = 0;
+};
+
 // A PEFT LoRA adapter read against one model.
 struct LoraAdapter {
   std::string name, path;

@@ -9,6 +9,7 @@
 
 #include "tessera/tessera.h"
 #include "tests/api/reference.h"
+#include "tests/support/test_support.h"
 
 namespace tessera {
 namespace {
@@ -169,6 +170,42 @@ TEST_F(CApi, GreedyGenerationEqualsTheEngine) {
   Collected again;
   ASSERT_EQ(tessera_generate(ctx_, prompt.c_str(), &p, collect, &again), TESSERA_OK) << tessera_last_error();
   EXPECT_EQ(again.tokens, want->tokens);
+}
+
+TEST_F(CApi, ContextsChooseTheirLoraAdapter) {
+  const std::string dir = testing::process_temp_dir("capi_lora") + "/adapter";
+  ASSERT_TRUE(testing::write_random_adapter(path_, dir, 3).ok());
+  const std::string prompt = "Once upon a time";
+  auto base = testing::engine_greedy(path_, prompt, 16, kKvTokens);
+  auto want = testing::engine_greedy(path_, prompt, 16, kKvTokens, dir);
+  ASSERT_TRUE(base.ok() && want.ok());
+  ASSERT_NE(base->tokens, want->tokens) << "the adapter must change the tokens for this test to mean something";
+
+  int32_t slot = -1;
+  ASSERT_EQ(tessera_model_load_lora(model_, "styled", dir.c_str(), &slot), TESSERA_OK) << tessera_last_error();
+  EXPECT_EQ(slot, 0);
+  EXPECT_EQ(tessera_model_n_loras(model_), 1);
+  EXPECT_STREQ(tessera_model_lora_name(model_, 0), "styled");
+  EXPECT_EQ(tessera_model_lora_name(model_, 1), nullptr);
+  EXPECT_EQ(tessera_model_load_lora(model_, "styled", dir.c_str(), nullptr), TESSERA_INVALID_ARGUMENT)
+      << "a name loaded twice";
+  EXPECT_NE(std::string(tessera_last_error()).find("already loaded"), std::string::npos) << tessera_last_error();
+  EXPECT_NE(tessera_model_load_lora(model_, "missing", (dir + "-nowhere").c_str(), nullptr), TESSERA_OK);
+
+  const tessera_generate_params p = greedy(16, false);
+  Collected plain;  // a context starts on the base model
+  ASSERT_EQ(tessera_generate(ctx_, prompt.c_str(), &p, collect, &plain), TESSERA_OK) << tessera_last_error();
+  EXPECT_EQ(plain.tokens, base->tokens);
+  ASSERT_EQ(tessera_context_set_lora(ctx_, slot), TESSERA_OK);
+  Collected styled;
+  ASSERT_EQ(tessera_generate(ctx_, prompt.c_str(), &p, collect, &styled), TESSERA_OK) << tessera_last_error();
+  EXPECT_EQ(styled.tokens, want->tokens);
+  ASSERT_EQ(tessera_context_set_lora(ctx_, -1), TESSERA_OK);
+  Collected back;
+  ASSERT_EQ(tessera_generate(ctx_, prompt.c_str(), &p, collect, &back), TESSERA_OK) << tessera_last_error();
+  EXPECT_EQ(back.tokens, base->tokens);
+  EXPECT_EQ(tessera_context_set_lora(ctx_, 1), TESSERA_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tessera_last_error()).find("slot 1 is not loaded"), std::string::npos) << tessera_last_error();
 }
 
 TEST_F(CApi, ChatTemplateRendersTheUserMessage) {

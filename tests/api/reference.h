@@ -15,9 +15,14 @@ struct GreedyOutput {
 };
 
 // Greedy generation of up to |max_tokens| from |text| encoded as the C API encodes a prompt
-// (BOS and special tokens as the model wants), with a KV cache of |kv_tokens|.
+// (BOS and special tokens as the model wants), with a KV cache of |kv_tokens|; under the PEFT
+// adapter in |lora_dir| when it is not empty.
 Result<GreedyOutput> engine_greedy(const std::string& model_path, const std::string& text, int max_tokens,
-                                   int kv_tokens);
+                                   int kv_tokens, const std::string& lora_dir = "");
+
+// Writes a random rank-8 PEFT adapter over every projection of the llama model |model_path| into
+// |dir| (tests/support/peft_writer.h).
+Status write_random_adapter(const std::string& model_path, const std::string& dir, uint32_t seed);
 
 // The tiny llama model (f32, make_tiny_model --seed 5) in a fresh temp folder, written once per
 // process; "" with |*error| set when make_tiny_model failed.

@@ -10,6 +10,7 @@
 
 #include "tessera/tessera.hpp"
 #include "tests/api/reference.h"
+#include "tests/support/test_support.h"
 
 namespace tessera {
 namespace {
@@ -66,6 +67,21 @@ TEST_F(TesseraHpp, GenerateEqualsTheCApiAndTheEngine) {
   };
   ASSERT_EQ(tessera_generate(ctx.handle(), prompt.c_str(), &p, cb, &c_tokens), TESSERA_OK) << tessera_last_error();
   EXPECT_EQ(c_tokens, got.tokens);
+}
+
+TEST_F(TesseraHpp, LoraAdapterPerContext) {
+  const std::string dir = testing::process_temp_dir("hpp_lora") + "/adapter";
+  ASSERT_TRUE(testing::write_random_adapter(path_, dir, 4).ok());
+  auto want = testing::engine_greedy(path_, "abc", 12, kKvTokens, dir);
+  ASSERT_TRUE(want.ok()) << want.status().to_string();
+  api::Model model = api::Model::load(path_, "cpu");
+  EXPECT_EQ(model.load_lora("mine", dir), 0);
+  EXPECT_EQ(model.n_loras(), 1);
+  api::Context ctx(model, small_kv());
+  ctx.set_lora(0);
+  EXPECT_EQ(ctx.generate("abc", greedy(12)).tokens, want->tokens);
+  EXPECT_THROW(ctx.set_lora(3), api::Error);
+  EXPECT_THROW((void)model.load_lora("mine", dir), api::Error);
 }
 
 TEST_F(TesseraHpp, ModelAnswersLikeTheCApi) {

@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <memory>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -15,72 +17,15 @@
 #include <string>
 #include <vector>
 
+#include "core/kv/block_pool.h"
+#include "core/sched/engine.h"
 #include "models/model.h"
 #include "tests/kv/test_devices.h"
+#include "tests/support/peft_writer.h"
 #include "tests/support/test_support.h"
 
 namespace tessera {
 namespace {
-
-struct StTensor {
-  std::string name;
-  int64_t rows, cols;
-  std::vector<float> data;
-};
-
-// adapter_config.json and an F32 adapter_model.safetensors, as PEFT saves them.
-void write_adapter(const std::string& dir, int r, double alpha, bool rslora, const std::vector<std::string>& targets,
-                   const std::vector<StTensor>& tensors) {
-  std::filesystem::create_directories(dir);
-  std::string cfg = R"({"peft_type": "LORA", "r": )" + std::to_string(r) + R"(, "lora_alpha": )" +
-                    std::to_string(alpha) + R"(, "use_rslora": )" + (rslora ? "true" : "false") +
-                    R"(, "bias": "none", "target_modules": [)";
-  for (size_t i = 0; i < targets.size(); ++i) cfg += (i ? ", \"" : "\"") + targets[i] + "\"";
-  std::ofstream(dir + "/adapter_config.json") << cfg << "]}";
-  std::string header = "{";
-  size_t offset = 0;
-  for (const StTensor& t : tensors) {
-    const size_t bytes = t.data.size() * 4;
-    header += (offset ? ",\"" : "\"") + t.name + R"(":{"dtype":"F32","shape":[)" + std::to_string(t.rows) + "," +
-              std::to_string(t.cols) + R"(],"data_offsets":[)" + std::to_string(offset) + "," +
-              std::to_string(offset + bytes) + "]}";
-    offset += bytes;
-  }
-  header += "}";
-  std::ofstream f(dir + "/adapter_model.safetensors", std::ios::binary);
-  const uint64_t n = header.size();
-  f.write(reinterpret_cast<const char*>(&n), 8);
-  f.write(header.data(), std::streamsize(header.size()));
-  for (const StTensor& t : tensors)
-    f.write(reinterpret_cast<const char*>(t.data.data()), std::streamsize(t.data.size() * 4));
-}
-
-// Random lora_A [r, K] ~ U(-1, 1) / sqrt(K) and lora_B [N, r] ~ U(-1, 1) / sqrt(r) (PEFT starts B
-// at zero; random here so that the delta shows) for |modules| of every layer.
-std::vector<StTensor> random_adapter(const ModelConfig& c, int r, const std::vector<std::string>& modules,
-                                     uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  const int64_t D = c.n_embd, Q = int64_t(c.n_heads) * c.head_dim, KV = int64_t(c.n_kv_heads) * c.head_dim;
-  std::vector<StTensor> out;
-  for (int l = 0; l < c.n_layers; ++l)
-    for (const std::string& m : modules) {
-      int64_t N = D, K = D;
-      if (m == "self_attn.q_proj") N = Q;
-      if (m == "self_attn.k_proj" || m == "self_attn.v_proj") N = KV;
-      if (m == "self_attn.o_proj") K = Q;
-      if (m == "mlp.gate_proj" || m == "mlp.up_proj") N = c.n_ff;
-      if (m == "mlp.down_proj") K = c.n_ff;
-      const std::string p = "base_model.model.model.layers." + std::to_string(l) + "." + m;
-      StTensor a{p + ".lora_A.weight", r, K, std::vector<float>(size_t(r * K))};
-      StTensor b{p + ".lora_B.weight", N, r, std::vector<float>(size_t(N * r))};
-      for (float& v : a.data) v = u(rng) / std::sqrt(float(K));
-      for (float& v : b.data) v = u(rng) / std::sqrt(float(r));
-      out.push_back(std::move(a));
-      out.push_back(std::move(b));
-    }
-  return out;
-}
 
 // Sequences |lens| (prompt tokens from |seed|), sequence s in KV block s, logits of each last row.
 StepPlan prefill_plan(const std::vector<int>& lens, const std::vector<int32_t>& slots, uint32_t seed, int block_size) {
@@ -124,10 +69,11 @@ TEST(LoraMixedStep, EachSequenceGetsItsOwnAdapter) {
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     Model& model = **m;
     const ModelConfig& c = model.config();
-    write_adapter(dir + "/all", 8, 16.0, false,
-                  {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"},
-                  random_adapter(c, 8, all, 1));
-    write_adapter(dir + "/qv", 4, 6.0, true, {"q_proj", "v_proj"}, random_adapter(c, 4, qv, 2));
+    testing::write_peft_adapter(dir + "/all", 8, 16.0, false,
+                                {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"},
+                                testing::random_peft_adapter(c, 8, all, 1));
+    testing::write_peft_adapter(dir + "/qv", 4, 6.0, true, {"q_proj", "v_proj"},
+                                testing::random_peft_adapter(c, 4, qv, 2));
     auto s0 = model.add_lora("all", dir + "/all");
     ASSERT_TRUE(s0.ok()) << s0.status().to_string();
     auto s1 = model.add_lora("qv", dir + "/qv");
@@ -186,6 +132,116 @@ TEST(LoraMixedStep, EachSequenceGetsItsOwnAdapter) {
     auto again = model.add_lora("qv", dir + "/all");
     EXPECT_FALSE(again.ok());
     EXPECT_EQ(model.loras().size(), 2u);
+  }
+}
+
+// Records the adapter of every block the prefix cache stores (the source of KV events).
+struct LoraRecorder : BlockEventSink {
+  std::map<int32_t, int> stored;  // blocks by lora_id
+  void on_block_stored(BlockHash, BlockHash, std::span<const int32_t>, int32_t lora_id) override { ++stored[lora_id]; }
+  void on_block_removed(BlockHash) override {}
+};
+
+// Through the engine: requests of two adapters and of the base model run together and each gets
+// the tokens it gets alone; the same prompt under two adapters is two prefix-cache chains (the
+// second finds nothing cached, the first's again finds its own blocks), and the stored blocks
+// carry their adapter's id.
+TEST(LoraEngine, RequestsChooseTheirAdapterAndNeverShareKv) {
+  const std::string dir = testing::process_temp_dir("lora_engine");
+  const std::string path = dir + "/tiny.gguf";
+  ASSERT_EQ(testing::run_make_tiny_model("--arch llama --dtype f32 --seed 11 --out " + path), "");
+  const std::vector<std::string> all = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                                        "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+  const std::vector<std::string> qv = {"self_attn.q_proj", "self_attn.v_proj"};
+  for (auto& [name, dev] : testing::cpu_and_unmapped_vulkan(2)) {
+    SCOPED_TRACE(name);
+    auto m = Model::load(path, dev);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    Model& model = **m;
+    testing::write_peft_adapter(dir + "/all", 8, 16.0, false,
+                                {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"},
+                                testing::random_peft_adapter(model.config(), 8, all, 1));
+    testing::write_peft_adapter(dir + "/qv", 4, 6.0, true, {"q_proj", "v_proj"},
+                                testing::random_peft_adapter(model.config(), 4, qv, 2));
+    ASSERT_TRUE(model.add_lora("all", dir + "/all").ok());
+    ASSERT_TRUE(model.add_lora("qv", dir + "/qv").ok());
+    EXPECT_EQ(model.add_lora("third", dir + "/all", {.max_loras = 2}).status().code(), StatusCode::kResourceExhausted);
+    const Status rank = model.add_lora("third", dir + "/all", {.max_rank = 4}).status();
+    EXPECT_NE(rank.message().find("rank 8, above --max-lora-rank 4"), std::string::npos) << rank.to_string();
+
+    auto kv = model.create_kv_cache(1024, DType::kF32, 16);
+    ASSERT_TRUE(kv.ok()) << kv.status().to_string();
+    LoraRecorder events;
+    (*kv)->pool().set_event_sink(&events);
+    EngineConfig ec;
+    ec.scheduler.itl_factor = 0;  // plans independent of timing
+    Engine engine(model, **kv, model.codec(), ec);
+    std::map<RequestId, std::vector<int32_t>> out;
+    std::map<RequestId, int32_t> cached;
+    auto submit = [&](const std::vector<int32_t>& p, int32_t lora) {
+      GenerationRequest r;
+      r.prompt = p;
+      r.sampling = SamplingParams::greedy();
+      r.max_tokens = 6;
+      r.ignore_eos = true;
+      r.lora = lora;
+      r.on_token = [&](const TokenEvent& ev) {
+        if (ev.token >= 0) out[ev.id].push_back(ev.token);
+        if (ev.metrics) cached[ev.id] = ev.metrics->cached_tokens;
+      };
+      auto id = engine.submit(std::move(r));
+      EXPECT_TRUE(id.ok()) << id.status().to_string();
+      return id.ok() ? *id : RequestId(-1);
+    };
+    std::vector<std::vector<int32_t>> prompts;
+    for (uint32_t s = 0; s < 4; ++s) {
+      std::vector<int32_t> p;
+      for (int i = 0; i < 9 + int(s) * 7; ++i)
+        p.push_back(int32_t((s * 2654435761u + uint32_t(i) * 40503u) % 200u) + 3);
+      prompts.push_back(p);
+    }
+    const std::vector<int32_t> loras = {0, -1, 1, 0};
+    // Alone, one after another (no prefix caching shared across adapters: checked below).
+    std::vector<std::vector<int32_t>> alone;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const RequestId id = submit(prompts[i], loras[i]);
+      ASSERT_TRUE(engine.run_until_idle().ok());
+      alone.push_back(out[id]);
+    }
+    EXPECT_NE(alone[0], alone[3]) << "different prompts";
+    // Together: one step holds every request's prefill, then their decodes.
+    std::vector<RequestId> ids;
+    for (size_t i = 0; i < prompts.size(); ++i) ids.push_back(submit(prompts[i], loras[i]));
+    ASSERT_TRUE(engine.run_until_idle().ok());
+    for (size_t i = 0; i < prompts.size(); ++i)
+      EXPECT_EQ(out[ids[i]], alone[i]) << "request " << i << " (slot " << loras[i] << ")";
+
+    // The same 40-token prompt under adapter 0, then 1, then the base model, then 0 again.
+    std::vector<int32_t> shared;
+    for (int i = 0; i < 40; ++i) shared.push_back(int32_t((7u + uint32_t(i) * 97u) % 200u) + 3);
+    std::vector<RequestId> order;
+    for (int32_t lora : {0, 1, -1, 0}) {
+      order.push_back(submit(shared, lora));
+      ASSERT_TRUE(engine.run_until_idle().ok());
+    }
+    EXPECT_EQ(cached[order[1]], 0) << "adapter 1 must not read adapter 0's K/V";
+    EXPECT_EQ(cached[order[2]], 0) << "nor the base model";
+    EXPECT_EQ(cached[order[3]], 32) << "adapter 0 finds its own two full blocks again";
+    EXPECT_NE(out[order[0]], out[order[1]]) << "the adapters change the tokens, so sharing would show";
+    EXPECT_EQ(out[order[0]], out[order[3]]);
+    // Stored blocks carry the adapter's id (slot + 1; the base model's are 0).
+    EXPECT_GT(events.stored[1], 0);
+    EXPECT_GT(events.stored[2], 0);
+    EXPECT_GT(events.stored[0], 0);
+    EXPECT_EQ(events.stored.size(), 3u);
+
+    // A slot that is not loaded is refused at submit, naming it.
+    GenerationRequest bad;
+    bad.prompt = {5, 6};
+    bad.lora = 2;
+    const Status st = engine.submit(std::move(bad)).status();
+    EXPECT_NE(st.message().find("slot 2 is not loaded"), std::string::npos) << st.to_string();
+    (*kv)->pool().set_event_sink(nullptr);
   }
 }
 

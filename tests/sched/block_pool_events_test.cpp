@@ -13,8 +13,9 @@ namespace {
 
 struct Recorder : BlockEventSink {
   std::vector<std::string> log;
-  void on_block_stored(BlockHash hash, BlockHash parent, std::span<const int32_t> tokens) override {
-    log.push_back("stored " + std::to_string(hash) + " parent " + std::to_string(parent) + " n " + std::to_string(tokens.size()));
+  void on_block_stored(BlockHash hash, BlockHash parent, std::span<const int32_t> tokens, int32_t lora_id) override {
+    log.push_back("stored " + std::to_string(hash) + " parent " + std::to_string(parent) + " n " +
+                  std::to_string(tokens.size()) + (lora_id ? " lora " + std::to_string(lora_id) : ""));
   }
   void on_block_removed(BlockHash hash) override { log.push_back("removed " + std::to_string(hash)); }
 };
@@ -30,6 +31,31 @@ TEST(BlockPoolEvents, HashMatchesTheDocumentedFunction) {
   const BlockHash h0 = hash_block(0, iota_tokens(0, 16));
   EXPECT_EQ(h0, 0x5b06e8dfd74fd0c4ull);
   EXPECT_EQ(hash_block(h0, iota_tokens(16, 16)), 0x064cfcdfe0aa53d4ull);
+}
+
+TEST(BlockPoolEvents, AnAdapterHashesEveryBlockApart) {
+  // docs/scale-out.md's Python reference with lora_id 3: every block of the chain differs from
+  // the base model's, and the base chain is what it was before adapters existed.
+  const auto t0 = iota_tokens(0, 16), t1 = iota_tokens(16, 16);
+  const BlockHash a0 = hash_block(0, t0, 3);
+  EXPECT_EQ(a0, 0x0bc9849399a52ce4ull);
+  EXPECT_NE(a0, hash_block(0, t0));
+  EXPECT_NE(hash_block(a0, t1, 3), hash_block(a0, t1)) << "the adapter counts in every block, not only the first";
+  EXPECT_NE(a0, hash_block(0, t0, 4));
+
+  BlockPool pool(2);
+  Recorder rec;
+  pool.set_event_sink(&rec);
+  const BlockId b = *pool.allocate();
+  pool.register_full(b, a0, 0, t0, 3);
+  ASSERT_EQ(rec.log.size(), 1u);
+  EXPECT_EQ(rec.log[0], "stored " + std::to_string(a0) + " parent 0 n 16 lora 3");
+  pool.release(b);
+  EXPECT_FALSE(pool.has(a0, 0, t0, 0)) << "the same hash under another adapter is not the same content";
+  EXPECT_FALSE(pool.lookup(a0, 0, t0, 4).has_value());
+  EXPECT_FALSE(pool.lookup(hash_block(0, t0), 0, t0).has_value()) << "the base model's block was never computed";
+  EXPECT_EQ(pool.lookup(a0, 0, t0, 3), b);
+  pool.set_event_sink(nullptr);
 }
 
 TEST(BlockPoolEvents, StoredOnceWhenRegisteredRemovedWhenReused) {

@@ -103,7 +103,7 @@ TEST(SpecEngine, MaxTokensEosAndStopStringsHoldInsideAMultiTokenStep) {
 
 // Records the blocks the prefix cache reports as stored.
 struct StoredBlocks : BlockEventSink {
-  void on_block_stored(BlockHash, BlockHash, std::span<const int32_t> tokens) override {
+  void on_block_stored(BlockHash, BlockHash, std::span<const int32_t> tokens, int32_t) override {
     blocks.emplace_back(tokens.begin(), tokens.end());
   }
   void on_block_removed(BlockHash) override {}
