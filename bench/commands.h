@@ -82,6 +82,9 @@ struct ServeBenchArgs {
   double output_spread = 0.5;
   int token_lo = 32, token_hi = 256;  // prompt token ids are drawn from [lo, hi)
   uint64_t seed = 1;
+  // > 0: request i of a level runs under LoRA adapter i % request_loras (llama.cpp's "lora"
+  // field, ids as the server lists them); 0: the base model.
+  int request_loras = 0;
   double slo_ttft_ms = 2000;  // goodput counts requests meeting both
   double slo_tpot_ms = 200;
   // prefix scenario

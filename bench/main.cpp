@@ -88,6 +88,11 @@ int main(int argc, char** argv) {
   s->add_option("--token-lo", sb.token_lo, "prompt token ids from [lo, hi)")->capture_default_str();
   s->add_option("--token-hi", sb.token_hi, "prompt token ids from [lo, hi)")->capture_default_str();
   s->add_option("--seed", sb.seed, "prompt and length seed")->capture_default_str();
+  s->add_option("--request-loras", sb.request_loras,
+                "load scenario: request i runs under LoRA adapter i % N (llama.cpp's \"lora\": [{\"id\", \"scale\"}], "
+                "which tessera serve and llama-server both take); 0: the base model")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 4096));
   s->add_option("--slo-ttft-ms", sb.slo_ttft_ms, "goodput SLO on time to first token")->capture_default_str();
   s->add_option("--slo-tpot-ms", sb.slo_tpot_ms, "goodput SLO on time per output token")->capture_default_str();
   s->add_option("--prefix-len", sb.prefix_len, "prefix scenario: shared prefix tokens")->capture_default_str();

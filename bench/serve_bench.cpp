@@ -169,10 +169,12 @@ Result<json> run_load(const ServeBenchArgs& a) {
   for (int c : a.concurrency) {
     const int n = a.requests > 0 ? a.requests : std::max(8, 4 * c);
     std::vector<StreamRequest> reqs(static_cast<size_t>(n));
-    for (auto& r : reqs) {
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      StreamRequest& r = reqs[i];
       r.prompt = random_tokens(a, rng, length_in(rng, a.prompt_len, a.prompt_spread));
       r.max_tokens = length_in(rng, a.output_len, a.output_spread);
       r.seed = rng();
+      if (a.request_loras > 0) r.lora = int(i % size_t(a.request_loras));
     }
     std::fprintf(stderr, "tessera-bench serve: concurrency %d, %d requests\n", c, n);
     levels.push_back(level_json(run_level(a, t, c, reqs)));
@@ -226,12 +228,24 @@ int run_serve_bench(const ServeBenchArgs& a) {
     std::fprintf(stderr, "%s\n", s.message().c_str());
     return 2;
   }
-  json report = {{"schema_version", 1}, {"tool", "tessera-bench serve"}, {"created", utc_now()}, {"host", host_description()},
-                 {"scenario", a.scenario}, {"target", a.url.empty() ? a.model : a.url}, {"server_args", a.server_args},
-                 {"config", {{"device", a.device}, {"prompt_len", a.prompt_len}, {"prompt_spread", a.prompt_spread},
-                             {"output_len", a.output_len}, {"output_spread", a.output_spread},
-                             {"token_range", {a.token_lo, a.token_hi}}, {"seed", a.seed},
-                             {"slo_ttft_ms", a.slo_ttft_ms}, {"slo_tpot_ms", a.slo_tpot_ms}}}};
+  json report = {{"schema_version", 1},
+                 {"tool", "tessera-bench serve"},
+                 {"created", utc_now()},
+                 {"host", host_description()},
+                 {"scenario", a.scenario},
+                 {"target", a.url.empty() ? a.model : a.url},
+                 {"server_args", a.server_args},
+                 {"config",
+                  {{"device", a.device},
+                   {"prompt_len", a.prompt_len},
+                   {"prompt_spread", a.prompt_spread},
+                   {"output_len", a.output_len},
+                   {"output_spread", a.output_spread},
+                   {"token_range", {a.token_lo, a.token_hi}},
+                   {"seed", a.seed},
+                   {"request_loras", a.request_loras},
+                   {"slo_ttft_ms", a.slo_ttft_ms},
+                   {"slo_tpot_ms", a.slo_tpot_ms}}}};
   Result<json> body = a.scenario == "prefix"  ? run_prefix_scenario(a)
                       : a.scenario == "chunked" ? run_chunked_scenario(a)
                                                 : run_load(a);

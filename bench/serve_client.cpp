@@ -182,6 +182,7 @@ StreamResult stream_completion(const std::string& host, int port, const StreamRe
                {"seed", req.seed},       {"stream", true},               {"stream_options", {{"include_usage", true}}},
                {"logprobs", 0},          {"ignore_eos", req.ignore_eos}};
   if (!req.model.empty()) body["model"] = req.model;
+  if (req.lora >= 0) body["lora"] = json::array({{{"id", req.lora}, {"scale", 1.0}}});
   httplib::Client cli(host, port);
   cli.set_connection_timeout(10);
   cli.set_read_timeout(time_t(timeout_s));

@@ -47,6 +47,9 @@ struct StreamRequest {
   double temperature = 0.0;
   uint64_t seed = 0;
   std::string model;             // empty: the server's own
+  // >= 0: run under LoRA adapter |lora| in llama.cpp's dialect ("lora": [{"id", "scale": 1}]),
+  // which tessera serve and llama-server both speak.
+  int lora = -1;
 };
 
 struct StreamResult {

@@ -549,13 +549,15 @@ TextCodec Model::codec() const {
 
 Result<int> Model::add_lora(const std::string& name, const std::string& dir, const LoraLimits& limits) {
   if (pending_.active) return Internal("Model::add_lora: a step is pending (collect it first)");
-  if (limits.max_loras > 0 && int(loras_.size()) >= limits.max_loras)
-    return ResourceExhausted("cannot load adapter '" + name + "': " + std::to_string(loras_.size()) +
-                             " adapters are loaded, the most --max-loras allows (" + std::to_string(limits.max_loras) +
-                             ")");
+  if (name.empty()) return InvalidArgument("an adapter needs a name");
   for (const LoraAdapter& a : loras_)
     if (a.name == name)
       return InvalidArgument("an adapter named '" + name + "' is already loaded (from " + a.path + ")");
+  const int loaded = int(std::count_if(loras_.begin(), loras_.end(), [](const LoraAdapter& a) { return a.id != 0; }));
+  if (limits.max_loras > 0 && loaded >= limits.max_loras)
+    return ResourceExhausted("cannot load adapter '" + name + "': " + std::to_string(loaded) +
+                             " adapters are loaded, the most --max-loras allows (" + std::to_string(limits.max_loras) +
+                             ")");
   std::vector<LoraTarget> targets;
   for (const LoraTarget& t : lora_targets_)
     if (t.weight->buffer) targets.push_back(t);
@@ -563,13 +565,35 @@ Result<int> Model::add_lora(const std::string& name, const std::string& dir, con
   if (limits.max_rank > 0 && a.rank > limits.max_rank)
     return InvalidArgument("adapter '" + name + "' (" + dir + ") has rank " + std::to_string(a.rank) +
                            ", above --max-lora-rank " + std::to_string(limits.max_rank));
+  a.id = next_lora_id_ + 1;
   std::vector<LoraAdapter> next = loras_;
-  next.push_back(std::move(a));
+  auto hole = std::find_if(next.begin(), next.end(), [](const LoraAdapter& x) { return x.id == 0; });
+  const int slot = int(hole - next.begin());
+  if (hole == next.end()) next.push_back(std::move(a));
+  else *hole = std::move(a);
+  TS_ASSIGN_OR_RETURN(std::unique_ptr<LoraSet> set, LoraSet::build(*device_, next));
+  ++next_lora_id_;
+  loras_ = std::move(next);
+  lora_set_ = std::move(set);
+  n_loras_.store(int32_t(loras_.size()), std::memory_order_release);
+  ++step_graphs_generation_;  // kept graphs read the old slots' tensors
+  return slot;
+}
+
+Status Model::remove_lora(int slot) {
+  if (pending_.active) return Internal("Model::remove_lora: a step is pending (collect it first)");
+  if (slot < 0 || slot >= int(loras_.size()) || loras_[size_t(slot)].id == 0)
+    return NotFound("no adapter is loaded in slot " + std::to_string(slot));
+  if (slot == default_lora_)
+    return InvalidArgument("adapter '" + loras_[size_t(slot)].name +
+                           "' is the default (set_default_lora): not unloaded");
+  std::vector<LoraAdapter> next = loras_;
+  next[size_t(slot)] = LoraAdapter{};
   TS_ASSIGN_OR_RETURN(std::unique_ptr<LoraSet> set, LoraSet::build(*device_, next));
   loras_ = std::move(next);
   lora_set_ = std::move(set);
-  ++step_graphs_generation_;  // kept graphs read the old slots' tensors
-  return int(loras_.size()) - 1;
+  ++step_graphs_generation_;
+  return OkStatus();
 }
 
 Status Model::set_default_lora(int slot) {

@@ -108,15 +108,26 @@ class Model final : public ModelRunner {
   // gives it the next slot (returned); its errors name the adapter and what does not fit, and
   // leave the loaded adapters as they were. Not while a step is pending (submit without collect).
   // |limits| (0: none): refuses an adapter beyond max_loras loaded or of rank above max_rank.
+  // The slot is the first one an unloaded adapter left (remove_lora), else a new one.
   Result<int> add_lora(const std::string& name, const std::string& dir, const LoraLimits& limits = {});
+  // Unloads the adapter in |slot|, leaving a hole (an adapter of name "" and id 0) that the next
+  // add_lora fills: the other slots keep their numbers. Not the default adapter's slot, not while
+  // a step is pending; sequences still planned under |slot| would run as the base model, so the
+  // caller first makes sure none is (the engine refuses new requests for a hole).
+  Status remove_lora(int slot);
+  // Slot i = loras()[i]; holes included. Not thread-safe: the thread that steps the model owns it.
   const std::vector<LoraAdapter>& loras() const { return loras_; }
   // The adapter slot every sequence of a step runs under (-1: the base model). With adapters
   // loaded, every projection an adapter targets goes through the lora op, so switching the slot
   // reuses the step graphs.
   Status set_default_lora(int slot);
   int default_lora_slot() const { return default_lora_; }
-  int32_t n_loras() const override { return int32_t(loras_.size()); }
+  // Any thread (the engine validates requests on the caller's thread): slots, holes included.
+  int32_t n_loras() const override { return n_loras_.load(std::memory_order_acquire); }
   LoraRef default_lora() const override { return lora(default_lora_); }
+  LoraRef lora(int32_t slot) const override {
+    return {slot, slot >= 0 && slot < int32_t(loras_.size()) ? loras_[size_t(slot)].id : 0};
+  }
 
   // Expert statistics (MoE models; a no-op for dense ones). Off by default: when on, each step
   // keeps the router's expert ids ([T, k] i32 per layer) alive and downloads them after compute.
@@ -214,6 +225,8 @@ class Model final : public ModelRunner {
   std::vector<LoraAdapter> loras_;        // slot i = loras_[i]
   std::unique_ptr<LoraSet> lora_set_;     // their device slots; null without adapters
   int default_lora_ = -1;
+  std::atomic<int32_t> n_loras_{0};  // loras_.size(), for other threads
+  int32_t next_lora_id_ = 0;
 };
 
 }  // namespace tessera

@@ -28,6 +28,16 @@ struct Histogram {
   void observe(double v);
 };
 
+// A LoRA adapter the server serves (docs/lora.md): what request parsing and the listings read, so
+// handler threads never touch the Model's own list (the engine thread changes it on a run-time
+// load or unload).
+struct ServedLora {
+  std::string name, path;
+  int32_t slot = -1;  // Model::add_lora's; llama.cpp's "lora" id
+  int rank = 0;
+  double alpha = 0.0;
+};
+
 struct ServerContext {
   // Null until the model is loaded; |ready| is set after them (handlers check it first).
   Model* model = nullptr;
@@ -63,6 +73,14 @@ struct ServerContext {
   Histogram e2e_hist{{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
                       960.0, 1920.0, 7680.0}};
   std::set<RequestId> running;  // submitted and not finished (for the abort at the end of the grace)
+
+  // LoRA adapters served, by slot order; guarded by lora_mu (handlers read, load/unload write).
+  mutable std::mutex lora_mu;
+  std::vector<ServedLora> loras;
+  std::vector<ServedLora> lora_snapshot() const {
+    std::lock_guard<std::mutex> lock(lora_mu);
+    return loras;
+  }
 };
 
 }  // namespace tessera::server

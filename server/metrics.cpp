@@ -60,20 +60,22 @@ void write_vllm_metrics(std::ostringstream& o, ServerContext& ctx, const EngineS
   o << "# HELP vllm:cache_config_info Information of the KV cache configuration.\n# TYPE vllm:cache_config_info gauge\n"
     << "vllm:cache_config_info{" << labels << ",block_size=\"" << ctx.kv_block_size << "\",num_gpu_blocks=\"" << ctx.kv_blocks
     << "\",num_cpu_blocks=\"0\"} 1\n";
-  if (ctx.model && !ctx.model->loras().empty()) {
+  if (const std::vector<ServedLora> loras = ctx.lora_snapshot();
+      !loras.empty() || ctx.opts.allow_runtime_lora_updates) {
     // As vLLM writes it (vllm/v1/metrics/loggers.py): the adapters with sequences running and
     // waiting, comma-separated, as labels; the value is the time of the snapshot.
     auto names = [&](const std::vector<int32_t>& counts) {
       std::string out;
-      for (size_t i = 0; i < counts.size() && i < ctx.model->loras().size(); ++i)
-        if (counts[i] > 0) out += (out.empty() ? "" : ",") + ctx.model->loras()[i].name;
+      for (const ServedLora& a : loras)
+        if (size_t(a.slot) < counts.size() && counts[size_t(a.slot)] > 0) out += (out.empty() ? "" : ",") + a.name;
       return label_value(out);
     };
     const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    const size_t max_lora = ctx.opts.max_loras > 0 ? size_t(ctx.opts.max_loras) : loras.size();
     o << "# HELP vllm:lora_requests_info Running stats on lora requests.\n# TYPE vllm:lora_requests_info gauge\n"
-      << "vllm:lora_requests_info{max_lora=\"" << ctx.model->loras().size() << "\",running_lora_adapters=\""
-      << names(s.lora_running) << "\",waiting_lora_adapters=\"" << names(s.lora_waiting) << "\"} " << std::fixed
-      << std::setprecision(3) << now << std::defaultfloat << "\n";
+      << "vllm:lora_requests_info{max_lora=\"" << max_lora << "\",running_lora_adapters=\"" << names(s.lora_running)
+      << "\",waiting_lora_adapters=\"" << names(s.lora_waiting) << "\"} " << std::fixed << std::setprecision(3) << now
+      << std::defaultfloat << "\n";
   }
   metric("vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in prompt tokens admitted.", double(s.sched.admitted_tokens));
   metric("vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in prompt tokens taken from the cache.", double(s.sched.cached_tokens));

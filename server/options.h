@@ -31,6 +31,11 @@ struct ServeOptions {
   // Reasoning tokens before the close tag is forced (-1: unlimited; 0: thinking off, as the
   // template's enable_thinking=false). A request's "reasoning_budget" overrides it.
   int reasoning_budget = -1;
+  // LoRA (docs/lora.md): POST /v1/load_lora_adapter and /v1/unload_lora_adapter answer only with
+  // this on (vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING); the limits apply to every load.
+  bool allow_runtime_lora_updates = false;
+  int max_loras = 0;      // adapters loaded at once (0: no limit)
+  int max_lora_rank = 0;  // the highest rank accepted (0: no limit)
 };
 
 }  // namespace tessera::server

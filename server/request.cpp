@@ -189,9 +189,9 @@ void gate_reasoning(const ServerContext& ctx, int32_t budget, const std::optiona
 }
 
 // The served model ids: the base model's, then each adapter's (--lora NAME=PATH).
-std::string served_ids(const ServerContext& ctx) {
+std::string served_ids(const ServerContext& ctx, const std::vector<ServedLora>& loras) {
   std::string out = "'" + ctx.opts.model_name + "'";
-  for (const LoraAdapter& a : ctx.model->loras()) out += ", '" + a.name + "'";
+  for (const ServedLora& a : loras) out += ", '" + a.name + "'";
   return out;
 }
 
@@ -202,13 +202,17 @@ std::optional<ApiError> select_lora(const ServerContext& ctx, const json& body, 
   *slot = -1;
   std::string model_name = ctx.opts.model_name;
   if (auto e = read_field(body, "model", "a string", &model_name)) return e;
-  const std::vector<LoraAdapter>& loras = ctx.model->loras();
+  const std::vector<ServedLora> loras = ctx.lora_snapshot();
+  auto by_slot = [&](int64_t id) {
+    return std::find_if(loras.begin(), loras.end(), [&](const ServedLora& a) { return a.slot == id; }) != loras.end();
+  };
   if (model_name != ctx.opts.model_name) {
-    auto it = std::find_if(loras.begin(), loras.end(), [&](const LoraAdapter& a) { return a.name == model_name; });
+    auto it = std::find_if(loras.begin(), loras.end(), [&](const ServedLora& a) { return a.name == model_name; });
     if (it == loras.end())
-      return ApiError{404, "the model '" + model_name + "' does not exist (this server serves " + served_ids(ctx) + ")",
-                      "model", "model_not_found"};
-    *slot = int32_t(it - loras.begin());
+      return ApiError{
+          404, "the model '" + model_name + "' does not exist (this server serves " + served_ids(ctx, loras) + ")",
+          "model", "model_not_found"};
+    *slot = it->slot;
   }
   auto it = body.find("lora");
   if (it == body.end() || it->is_null()) return std::nullopt;
@@ -224,7 +228,7 @@ std::optional<ApiError> select_lora(const ServerContext& ctx, const json& body, 
     if (auto e = read_field(entry, "scale", "a number", &scale)) return ApiError{400, "lora: " + e->message, "lora"};
     if (!entry.contains("id"))
       return ApiError{400, "each 'lora' entry needs an 'id' (GET /lora-adapters lists them)", "lora"};
-    if (id < 0 || id >= int64_t(loras.size()))
+    if (!by_slot(id))
       return ApiError{400,
                       "lora: no adapter has id " + std::to_string(id) + " (this server has " +
                           std::to_string(loras.size()) + ": GET /lora-adapters lists them)",

@@ -11,6 +11,7 @@
 #include "server/bridge.h"
 #include "server/embeddings.h"
 #include "server/http.h"
+#include "server/lora_routes.h"
 #include "server/errors.h"
 #include "server/metrics.h"
 
@@ -74,30 +75,10 @@ void register_routes(httplib::Server& svr, ServerContext& ctx) {
                                           {"root", ctx.opts.model_name},
                                           {"parent", nullptr},
                                           {"max_model_len", ctx.max_model_len}}});
-            // LoRA adapters, as vLLM lists them: their own id, the adapter's path as root, the base as parent.
-            for (const LoraAdapter& a : ctx.model->loras())
-              data.push_back(json{{"id", a.name},
-                                  {"object", "model"},
-                                  {"created", ctx.created_base.load()},
-                                  {"owned_by", "tessera"},
-                                  {"root", a.path},
-                                  {"parent", ctx.opts.model_name},
-                                  {"max_model_len", ctx.max_model_len}});
+            for (json& m : lora_model_entries(ctx)) data.push_back(std::move(m));
             res.set_content(dump(json{{"object", "list"}, {"data", data}}), "application/json");
           }));
-  // llama.cpp's adapter list: "id" is what a request's "lora": [{"id", "scale"}] names. The
-  // scale is the one a request that names no adapter gets: 0, the base model (vLLM's default).
-  svr.Get("/lora-adapters", handling([&ctx](const httplib::Request&, httplib::Response& res) {
-            if (!ctx.ready.load())
-              return send_error(ctx, res, {503, "the model is still loading", "", "loading", "server_error"});
-            json list = json::array();
-            for (size_t i = 0; i < ctx.model->loras().size(); ++i) {
-              const LoraAdapter& a = ctx.model->loras()[i];
-              list.push_back(json{
-                  {"id", i}, {"path", a.path}, {"scale", 0.0}, {"name", a.name}, {"rank", a.rank}, {"alpha", a.alpha}});
-            }
-            res.set_content(dump(list), "application/json");
-          }));
+  add_lora_routes(svr, ctx);
   svr.Post("/v1/completions", handling([&ctx](const httplib::Request& req, httplib::Response& res) { handle_generate(ctx, false, req, res); }));
   svr.Post("/v1/chat/completions", handling([&ctx](const httplib::Request& req, httplib::Response& res) { handle_generate(ctx, true, req, res); }));
   svr.Post("/v1/embeddings", handling([&ctx](const httplib::Request& req, httplib::Response& res) { handle_embeddings(ctx, req, res); }));

@@ -130,6 +130,13 @@ void Server::set_ready(Model& model, EngineThread& engine, int32_t kv_blocks, in
   for (int32_t id = 0; id < std::min(model.vocab_size(), model.tokenizer().vocab_size()); ++id)
     (*pieces)[size_t(id)] = model.tokenizer().token_to_piece(id);
   m.ctx.token_pieces = std::move(pieces);
+  {
+    std::lock_guard<std::mutex> lock(m.ctx.lora_mu);
+    for (size_t i = 0; i < model.loras().size(); ++i) {
+      const LoraAdapter& a = model.loras()[i];
+      if (a.id != 0) m.ctx.loras.push_back({a.name, a.path, int32_t(i), a.rank, a.alpha});
+    }
+  }
   m.ctx.ready = true;  // after the fields above: handlers read them once they see it
   std::fprintf(stderr, "serve: %s (max_model_len %d) on http://%s:%d\n", m.ctx.opts.model_name.c_str(), m.ctx.max_model_len,
                m.ctx.opts.host.c_str(), m.port);

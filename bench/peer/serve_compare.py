@@ -10,9 +10,15 @@ medians over the rounds of output tokens/s and TTFT p99 per level, and their rat
 the whole comparison beside N processes that spin on a core each (issue 44: serving on a shared
 machine), started before the first round and killed after the last.
 
+--loras N serves N random LoRA adapters of rank --lora-rank (make_bench_loras.py: PEFT folders for
+Tessera, GGUF files for llama-server, the same values) and spreads the requests over them in
+llama.cpp's "lora" dialect, which both servers take; a tessera-base run serves the base model alone
+for the adapters' cost (issue 41).
+
 Usage: bench/peer/serve_compare.sh [--rounds N] [--concurrency C ...] [--model F] [--ctx N]
                                    [--prompt N] [--output N] [--requests N] [--variant NAME:VAR=VALUE]
-                                   [--busy N] [--peer-threads N] PEER_DIR [BUILD_DIR]
+                                   [--busy N] [--peer-threads N] [--loras N [--lora-rank R]]
+                                   PEER_DIR [BUILD_DIR]
 The work of finding tools and reading the machine is compare.py's (imported from beside this file).
 """
 import argparse
@@ -54,8 +60,8 @@ def wait_healthy(url, proc, timeout_s=600):
     raise compare.CompareError(f"llama-server did not become healthy within {timeout_s} s")
 
 
-def bench_args(a):
-    args = []
+def bench_args(a, loras=0):
+    args = ["--request-loras", str(loras)] if loras else []
     for c in a.concurrency:
         args += ["--concurrency", str(c)]
     return args + ["--prompt-len", str(a.prompt), "--prompt-spread", "0", "--output-len", str(a.output),
@@ -80,12 +86,16 @@ def llama_round(server, bench, a, tmp):
     np_ = max(a.concurrency)
     log_path = os.path.join(tmp, "llama-server.log")
     with open(log_path, "w") as log:
+        # LoRA: the same adapters as GGUF files, off unless a request names one (as Tessera serves them).
+        loras = [x for i in range(a.loras) for x in ("--lora", os.path.join(tmp, "loras", f"lora-{i}.gguf"))]
+        if loras:
+            loras.append("--lora-init-without-apply")
         proc = subprocess.Popen([server, "-m", a.model, "-t", str(a.peer_threads or compare.THREADS), "-c", str(a.ctx), "-np", str(np_),
-                                 "--host", "127.0.0.1", "--port", str(port)], stdout=log, stderr=subprocess.STDOUT)
+                                 "--host", "127.0.0.1", "--port", str(port)] + loras, stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_healthy(f"http://127.0.0.1:{port}", proc)
         out = os.path.join(tmp, "llama")
-        compare.run([bench, "serve", "--url", f"http://127.0.0.1:{port}", "--out", out] + bench_args(a),
+        compare.run([bench, "serve", "--url", f"http://127.0.0.1:{port}", "--out", out] + bench_args(a, a.loras),
                     "tessera-bench serve --url (llama-server)")
         return read_levels(out)
     finally:
@@ -100,7 +110,9 @@ def tessera_round(bench, a, tmp, name, env):
     out = os.path.join(tmp, name)
     # A variant's SERVER_ARGS are flags of `tessera serve` (--variant NAME:SERVER_ARGS="--itl-factor=0 ...").
     extra = [f"--server-arg={x}" for x in (env or {}).get("SERVER_ARGS", "").split()]
-    compare.run([bench, "serve", "--model", a.model, f"--server-arg=--ctx={a.ctx}", "--out", out] + extra + bench_args(a),
+    loras = 0 if name == "tessera-base" else a.loras  # tessera-base: the same server without adapters
+    extra += [f"--server-arg=--lora=lora-{i}={os.path.join(tmp, 'loras', f'lora-{i}')}" for i in range(loras)]
+    compare.run([bench, "serve", "--model", a.model, f"--server-arg=--ctx={a.ctx}", "--out", out] + extra + bench_args(a, loras),
                 f"tessera-bench serve --model ({name})", env)
     return read_levels(out)
 
@@ -120,6 +132,11 @@ def main():
     ap.add_argument("--variant", action="append", default=[], metavar="NAME:VAR=VALUE",
                     help="also run tessera serve with this environment setting (repeatable); the variable "
                          "SERVER_ARGS holds flags of tessera serve instead")
+    ap.add_argument("--loras", type=int, default=0,
+                    help="serve this many random LoRA adapters (make_bench_loras.py: PEFT for Tessera, GGUF for "
+                         "llama-server, the same values) and spread the requests over them; adds a tessera-base "
+                         "run of the base model alone (default 0: no adapters)")
+    ap.add_argument("--lora-rank", type=int, default=16, help="the adapters' rank (default 16)")
     ap.add_argument("--busy", type=int, default=0,
                     help="spinning processes beside both servers for the whole run (default 0)")
     ap.add_argument("--peer-threads", type=int, default=0,
@@ -154,9 +171,12 @@ def main():
 
 def run_rounds(a, variants, server, bench, results):
     with tempfile.TemporaryDirectory(prefix="tessera-serve-compare-") as tmp:
+        if a.loras:
+            compare.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "make_bench_loras.py"), a.model,
+                         os.path.join(tmp, "loras"), "--count", str(a.loras), "--rank", str(a.lora_rank)], "make_bench_loras.py")
         for rnd in range(a.rounds):
             engines = ["tessera", "llama-server"] if rnd % 2 == 0 else ["llama-server", "tessera"]
-            engines[1:1] = [name for name, _ in variants]
+            engines[1:1] = [name for name, _ in variants] + (["tessera-base"] if a.loras else [])
             for eng in engines:
                 if eng == "llama-server":
                     lv = llama_round(server, bench, a, tmp)
@@ -175,10 +195,13 @@ def print_tables(a, variants, results, isa, start, load_start, t0):
     print(f"tessera serve vs llama-server (-t {a.peer_threads or compare.THREADS}), {os.path.basename(a.model)}, "
           f"{a.prompt} in / {a.output} out, {a.ctx} KV tokens each; median of {a.rounds} alternating round(s); "
           f"{a.busy} busy process(es) beside them")
+    if a.loras:
+        print(f"LoRA: {a.loras} random adapters of rank {a.lora_rank} over every projection, request i under adapter "
+              f"i % {a.loras} for tessera and llama-server; tessera-base serves the base model alone")
     print(f"date {start.strftime('%Y-%m-%d %H:%M UTC')}; {compare.cpu_name()}, {os.cpu_count()} CPUs; ISA: {isa}")
     print(f"load average (1/5/15 min) at start {load_start}, at end {compare.loadavg()}; "
           f"{(time.time() - t0) / 60:.1f} min")
-    for eng in ["tessera"] + [name for name, _ in variants]:
+    for eng in ["tessera"] + [name for name, _ in variants] + (["tessera-base"] if a.loras else []):
         print()
         print(f"| concurrency | {eng} out tok/s | llama-server out tok/s | ratio | {eng} TTFT p99 s | "
               "llama-server TTFT p99 s | ratio | TPOT p50 ms (both) |")
@@ -188,6 +211,13 @@ def print_tables(a, variants, results, isa, start, load_start, t0):
             tt, lt = med(eng, c, 1), med("llama-server", c, 1)
             print(f"| {c} | {t:.1f} | {l:.1f} | {t / l:.2f} | {tt / 1000:.2f} | {lt / 1000:.2f} | {tt / lt:.2f} | "
                   f"{med(eng, c, 2):.0f} / {med('llama-server', c, 2):.0f} |")
+    if a.loras:
+        print()
+        print("| concurrency | tessera with adapters out tok/s | tessera-base out tok/s | ratio |")
+        print("|---|---|---|---|")
+        for c in a.concurrency:
+            t, b = med("tessera", c, 0), med("tessera-base", c, 0)
+            print(f"| {c} | {t:.1f} | {b:.1f} | {t / b:.2f} |")
     print()
     print("out tok/s ratio > 1 and TTFT ratio < 1: Tessera better")
 

@@ -136,6 +136,8 @@ Status Engine::submit_as(RequestId id, GenerationRequest req) {
   seq->lora = req.lora == GenerationRequest::kDefaultLora ? model_.default_lora()
               : req.lora < 0                              ? LoraRef{}
                                                           : model_.lora(req.lora);
+  if (seq->lora.slot >= 0 && seq->lora.id == 0)  // validated on another thread, then unloaded
+    return NotFound("LoRA adapter slot " + std::to_string(seq->lora.slot) + " holds no adapter (it was unloaded)");
   a->req = std::move(req);
   active_[id] = std::move(a);
   scheduler_.add(std::move(seq));

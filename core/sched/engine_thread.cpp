@@ -20,6 +20,18 @@ Result<RequestId> EngineThread::submit(GenerationRequest req) {
   return id;
 }
 
+Status EngineThread::call(std::function<Status(Engine&)> fn) {
+  std::future<Status> result;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return Unavailable("the engine is shutting down");
+    calls_.push_back(Call{std::move(fn), {}});
+    result = calls_.back().done.get_future();
+    cv_.notify_one();
+  }
+  return result.get();
+}
+
 void EngineThread::cancel(RequestId id) {
   std::lock_guard<std::mutex> lock(mu_);
   cancels_.push_back(id);
@@ -56,15 +68,19 @@ void EngineThread::loop() {
   while (true) {
     std::deque<std::pair<RequestId, GenerationRequest>> inbox;
     std::vector<RequestId> cancels;
+    std::deque<Call> calls;
     bool stopping, drain;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !inbox_.empty() || !cancels_.empty() || !idle; });
+      cv_.wait(lock, [&] { return stopping_ || !inbox_.empty() || !cancels_.empty() || !calls_.empty() || !idle; });
       inbox.swap(inbox_);
       cancels.swap(cancels_);
+      calls.swap(calls_);
       stopping = stopping_;
       drain = drain_;
     }
+    // Calls first: a request that arrived with a call was validated against the model before it.
+    for (Call& c : calls) c.done.set_value(c.fn(engine_));
     // Submits before cancels: a cancel may name a request that arrived in the same batch.
     for (auto& [id, req] : inbox) {
       TokenCallback cb = req.on_token;
@@ -88,7 +104,7 @@ void EngineThread::loop() {
       ++stats_version_;
       published_.notify_all();
       if (!step_status.ok()) last_error_ = step_status;
-      if (stopping_ && idle && inbox_.empty()) {
+      if (stopping_ && idle && inbox_.empty() && calls_.empty()) {
         // Requests that raced shutdown (none: submit refuses once stopping_) would be here.
         exited_ = true;
         break;

@@ -7,6 +7,8 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <future>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -28,6 +30,10 @@ class EngineThread {
   // Validates on the caller's thread (so a bad request fails here, synchronously) and queues
   // it. Fails with Unavailable after shutdown began.
   Result<RequestId> submit(GenerationRequest req);
+  // Runs |fn| on the engine thread between two steps (no step is in flight, so it may change
+  // the model, e.g. load or unload a LoRA adapter) and returns its status; the caller waits.
+  // Unavailable after shutdown began.
+  Status call(std::function<Status(Engine&)> fn);
   // The checks submit makes (thread-safe).
   Status validate(const GenerationRequest& req) const { return engine_.validate(req); }
   // Cancels |id| (its callback gets a kCancelled finish event on the engine thread). Unknown or
@@ -56,6 +62,11 @@ class EngineThread {
   std::condition_variable cv_;
   std::deque<std::pair<RequestId, GenerationRequest>> inbox_;
   std::vector<RequestId> cancels_;
+  struct Call {
+    std::function<Status(Engine&)> fn;
+    std::promise<Status> done;
+  };
+  std::deque<Call> calls_;
   bool stopping_ = false;
   bool drain_ = false;
   EngineStats stats_;

@@ -40,7 +40,6 @@ struct ServeCommandOptions {
   int load_delay_ms = 0;  // a test hook: stay in the loading state this long after binding
   int threads = 0, threads_batch = 0;  // CPU threads (0: the default)
   std::vector<std::string> loras;      // --lora NAME=PATH
-  LoraLimits lora_limits;
 };
 
 void serve_fail(const std::string& message, int code = 1) {
@@ -71,7 +70,9 @@ void serve_command(const ServeCommandOptions& o) {
   if (o.act_dtype != "auto") lo.activation_dtype = dtype_from_name(o.act_dtype);
   auto model = Model::load(o.model, *dev, lo);
   if (!model.ok()) return serve_fail(model.status().to_string());
-  if (!load_loras(o.loras, **model, {.first_is_default = false, .quiet = false, .limits = o.lora_limits})) return;
+  if (!load_loras(o.loras, **model,
+                  {.first_is_default = false, .quiet = false, .limits = {so.max_loras, so.max_lora_rank}}))
+    return;
   if (!o.pooling.empty()) {
     const Pooling p = o.pooling == "last" ? Pooling::kLast : o.pooling == "cls" ? Pooling::kCls : Pooling::kMean;
     if (Status s = (*model)->set_pooling(p); !s.ok()) return serve_fail(s.to_string());
@@ -170,10 +171,16 @@ void add_serve_command(CLI::App& app) {
          "\"model\": \"NAME\" (vLLM) or \"lora\": [{\"id\": N, \"scale\": 1}] (llama.cpp; GET /lora-adapters lists the "
          "ids); requests of different adapters and of the base model share steps (docs/lora.md)")
       ->allow_extra_args(false);
-  cmd->add_option("--max-loras", o->lora_limits.max_loras, "the most adapters --lora may load (0: no limit)")
+  cmd->add_flag(
+         "--allow-runtime-lora-updates", o->serve.allow_runtime_lora_updates,
+         "answer vLLM's POST /v1/load_lora_adapter {lora_name, lora_path} and /v1/unload_lora_adapter {lora_name}: "
+         "adapters load and unload between engine steps while requests run (off by default)")
+      ->envname("TESSERA_ALLOW_RUNTIME_LORA_UPDATING");
+  cmd->add_option("--max-loras", o->serve.max_loras,
+                  "the most adapters loaded at once, by --lora and at run time (0: no limit)")
       ->capture_default_str()
       ->check(CLI::Range(0, 4096));
-  cmd->add_option("--max-lora-rank", o->lora_limits.max_rank, "refuse adapters of a higher rank (0: no limit)")
+  cmd->add_option("--max-lora-rank", o->serve.max_lora_rank, "refuse adapters of a higher rank (0: no limit)")
       ->capture_default_str()
       ->check(CLI::Range(0, 256));
   cmd->add_option("--reasoning-format", o->serve.reasoning_format,

@@ -39,7 +39,10 @@ struct LoraLimits {
 
 // A PEFT LoRA adapter read against one model.
 struct LoraAdapter {
-  std::string name, path;
+  std::string name, path;  // name "": an unloaded slot's hole (no modules)
+  // Never reused while the model lives (Model::add_lora counts from 1), so the prefix cache
+  // cannot take an unloaded adapter's K/V for the one loaded into its slot next (LoraRef::id).
+  int32_t id = 0;
   int rank = 0;
   double alpha = 0.0;
   bool rslora = false;

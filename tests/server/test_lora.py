@@ -194,6 +194,89 @@ class ServeLora(unittest.TestCase):
         self.tokens("still fine", model="terse")
 
 
+class RuntimeUpdates(unittest.TestCase):
+    """vLLM's POST /v1/load_lora_adapter and /v1/unload_lora_adapter behind --allow-runtime-lora-updates."""
+
+    def setUp(self):
+        self.server = Server(BIN, "--lora", f"styled={DIR}/adapter-a", "--allow-runtime-lora-updates", "--max-loras", "2",
+                             model=BASE)
+
+    def tearDown(self):
+        self.server.stop()
+
+    def call(self, path, body):
+        status, _, text = self.server.raw("POST", path, json.dumps(body))
+        return status, text
+
+    def tokens(self, prompt, model, want_status=200):
+        status, _, out = self.server.post("/v1/completions", {"model": model, "prompt": prompt, "max_tokens": 24,
+                                                              "ignore_eos": True, "temperature": 0, "logprobs": 0})
+        self.assertEqual(status, want_status, json.dumps(out))
+        return (out["choices"][0]["logprobs"]["tokens"], out["usage"]) if status == 200 else out
+
+    def test_load_use_unload_reload(self):
+        prompt = list(range(60, 100))  # 2 full blocks
+        styled, _ = self.tokens(prompt, "styled")
+        # A load while a request runs leaves that request's tokens as they were.
+        during = {}
+        t = threading.Thread(target=lambda: during.update(out=self.tokens(prompt, "styled")[0]))
+        t.start()
+        status, text = self.call("/v1/load_lora_adapter", {"lora_name": "terse", "lora_path": f"{DIR}/adapter-b"})
+        t.join()
+        self.assertEqual(status, 200, text)
+        self.assertIn("added successfully", text)
+        self.assertEqual(during["out"], styled)
+        models = [m["id"] for m in json.loads(self.server.raw("GET", "/v1/models")[2])["data"]]
+        self.assertEqual(models, ["tiny", "styled", "terse"])
+        terse, _ = self.tokens(prompt, "terse")
+        self.assertNotEqual(terse, styled)
+        _, _, body = self.server.post("/v1/completions", {"prompt": prompt, "max_tokens": 24, "ignore_eos": True, "temperature": 0,
+                                                          "logprobs": 0, "lora": [{"id": 1, "scale": 1}]})
+        self.assertEqual(body["choices"][0]["logprobs"]["tokens"], terse, "llama.cpp's id of the new adapter is its slot")
+
+        status, text = self.call("/v1/load_lora_adapter", {"lora_name": "terse", "lora_path": f"{DIR}/adapter-b"})
+        self.assertEqual(status, 400)
+        self.assertIn("already loaded", text)
+        status, text = self.call("/v1/load_lora_adapter", {"lora_name": "third", "lora_path": f"{DIR}/adapter-b"})
+        self.assertEqual(status, 400)
+        self.assertIn("--max-loras allows (2)", text)
+
+        status, text = self.call("/v1/unload_lora_adapter", {"lora_name": "terse"})
+        self.assertEqual(status, 200, text)
+        self.assertIn("removed successfully", text)
+        self.assertIn("does not exist", self.tokens(prompt, "terse", want_status=404)["error"]["message"])
+        status, text = self.call("/v1/unload_lora_adapter", {"lora_name": "terse"})
+        self.assertEqual(status, 404)
+        self.assertIn("not loaded", text)
+
+        status, text = self.call("/v1/load_lora_adapter", {"lora_name": "x", "lora_path": f"{DIR}/nowhere"})
+        self.assertEqual(status, 400)
+        self.assertIn("nowhere", text)
+        status, text = self.call("/v1/load_lora_adapter", {"lora_name": "x"})
+        self.assertEqual(status, 400)
+        self.assertIn("lora_path", text)
+        # Another adapter takes the freed slot: it must not find the unloaded one's K/V.
+        status, text = self.call("/v1/load_lora_adapter", {"lora_name": "again", "lora_path": f"{DIR}/adapter-a"})
+        self.assertEqual(status, 200, text)
+        ids = [(a["id"], a["name"]) for a in json.loads(self.server.raw("GET", "/lora-adapters")[2])]
+        self.assertEqual(ids, [(0, "styled"), (1, "again")])
+        again, usage = self.tokens(prompt, "again")
+        self.assertEqual(usage["prompt_tokens_details"]["cached_tokens"], 0, "a new adapter in an old slot starts cold")
+        self.assertEqual(again, styled, "the same weights as styled give its tokens")
+        _, usage = self.tokens(prompt, "styled")
+        self.assertEqual(usage["prompt_tokens_details"]["cached_tokens"], 32)
+
+    def test_off_without_the_flag(self):
+        other = Server(BIN, "--lora", f"styled={DIR}/adapter-a", model=BASE)
+        try:
+            status, _, text = other.raw("POST", "/v1/load_lora_adapter",
+                                        json.dumps({"lora_name": "t", "lora_path": f"{DIR}/adapter-b"}))
+            self.assertEqual(status, 404)
+            self.assertIn("--allow-runtime-lora-updates", text)
+        finally:
+            other.stop()
+
+
 class ServeLoraFlags(unittest.TestCase):
     def start_fails(self, *flags):
         try:
