@@ -547,7 +547,7 @@ TextCodec Model::codec() const {
   return c;
 }
 
-Result<int> Model::add_lora(const std::string& name, const std::string& dir, const LoraLimits& limits) {
+Result<int> Model::add_lora(const std::string& name, const std::string& path, const LoraLimits& limits) {
   if (pending_.active) return Internal("Model::add_lora: a step is pending (collect it first)");
   if (name.empty()) return InvalidArgument("an adapter needs a name");
   for (const LoraAdapter& a : loras_)
@@ -561,9 +561,13 @@ Result<int> Model::add_lora(const std::string& name, const std::string& dir, con
   std::vector<LoraTarget> targets;
   for (const LoraTarget& t : lora_targets_)
     if (t.weight->buffer) targets.push_back(t);
-  TS_ASSIGN_OR_RETURN(LoraAdapter a, read_peft_adapter(name, dir, *arch_, cfg_, targets));
+  // A file is llama.cpp's GGUF adapter; anything else a PEFT folder (whose reader names what is missing).
+  std::error_code ec;
+  const bool file = std::filesystem::is_regular_file(path, ec);
+  TS_ASSIGN_OR_RETURN(LoraAdapter a, file ? read_gguf_adapter(name, path, *arch_, cfg_, targets)
+                                          : read_peft_adapter(name, path, *arch_, cfg_, targets));
   if (limits.max_rank > 0 && a.rank > limits.max_rank)
-    return InvalidArgument("adapter '" + name + "' (" + dir + ") has rank " + std::to_string(a.rank) +
+    return InvalidArgument("adapter '" + name + "' (" + path + ") has rank " + std::to_string(a.rank) +
                            ", above --max-lora-rank " + std::to_string(limits.max_rank));
   a.id = next_lora_id_ + 1;
   std::vector<LoraAdapter> next = loras_;

@@ -104,12 +104,13 @@ class Model final : public ModelRunner {
   // Step graphs constructed so far (a step whose inputs match a kept graph's builds none).
   int64_t step_graphs_built() const { return step_graphs_built_; }
 
-  // LoRA adapters (docs/lora.md). add_lora reads a PEFT adapter folder against this model and
-  // gives it the next slot (returned); its errors name the adapter and what does not fit, and
-  // leave the loaded adapters as they were. Not while a step is pending (submit without collect).
-  // |limits| (0: none): refuses an adapter beyond max_loras loaded or of rank above max_rank.
-  // The slot is the first one an unloaded adapter left (remove_lora), else a new one.
-  Result<int> add_lora(const std::string& name, const std::string& dir, const LoraLimits& limits = {});
+  // LoRA adapters (docs/lora.md). add_lora reads a PEFT adapter folder, or a llama.cpp GGUF
+  // adapter when |path| is a regular file, against this model and gives it a slot (returned): the
+  // first one an unloaded adapter left (remove_lora), else a new one. Its errors name the adapter
+  // and what does not fit, and leave the loaded adapters as they were. Not while a step is
+  // pending (submit without collect). |limits| (0: none): refuses an adapter beyond max_loras
+  // loaded or of rank above max_rank.
+  Result<int> add_lora(const std::string& name, const std::string& path, const LoraLimits& limits = {});
   // Unloads the adapter in |slot|, leaving a hole (an adapter of name "" and id 0) that the next
   // add_lora fills: the other slots keep their numbers. Not the default adapter's slot, not while
   // a step is pending; sequences still planned under |slot| would run as the base model, so the

@@ -48,8 +48,9 @@ void add_model_options(CLI::App* cmd, ModelOptions* o) {
   cmd->add_flag("--swa-full", o->swa_full,
                 "sliding-window layers keep the K/V of the whole context (default: only their window's, in a pool of their own)");
   cmd->add_option("--lora", o->loras,
-                  "NAME=PATH: a PEFT LoRA adapter folder (adapter_config.json, adapter_model.safetensors); repeatable, "
-                  "each in the next slot; the first applies to every sequence (docs/lora.md)")
+                  "NAME=PATH: a LoRA adapter, a PEFT folder (adapter_config.json, adapter_model.safetensors) or a "
+                  "llama.cpp GGUF adapter file; repeatable, each in the next slot; the first applies to every "
+                  "sequence (docs/lora.md)")
       ->allow_extra_args(false);
   cmd->add_flag("-q,--quiet", o->quiet, "no progress bar");
 }

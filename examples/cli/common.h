@@ -22,7 +22,8 @@ struct ModelOptions {
   // CPU threads (add_thread_options): 0 = the default (TESSERA_THREADS, else the physical cores).
   int threads = 0;            // decode
   int threads_batch = 0;      // prefill (0: as threads)
-  // --lora NAME=PATH (repeatable): PEFT adapters loaded into slots 0, 1, ...; the first applies.
+  // --lora NAME=PATH (repeatable): PEFT folders or GGUF adapter files loaded into slots 0, 1, ...;
+  // the first applies.
   std::vector<std::string> loras;
 };
 

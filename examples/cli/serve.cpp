@@ -167,9 +167,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--model-name", o->serve.model_name, "the model id clients send (default: the file's stem)");
   cmd->add_option(
          "--lora", o->loras,
-         "NAME=PATH: serve a PEFT LoRA adapter folder under the model id NAME (repeatable); a request picks it with "
-         "\"model\": \"NAME\" (vLLM) or \"lora\": [{\"id\": N, \"scale\": 1}] (llama.cpp; GET /lora-adapters lists the "
-         "ids); requests of different adapters and of the base model share steps (docs/lora.md)")
+         "NAME=PATH: serve a LoRA adapter (a PEFT folder or a llama.cpp GGUF adapter file) under the model id NAME "
+         "(repeatable); a request picks it with \"model\": \"NAME\" (vLLM) or \"lora\": [{\"id\": N, \"scale\": "
+         "1}] (llama.cpp; GET /lora-adapters lists the ids); requests of different adapters and of the base model "
+         "share steps (docs/lora.md)")
       ->allow_extra_args(false);
   cmd->add_flag(
          "--allow-runtime-lora-updates", o->serve.allow_runtime_lora_updates,

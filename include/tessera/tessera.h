@@ -68,9 +68,10 @@ int32_t tessera_model_vocab_size(const tessera_model* model);
 int32_t tessera_model_context_length(const tessera_model* model);
 
 /* LoRA adapters (docs/lora.md). Loads the PEFT adapter folder |path| (adapter_config.json,
- * adapter_model.safetensors) under |name| into the next slot of |model| and stores the slot in
- * |*slot| (may be NULL). Errors name what does not fit (another architecture or size, a missing
- * tensor, a name loaded twice). Load adapters before creating contexts that use them. */
+ * adapter_model.safetensors), or the llama.cpp GGUF adapter when |path| is a file, under |name|
+ * into the next slot of |model| and stores the slot in |*slot| (may be NULL). Errors name what
+ * does not fit (another architecture or size, a missing tensor, a name loaded twice). Load
+ * adapters before creating contexts that use them. */
 tessera_status tessera_model_load_lora(tessera_model* model, const char* name, const char* path, int32_t* slot);
 /* Adapters loaded, and the name of the one in |slot| (NULL when out of range). */
 int32_t tessera_model_n_loras(const tessera_model* model);

@@ -119,7 +119,8 @@ class Model {
   // The CPU threads the model's device runs with (0 on a GPU).
   int32_t n_threads() const { return tessera_model_n_threads(handle()); }
 
-  // Loads a PEFT LoRA adapter folder under |name|; returns its slot (Context::set_lora).
+  // Loads a LoRA adapter (a PEFT folder or a llama.cpp GGUF adapter file) under |name|; returns
+  // its slot (Context::set_lora).
   int32_t load_lora(const std::string& name, const std::string& path) {
     int32_t slot = -1;
     detail::check(tessera_model_load_lora(handle(), name.c_str(), path.c_str(), &slot));

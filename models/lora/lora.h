@@ -1,6 +1,7 @@
-// LoRA adapters on a loaded model (docs/lora.md): PEFT adapters read against the model's own
-// weights, and every loaded adapter's tensors stacked into device slots for the lora op
-// (core/op.h in::Lora). GraphContext::linear adds the delta of the weights an adapter targets.
+// LoRA adapters on a loaded model (docs/lora.md): PEFT adapter folders and llama.cpp's GGUF
+// adapter files read against the model's own weights, and every loaded adapter's tensors stacked
+// into device slots for the lora op (core/op.h in::Lora). GraphContext::linear adds the delta of
+// the weights an adapter targets.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -37,17 +38,18 @@ struct LoraLimits {
   int max_rank = 0;
 };
 
-// A PEFT LoRA adapter read against one model.
+// A LoRA adapter (a PEFT folder or a llama.cpp GGUF file) read against one model.
 struct LoraAdapter {
   std::string name, path;  // name "": an unloaded slot's hole (no modules)
   // Never reused while the model lives (Model::add_lora counts from 1), so the prefix cache
   // cannot take an unloaded adapter's K/V for the one loaded into its slot next (LoraRef::id).
   int32_t id = 0;
   int rank = 0;
-  double alpha = 0.0;
+  double alpha = 0.0;  // a GGUF adapter's adapter.lora.alpha (0 when absent)
   bool rslora = false;
-  float scale = 1.0f;                                         // alpha / r, or alpha / sqrt(r) with use_rslora
-  std::vector<std::string> target_modules;                    // as adapter_config.json lists them
+  float scale = 1.0f;  // alpha / r, or alpha / sqrt(r) with use_rslora; a GGUF adapter's is 1 when alpha is 0
+  // As adapter_config.json lists them; a GGUF adapter's tensor stems ("attn_q", "ffn_down").
+  std::vector<std::string> target_modules;
   std::unordered_map<const WeightTensor*, LoraPair> modules;  // by the base weight it adds to
 };
 
@@ -57,6 +59,19 @@ struct LoraAdapter {
 // module this model does not have (an adapter of another architecture), a lora_A without its
 // lora_B or the reverse, a tensor whose shape does not match the base weight or the rank.
 Result<LoraAdapter> read_peft_adapter(const std::string& name, const std::string& dir, const Architecture& arch,
+                                      const ModelConfig& cfg, const std::vector<LoraTarget>& targets);
+
+// Reads a llama.cpp GGUF LoRA adapter file (convert_lora_to_gguf.py's: general.type "adapter",
+// adapter.type "lora", adapter.lora.alpha, tensors "<base tensor>.lora_a" [r, K] and ".lora_b"
+// [N, r] in f32, f16, bf16 or q8_0) for the model whose weights are |targets|; scale alpha / r,
+// or 1 when alpha is 0, as llama.cpp's. Errors name the adapter and the problem: not an adapter,
+// another architecture, another adapter type (aLoRA, control vectors), a tensor this model does
+// not have or LoRA is not supported on (token_embd, output: Unimplemented), a lora_a without its
+// lora_b or the reverse, shapes that do not fit the base weight or each other, pairs of different
+// ranks, another dtype, and the GGUF parser's for a truncated or corrupt file. q/k rows are taken
+// in the GGUF base's order (the converter permuted them) and permuted back for a model loaded
+// from a Hugging Face folder.
+Result<LoraAdapter> read_gguf_adapter(const std::string& name, const std::string& path, const Architecture& arch,
                                       const ModelConfig& cfg, const std::vector<LoraTarget>& targets);
 
 // Every loaded adapter's tensors on the device: for each base weight any adapter targets, A

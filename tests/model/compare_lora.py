@@ -11,6 +11,12 @@ model, the base model with the adapter applied unmerged, and the GGUF whose weig
   * adapter-b loaded before adapter-a applies alone (slots of ranks 4 and 8 share padded tensors);
   * bad adapters fail with errors naming the problem: a mis-shaped tensor, a missing lora_B, an
     adapter for another architecture, a missing folder, a malformed --lora.
+The same adapters as llama.cpp's GGUF LoRA files (`--lora NAME=FILE.gguf`): adapter-a.gguf (F32)
+and adapter-b.gguf (F16, loaded beside the PEFT adapter-a) against the same merged GGUFs
+(<= 1e-5) and against the PEFT adapter's logits (<= 1e-5); adapter-c.gguf (Q8_0 lora_a, BF16
+lora_b, no alpha: scale 1) against its own merge; and the broken GGUF adapters' errors: another
+architecture, general.type "model", a missing lora_b, a mis-shaped lora_a, a pair on token_embd
+(Unimplemented), an aLoRA, a truncated file.
 Usage: compare_lora.py TESSERA_BIN_DIR SCRATCH_DIR [--device cpu]
 Exit 77 (skip) only when the device is not usable on this machine.
 """
@@ -47,12 +53,24 @@ def main():
     ids = [int(x) for x in np.random.default_rng(7).integers(0, 256, 24)]
     failures = []
     plain = tessera_logits(args.bin_dir, base, ids, args.device, args.scratch)
-    for name, loras in (("a", [f"a={d('adapter-a')}"]), ("b", [f"b={d('adapter-b')}", f"a={d('adapter-a')}"])):
+    peft = {}
+    for name, loras in (("a", [f"a={d('adapter-a')}"]), ("b", [f"b={d('adapter-b')}", f"a={d('adapter-a')}"]),
+                        ("a.gguf", [f"a={d('adapter-a.gguf')}"]),
+                        ("b.gguf", [f"b={d('adapter-b.gguf')}", f"a={d('adapter-a')}"]),
+                        ("c.gguf", [f"c={d('adapter-c.gguf')}"])):
         ours = tessera_logits(args.bin_dir, base, ids, args.device, args.scratch, loras=loras)
-        ref = tessera_logits(args.bin_dir, d(f"merged-{name}.gguf"), ids, args.device, args.scratch)
+        ref = tessera_logits(args.bin_dir, d(f"merged-{name[0]}.gguf"), ids, args.device, args.scratch)
         e, moved = nrmse(ours, ref), nrmse(plain, ref)
-        print(f"adapter {name} ({' '.join(loras)}): unmerged vs merged nrmse {e:.3e} (tol {TOL:g}); "
-              f"base vs merged {moved:.3e}; argmax agrees at {int(np.sum(ours.argmax(1) == ref.argmax(1)))}/{len(ids)}")
+        line = f"adapter {name} ({' '.join(loras)}): unmerged vs merged nrmse {e:.3e} (tol {TOL:g}); "
+        if name in ("a", "b"):
+            peft[name] = ours
+        elif name[0] in peft:  # the GGUF form of a PEFT adapter: the same values, the same scale
+            vs_peft = nrmse(ours, peft[name[0]])
+            line += f"vs the PEFT adapter {vs_peft:.3e}; "
+            if not vs_peft <= TOL:
+                failures.append(f"adapter {name}: nrmse vs the PEFT adapter {vs_peft:.3e} > {TOL:g}")
+        print(line + f"base vs merged {moved:.3e}; argmax agrees at "
+              f"{int(np.sum(ours.argmax(1) == ref.argmax(1)))}/{len(ids)}")
         if not e <= TOL:
             failures.append(f"adapter {name}: nrmse {e:.3e} > {TOL:g}")
         if not moved >= 1e-2:
@@ -64,6 +82,16 @@ def main():
         ("missing folder", [f"x={d('no-such-adapter')}"], ["adapter 'x'", "adapter_config.json"]),
         ("malformed --lora", [d("adapter-a")], ["--lora wants NAME=PATH"]),
         ("same name twice", [f"a={d('adapter-a')}", f"a={d('adapter-b')}"], ["already loaded"]),
+        ("gguf other-arch", [f"x={d('gguf-bad-other-arch.gguf')}"],
+         ["gguf-bad-other-arch.gguf", "architecture 'qwen2'", "another architecture"]),
+        ("gguf model", [f"x={d('gguf-bad-model.gguf')}"], ["gguf-bad-model.gguf", "general.type is 'model'"]),
+        ("gguf missing-b", [f"x={d('gguf-bad-missing-b.gguf')}"],
+         ["gguf-bad-missing-b.gguf", "blk.1.ffn_down.weight", "lora_a but no lora_b"]),
+        ("gguf shape", [f"x={d('gguf-bad-shape.gguf')}"],
+         ["gguf-bad-shape.gguf", "blk.0.attn_q.weight", "[8, 65]", "another model size"]),
+        ("gguf embd", [f"x={d('gguf-bad-embd.gguf')}"], ["Unimplemented", "token_embd.weight", "not supported"]),
+        ("gguf alora", [f"x={d('gguf-bad-alora.gguf')}"], ["adapter.alora.invocation_tokens", "not supported"]),
+        ("gguf truncated", [f"x={d('gguf-bad-truncated.gguf')}"], ["gguf-bad-truncated.gguf", "runs past the end"]),
     ]
     for what, loras, want in bad:
         cmd = [os.path.join(args.bin_dir, "tessera"), "eval", "-q", "-m", base, "--device", args.device, "--tokens",

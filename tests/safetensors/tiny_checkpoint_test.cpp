@@ -1,7 +1,8 @@
 // The safetensors reader and checkpoint loader on small hand-built files: a valid file reads
 // back exactly; every corruption gets a clear error naming the file and the problem; a tiny
 // checkpoint runs, converts to a GGUF with the same logits, and a Mixtral form whose experts
-// all equal the dense FFN reproduces the dense model.
+// all equal the dense FFN reproduces the dense model; a llama.cpp GGUF LoRA adapter (q/k rows in
+// GGUF's order) on the checkpoint equals its PEFT form.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,12 +12,14 @@
 #include <random>
 
 #include "core/reference/reference.h"
+#include "models/gguf/gguf.h"
 #include "models/model.h"
 #include "models/quantize/quantize.h"
 #include "models/safetensors/convert.h"
 #include "models/safetensors/hf_model.h"
 #include "models/scoring.h"
 #include "models/safetensors/safetensors.h"
+#include "tests/support/peft_writer.h"
 
 namespace tessera::safetensors {
 namespace {
@@ -424,6 +427,73 @@ TEST_F(TinyCheckpoint, MixtralWithCopiedExpertsEqualsTheDenseModel) {
   ASSERT_TRUE(m);
   EXPECT_EQ(m->config().n_experts, 3);
   EXPECT_LT(max_diff(logits(*m), want), 1e-4);
+}
+
+// |peft|'s pairs as llama.cpp's convert_lora_to_gguf.py writes them against the GGUF base:
+// "blk.L.<stem>.weight.lora_a" / ".lora_b", B's q/k rows in GGUF's adjacent-pair rope order (GGUF
+// row r is HF row h * hd + (r % 2) * hd / 2 + (r % hd) / 2 of head h).
+void write_gguf_lora(const std::string& path, const std::vector<testing::StTensor>& peft, float alpha, int head_dim) {
+  const std::vector<std::pair<std::string, std::string>> stems = {
+      {"self_attn.q_proj", "attn_q"},      {"self_attn.k_proj", "attn_k"}, {"self_attn.v_proj", "attn_v"},
+      {"self_attn.o_proj", "attn_output"}, {"mlp.gate_proj", "ffn_gate"},  {"mlp.up_proj", "ffn_up"},
+      {"mlp.down_proj", "ffn_down"}};
+  gguf::Writer w;
+  w.add_string("general.architecture", "llama");
+  w.add_string("general.type", "adapter");
+  w.add_string("adapter.type", "lora");
+  w.add_f32("adapter.lora.alpha", alpha);
+  for (const testing::StTensor& t : peft) {
+    // base_model.model.model.layers.L.<module>.lora_X.weight
+    const std::string rest = t.name.substr(std::strlen("base_model.model.model.layers."));
+    const std::string layer = rest.substr(0, rest.find('.'));
+    const std::string module = rest.substr(layer.size() + 1, rest.find(".lora_") - layer.size() - 1);
+    const bool is_a = t.name.find(".lora_A.") != std::string::npos;
+    std::string stem;
+    for (const auto& [m, s] : stems)
+      if (m == module) stem = s;
+    std::vector<float> v = t.data;
+    if (!is_a && (stem == "attn_q" || stem == "attn_k"))
+      for (int64_t row = 0; row < t.rows; ++row) {
+        const int64_t h = row / head_dim, i = (row % head_dim) / 2, j = row % 2;
+        const int64_t src = h * head_dim + j * head_dim / 2 + i;
+        std::copy_n(t.data.begin() + src * t.cols, t.cols, v.begin() + row * t.cols);
+      }
+    const Status s = w.add_tensor("blk." + layer + "." + stem + ".weight" + (is_a ? ".lora_a" : ".lora_b"), DType::kF32,
+                                  {t.rows, t.cols}, v.data(), v.size() * 4);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+  }
+  const Status s = w.write(path);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+}
+
+// The checkpoint keeps HF's q/k row order (NeoX rope), the adapter file GGUF's: add_lora permutes
+// B's q/k rows back, so the checkpoint under the GGUF adapter equals it under the PEFT adapter,
+// and both equal the converted GGUF under the GGUF adapter.
+TEST_F(TinyCheckpoint, GgufLoraAdapterEqualsItsPeftForm) {
+  write_sharded();
+  const std::string gguf_model = (dir_ / "converted.gguf").string();
+  ASSERT_TRUE(convert_to_gguf(dir_.string(), gguf_model).ok());
+  auto hf_peft = load(dir_.string()), hf_gguf = load(dir_.string()), gg = load(gguf_model);
+  ASSERT_TRUE(hf_peft && hf_gguf && gg);
+  const auto base = logits(*hf_peft);
+  const auto peft = testing::random_peft_adapter(hf_peft->config(), 8, testing::kAllLlamaModules, 5);
+  const std::string peft_dir = (dir_ / "adapter").string(), gguf_file = (dir_ / "adapter.gguf").string();
+  testing::write_peft_adapter(peft_dir, 8, 16.0, false, testing::kAllLlamaTargets, peft);
+  write_gguf_lora(gguf_file, peft, 16.0f, hf_peft->config().head_dim);
+  const std::vector<std::pair<Model*, std::string>> runs = {
+      {hf_peft.get(), peft_dir}, {hf_gguf.get(), gguf_file}, {gg.get(), gguf_file}};
+  for (const auto& [m, path] : runs) {
+    auto slot = m->add_lora("x", path);
+    ASSERT_TRUE(slot.ok()) << slot.status().to_string();
+    ASSERT_TRUE(m->set_default_lora(*slot).ok());
+  }
+  EXPECT_EQ(hf_gguf->loras()[0].rank, 8);
+  EXPECT_FLOAT_EQ(hf_gguf->loras()[0].scale, 2.0f);
+  EXPECT_EQ(hf_gguf->loras()[0].modules.size(), 7u);
+  const auto want = logits(*hf_peft);
+  EXPECT_GT(max_diff(want, base), 1e-2) << "the adapter must move the logits";
+  EXPECT_LT(max_diff(logits(*hf_gguf), want), 1e-5);
+  EXPECT_LT(max_diff(logits(*gg), want), 1e-5);
 }
 
 }  // namespace

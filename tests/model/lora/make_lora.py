@@ -18,6 +18,21 @@ Written to OUT_DIR:
   missing-b/        adapter-a without layer 1's down_proj lora_B
   other-arch/       a GPT-2 style adapter (transformer.h.0.attn.c_attn)
 Each adapter folder holds adapter_config.json and adapter_model.safetensors, as PEFT saves them.
+
+The same adapters as llama.cpp's GGUF LoRA files (convert_lora_to_gguf.py's layout: general.type
+"adapter", adapter.type "lora", adapter.lora.alpha, "<base tensor>.lora_a" [r, K] and ".lora_b"
+[N, r], B's q/k rows permuted as the merged GGUFs' are), written with gguf-py's GGUFWriter:
+  adapter-a.gguf    adapter-a's values, F32, alpha 16
+  adapter-b.gguf    adapter-b's values, F16, alpha 12: GGUF has no rsLoRA flag (llama.cpp scales by
+                    alpha / r), so alpha is the one that gives rsLoRA's scale 3
+  adapter-c.gguf    adapter-a's values with lora_a in Q8_0 and lora_b in BF16 (as the converter's
+                    q8_0 output keeps a [N, 8] lora_b out of 32-wide blocks), no alpha: scale 1;
+  merged-c.gguf     its merge, from the rounded values
+  gguf-bad-*.gguf   adapter-a.gguf broken one way each: other-arch (general.architecture qwen2),
+                    model (general.type "model"), missing-b (no blk.1.ffn_down.weight.lora_b),
+                    shape (blk.0.attn_q.weight.lora_a one column wider), embd (a pair on
+                    token_embd.weight), alora (adapter.alora.invocation_tokens), truncated (the
+                    file cut in half)
 """
 import argparse
 import json
@@ -25,7 +40,8 @@ import os
 import shutil
 
 import numpy as np
-from gguf import GGUFReader
+from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
+from gguf.quants import dequantize, quantize
 from safetensors.numpy import save_file
 
 MODULES = {  # HF module -> GGUF tensor stem
@@ -73,6 +89,73 @@ def make_adapter(rng, weights, n_layers, r, modules, dtype):
             t[p + ".lora_A.weight"] = (rng.standard_normal((r, k)) / np.sqrt(k)).astype(dtype)
             t[p + ".lora_B.weight"] = (rng.standard_normal((n, r)) / np.sqrt(r)).astype(dtype)
     return t
+
+
+def gguf_pairs(tensors, head_dim):
+    """{GGUF tensor name: array}: each PEFT pair as <base>.lora_a / .lora_b, B's q/k rows permuted
+    into the GGUF base's order (llama.cpp's converter permutes them as it does the base's)."""
+    out = {}
+    for name, a in tensors.items():
+        if not name.endswith(".lora_A.weight"):
+            continue
+        parts = name[len("base_model.model."):-len(".lora_A.weight")].split(".")
+        stem = MODULES[".".join(parts[3:])]
+        b = tensors[name.replace("lora_A", "lora_B")]
+        out[f"blk.{parts[2]}.{stem}.weight.lora_a"] = a
+        out[f"blk.{parts[2]}.{stem}.weight.lora_b"] = permute_rows(b, head_dim) if stem in ("attn_q", "attn_k") else b
+    return out
+
+
+def write_gguf_adapter(path, arch, pairs, alpha, general_type="adapter", extra=None, qtypes=None):
+    """|pairs| {name: array} (f32 or f16 as given; |qtypes| {".lora_a": GGMLQuantizationType} quantizes
+    a half); |alpha| None: no adapter.lora.alpha key; |extra| {key: [u32]} arrays."""
+    w = GGUFWriter(path, arch)
+    w.add_type(general_type)
+    w.add_string("adapter.type", "lora")
+    if alpha is not None:
+        w.add_float32("adapter.lora.alpha", float(alpha))
+    for key, vals in (extra or {}).items():
+        w.add_key_value(key, vals, GGUFValueType.ARRAY, GGUFValueType.UINT32)
+    for name, t in pairs.items():
+        q = (qtypes or {}).get(name[-len(".lora_a"):])
+        if q is None:
+            w.add_tensor(name, t)
+        else:
+            w.add_tensor(name, quantize(t.astype(np.float32), q), raw_dtype=q)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def write_gguf_adapters(out, base, reader, arch, a, b, head_dim, d):
+    """The GGUF forms of adapters a and b, adapter-c with its merge, and the broken ones."""
+    pa = gguf_pairs(a, head_dim)
+    write_gguf_adapter(os.path.join(out, "adapter-a.gguf"), arch, pa, 16)
+    write_gguf_adapter(os.path.join(out, "adapter-b.gguf"), arch, gguf_pairs(b, head_dim), 6 / np.sqrt(4) * 4)
+    qtypes = {".lora_a": GGMLQuantizationType.Q8_0, ".lora_b": GGMLQuantizationType.BF16}
+    write_gguf_adapter(os.path.join(out, "adapter-c.gguf"), arch, pa, None, qtypes=qtypes)
+    # The merge of the values adapter-c holds (PEFT names, HF row order: merge() permutes q/k).
+    qtype = lambda n: qtypes[".lora_a" if ".lora_A." in n else ".lora_b"]  # noqa: E731
+    c = {n: dequantize(quantize(t, qtype(n)), qtype(n)) for n, t in a.items()}
+    merge(base, os.path.join(out, "merged-c.gguf"), reader, c, 1.0, head_dim)
+
+    bad = lambda what: os.path.join(out, f"gguf-bad-{what}.gguf")  # noqa: E731
+    write_gguf_adapter(bad("other-arch"), "qwen2", pa, 16)
+    write_gguf_adapter(bad("model"), arch, pa, 16, general_type="model")
+    write_gguf_adapter(bad("missing-b"), arch, {n: t for n, t in pa.items() if n != "blk.1.ffn_down.weight.lora_b"},
+                       16)
+    q0 = "blk.0.attn_q.weight.lora_a"
+    write_gguf_adapter(bad("shape"), arch, {**pa, q0: np.concatenate([pa[q0], np.zeros((8, 1), np.float32)], 1)}, 16)
+    n_vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
+    embd = {"token_embd.weight.lora_a": np.zeros((n_vocab, 8), np.float32),
+            "token_embd.weight.lora_b": np.zeros((d, 8), np.float32)}
+    write_gguf_adapter(bad("embd"), arch, {**pa, **embd}, 16)
+    write_gguf_adapter(bad("alora"), arch, pa, 16, extra={"adapter.alora.invocation_tokens": [1, 2, 3]})
+    with open(os.path.join(out, "adapter-a.gguf"), "rb") as f:
+        whole = f.read()
+    with open(bad("truncated"), "wb") as f:
+        f.write(whole[:len(whole) // 2])
 
 
 def merge(base_path, out_path, reader, tensors, scale, head_dim):
@@ -130,6 +213,7 @@ def main():
     missing = dict(a)
     del missing["base_model.model.model.layers.1.mlp.down_proj.lora_B.weight"]
     write_adapter(os.path.join(args.out, "missing-b"), missing, cfg_a)
+    write_gguf_adapters(args.out, args.base, reader, arch, a, b, head_dim, d)
     other = {"base_model.model.transformer.h.0.attn.c_attn.lora_A.weight": np.zeros((8, d), np.float32),
              "base_model.model.transformer.h.0.attn.c_attn.lora_B.weight": np.zeros((3 * d, 8), np.float32)}
     write_adapter(os.path.join(args.out, "other-arch"), other, peft_config(8, 16, ["c_attn"], False))
