@@ -518,11 +518,11 @@ ValueId Graph::lora(const LoraInputs& in) {
           op,
           "a must be [slots, R, K] float with K = " + std::to_string(x.shape[1]) +
               " and 1 <= R <= " + std::to_string(kLoraMaxRank) + ", got " + desc(a)) ||
-      !check(b.rank == 3 && b.dtype == a.dtype && b.shape[0] == a.shape[0] && b.shape[1] == base.shape[1] &&
-                 b.shape[2] == a.shape[1],
+      !check(b.rank == 3 && b.dtype == a.dtype && b.shape[0] == a.shape[0] && b.shape[1] == a.shape[1] &&
+                 b.shape[2] == base.shape[1],
              op,
-             "b must be [slots, N, R] = [" + std::to_string(a.shape[0]) + ", " + std::to_string(base.shape[1]) + ", " +
-                 std::to_string(a.shape[1]) + "] in a's dtype, got " + desc(b)) ||
+             "b must be [slots, R, N] = [" + std::to_string(a.shape[0]) + ", " + std::to_string(a.shape[1]) + ", " +
+                 std::to_string(base.shape[1]) + "] in a's dtype, got " + desc(b)) ||
       !check(ranks.rank == 1 && ranks.dtype == DType::kI32 && ranks.shape[0] == a.shape[0] && scales.rank == 1 &&
                  scales.dtype == DType::kF32 && scales.shape[0] == a.shape[0],
              op, "ranks must be [slots] i32 and scales [slots] f32, got " + desc(ranks) + " and " + desc(scales)) ||

@@ -159,13 +159,15 @@ enum GatedDeltaNet {
   kGdnQ = 0, kGdnK, kGdnV, kGdnAlpha, kGdnBeta, kGdnDecayRate, kGdnDtBias, kGdnState, kGdnQueryStart, kGdnSlots
 };
 // x [T, K] act; base [T, N] in x's dtype (the base projection x W^T); a [slots, R, K] and
-// b [slots, N, R] float (f32/f16/bf16, one dtype): every adapter slot's down and up projections,
-// zero-padded to the largest rank R (<= kLoraMaxRank); ranks [slots] i32 (slot a uses rows
-// [0, ranks[a]) of its A and columns [0, ranks[a]) of its B); scales [slots] f32 (alpha / r, or
+// b [slots, R, N] float (f32/f16/bf16, one dtype): every adapter slot's down projection and its
+// up projection transposed (row j of B_a is column j of PEFT's lora_B, so the expand is r row
+// updates of length N, contiguous on a CPU and coalesced across a GPU's threads), zero-padded to
+// the largest rank R (<= kLoraMaxRank); ranks [slots] i32 (slot a uses rows [0, ranks[a]) of its
+// A and of its B); scales [slots] f32 (alpha / r, or
 // alpha / sqrt(r) for rsLoRA); seg_start [G+1] i32 (0 = seg_start[0] <= ... <= seg_start[G] = T:
 // segment g is rows seg_start[g] .. seg_start[g+1], possibly empty); seg_slot [G] i32 (the slot of
 // segment g, -1: the base model, no delta). Output [T, N] in x's dtype:
-// out[t] = base[t] + scales[a] * B_a[:, :r] (A_a[:r] x[t]) for t in a segment of slot a, r = ranks[a].
+// out[t] = base[t] + scales[a] * B_a[:r]^T (A_a[:r] x[t]) for t in a segment of slot a, r = ranks[a].
 enum Lora { kLoraX = 0, kLoraBase, kLoraA, kLoraB, kLoraRanks, kLoraScales, kLoraSegStart, kLoraSegSlot };
 }  // namespace in
 

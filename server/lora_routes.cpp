@@ -24,20 +24,23 @@ int load_status(const Status& s) { return s.code() == StatusCode::kInternal ? 50
 // {"lora_name": ..., "lora_path": ...} from a body; the error to send, or nothing.
 std::optional<ApiError> read_names(const std::string& raw, bool want_path, std::string* name, std::string* path) {
   const json body = json::parse(raw, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded() || !body.is_object()) return ApiError{400, "the request body must be a JSON object", "", "invalid_json"};
+  if (body.is_discarded() || !body.is_object())
+    return ApiError{400, "the request body must be a JSON object", "", "invalid_json"};
   const std::string n = string_member(body, "lora_name");
   if (n.empty()) return ApiError{400, "'lora_name' must be a non-empty string", "lora_name"};
   *name = n;
   if (!want_path) return std::nullopt;
   *path = string_member(body, "lora_path");
-  if (path->empty()) return ApiError{400, "'lora_path' must be a non-empty string (a PEFT adapter folder)", "lora_path"};
+  if (path->empty())
+    return ApiError{400, "'lora_path' must be a non-empty string (a PEFT adapter folder)", "lora_path"};
   return std::nullopt;
 }
 
 std::optional<ApiError> updates_allowed(const ServerContext& ctx) {
   if (!ctx.ready.load()) return ApiError{503, "the model is still loading", "", "loading", "server_error"};
   if (!ctx.opts.allow_runtime_lora_updates)
-    return ApiError{404, "run-time LoRA updates are off: start tessera serve with --allow-runtime-lora-updates", "", "not_found"};
+    return ApiError{404, "run-time LoRA updates are off: start tessera serve with --allow-runtime-lora-updates", "",
+                    "not_found"};
   return std::nullopt;
 }
 
@@ -46,7 +49,8 @@ void load_adapter(ServerContext& ctx, const httplib::Request& req, httplib::Resp
   std::string name, path;
   if (auto e = read_names(req.body, true, &name, &path)) return send_error(ctx, res, *e);
   if (name == ctx.opts.model_name)
-    return send_error(ctx, res, {400, "'" + name + "' is the base model's id; give the adapter another name", "lora_name"});
+    return send_error(ctx, res,
+                      {400, "'" + name + "' is the base model's id; give the adapter another name", "lora_name"});
   ServedLora served;
   const LoraLimits limits{ctx.opts.max_loras, ctx.opts.max_lora_rank};
   const Status s = ctx.engine->call([&](Engine&) -> Status {
@@ -59,11 +63,12 @@ void load_adapter(ServerContext& ctx, const httplib::Request& req, httplib::Resp
   if (!s.ok()) return send_error(ctx, res, {load_status(s), s.message(), "lora_path"});
   {
     std::lock_guard<std::mutex> lock(ctx.lora_mu);
-    auto at = std::find_if(ctx.loras.begin(), ctx.loras.end(), [&](const ServedLora& l) { return l.slot > served.slot; });
+    auto at =
+        std::find_if(ctx.loras.begin(), ctx.loras.end(), [&](const ServedLora& l) { return l.slot > served.slot; });
     ctx.loras.insert(at, served);
   }
-  std::fprintf(stderr, "serve: LoRA adapter '%s' (rank %d) loaded from %s into slot %d\n", name.c_str(), served.rank, path.c_str(),
-               served.slot);
+  std::fprintf(stderr, "serve: LoRA adapter '%s' (rank %d) loaded from %s into slot %d\n", name.c_str(), served.rank,
+               path.c_str(), served.slot);
   res.set_content("Success: LoRA adapter '" + name + "' added successfully.", "text/plain");
 }
 
@@ -83,7 +88,8 @@ void unload_adapter(ServerContext& ctx, const httplib::Request& req, httplib::Re
   const Status s = ctx.engine->call([&](Engine& engine) -> Status {
     const EngineStats st = engine.stats();
     const size_t i = size_t(gone.slot);
-    const int32_t users = (i < st.lora_running.size() ? st.lora_running[i] : 0) + (i < st.lora_waiting.size() ? st.lora_waiting[i] : 0);
+    const int32_t users =
+        (i < st.lora_running.size() ? st.lora_running[i] : 0) + (i < st.lora_waiting.size() ? st.lora_waiting[i] : 0);
     if (users > 0)
       return ResourceExhausted("the LoRA adapter '" + name + "' has " + std::to_string(users) +
                                " requests running or waiting: unload it when they are done");
@@ -119,10 +125,12 @@ void add_lora_routes(httplib::Server& svr, ServerContext& ctx) {
   // one a request that names no adapter gets: 0, the base model (vLLM's default).
   svr.Get("/lora-adapters", [&ctx](const httplib::Request&, httplib::Response& res) {
     set_connection_phase(Phase::kHandling);
-    if (!ctx.ready.load()) return send_error(ctx, res, {503, "the model is still loading", "", "loading", "server_error"});
+    if (!ctx.ready.load())
+      return send_error(ctx, res, {503, "the model is still loading", "", "loading", "server_error"});
     json list = json::array();
     for (const ServedLora& a : ctx.lora_snapshot())
-      list.push_back(json{{"id", a.slot}, {"path", a.path}, {"scale", 0.0}, {"name", a.name}, {"rank", a.rank}, {"alpha", a.alpha}});
+      list.push_back(json{
+          {"id", a.slot}, {"path", a.path}, {"scale", 0.0}, {"name", a.name}, {"rank", a.rank}, {"alpha", a.alpha}});
     res.set_content(dump(list), "application/json");
   });
   svr.Post("/v1/load_lora_adapter", [&ctx](const httplib::Request& req, httplib::Response& res) {

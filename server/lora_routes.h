@@ -8,7 +8,9 @@
 
 #include "server/context.h"
 
-namespace httplib { class Server; }
+namespace httplib {
+class Server;
+}
 
 namespace tessera::server {
 

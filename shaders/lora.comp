@@ -2,7 +2,8 @@
 // lora (core/op.h in::Lora): the multi-LoRA delta over a base projection. One workgroup per row:
 // it finds the row's segment (binary search of seg_start), shrinks x through the slot's A (each
 // subgroup takes rank rows j, j + n_subgroups, ... and reduces its dot product with subgroupAdd
-// into shared memory), then each thread expands output columns n through B and adds the base row.
+// into shared memory), then each thread expands output columns n through B ([R, N]: a row j is
+// read by the threads side by side) and adds the base row.
 // Metadata out of range leaves the row's delta out (the host checks it where it can read it).
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "types.glsl"
@@ -51,10 +52,8 @@ void main() {
     const float scale = r > 0 ? F32Ref(P.scales + uint64_t(slot) * 4u).v : 0.0;
     for (uint n = gl_LocalInvocationID.x; n < P.N; n += gl_WorkGroupSize.x) {
       float acc = 0.0;
-      if (r > 0) {
-        const uint64_t brow = row_addr(P.b, uint(slot) * P.N + n);
-        for (uint j = 0u; j < uint(r); ++j) acc += load_f(brow + uint64_t(j) * P.b.col_stride, P.b.dtype) * s_h[j];
-      }
+      for (uint j = 0u; j < uint(r); ++j)
+        acc += load_f(row_addr(P.b, uint(slot) * P.R + j) + uint64_t(n) * P.b.col_stride, P.b.dtype) * s_h[j];
       store_f(P.dst + (uint64_t(t) * P.N + n) * esize, P.out_dtype, load_elem(P.base, t, n) + scale * acc);
     }
     barrier();

@@ -979,10 +979,8 @@ struct LoraKernel {
     const float scale = r > 0 ? load_f(a.scales.p + slot * a.scales.col_stride(), DType::kF32) : 0.0f;
     for (int64_t n = c.tid(); n < N; n += c.ntid()) {
       float acc = 0.0f;
-      if (r > 0) {
-        const uint8_t* br = a.b.row(slot * N + n);
-        for (int64_t j = 0; j < r; ++j) acc += load_f(br + j * a.b.col_stride(), a.b.dtype) * h[j];
-      }
+      for (int64_t j = 0; j < r; ++j)  // B [R, N]: row j read by the block's threads side by side
+        acc += load_f(a.b.row(slot * R + j) + n * a.b.col_stride(), a.b.dtype) * h[j];
       store_f(a.out.row(t) + n * a.out.col_stride(), a.out.dtype,
               load_f(a.base.row(t) + n * a.base.col_stride(), a.base.dtype) + scale * acc);
     }

@@ -1,6 +1,6 @@
 // Reference lora: the multi-LoRA delta over a base projection, row by row in double. A row of a
-// segment of slot a gets scale_a * B_a[:, :r] (A_a[:r] x) added to its base row; rows of the base
-// model's segments (slot -1) are copied.
+// segment of slot a gets scale_a * B_a[:r]^T (A_a[:r] x) added to its base row (B_a is [R, N]: the
+// up projection transposed); rows of the base model's segments (slot -1) are copied.
 #include <string>
 
 #include "core/reference/reference.h"
@@ -44,7 +44,7 @@ Status lora(const Graph& g, const Node& n) {
   const Tensor& ss = g.input_tensor(n, in::kLoraSegStart);
   const Tensor& sl = g.input_tensor(n, in::kLoraSegSlot);
   const Tensor& out = g.output_tensor(n);
-  const int64_t R = A.shape[1], N = B.shape[1], G = sl.shape[0];
+  const int64_t R = A.shape[1], N = B.shape[2], G = sl.shape[0];
   const std::vector<double> scale = load_row(scales, 0);
   for (int64_t s = 0; s < G; ++s) {
     const int32_t slot = load_i32(sl, s);
@@ -58,12 +58,12 @@ Status lora(const Graph& g, const Node& n) {
           const std::vector<double> arow = load_row(A, slot * R + j);
           for (size_t k = 0; k < xv.size(); ++k) h[size_t(j)] += arow[k] * xv[k];
         }
-        for (int64_t i = 0; i < N; ++i) {  // expand: B_a[:, :r] h
-          const std::vector<double> brow = load_row(B, slot * N + i);
-          double acc = 0.0;
-          for (int64_t j = 0; j < r; ++j) acc += brow[size_t(j)] * h[size_t(j)];
-          y[size_t(i)] += scale[size_t(slot)] * acc;
+        std::vector<double> acc(size_t(N), 0.0);  // expand: B_a[:r]^T h
+        for (int64_t j = 0; j < r; ++j) {
+          const std::vector<double> brow = load_row(B, slot * R + j);
+          for (int64_t i = 0; i < N; ++i) acc[size_t(i)] += brow[size_t(i)] * h[size_t(j)];
         }
+        for (int64_t i = 0; i < N; ++i) y[size_t(i)] += scale[size_t(slot)] * acc[size_t(i)];
       }
       store_row(out, t, y.data());
     }

@@ -132,8 +132,7 @@ Status read_gguf_pairs(const std::string& who, const gguf::File& f, const std::m
                  "projections)");
     const LoraTarget& t = *it->second;
     const int64_t r = h.a->shape[0];
-    if (h.a->rank != 2 || h.b->rank != 2 || h.a->shape[1] != t.cols || h.b->shape[0] != t.rows ||
-        h.b->shape[1] != r)
+    if (h.a->rank != 2 || h.b->rank != 2 || h.a->shape[1] != t.cols || h.b->shape[0] != t.rows || h.b->shape[1] != r)
       return bad("'" + base + "': lora_a is " + shape_string(*h.a) + " and lora_b " + shape_string(*h.b) +
                  ", but the base weight is [" + std::to_string(t.rows) + ", " + std::to_string(t.cols) +
                  "] (want lora_a [r, " + std::to_string(t.cols) + "] and lora_b [" + std::to_string(t.rows) +
@@ -172,8 +171,9 @@ Result<LoraAdapter> read_gguf_adapter(const std::string& name, const std::string
   if (!problem.ok()) return problem.status().with_context("adapter '" + name + "': ");
   if (!problem->empty()) return bad(*problem);
   if (f.find("adapter.alora.invocation_tokens"))
-    return Unimplemented(who + ": an activated LoRA (adapter.alora.invocation_tokens: it applies only after "
-                               "its invocation tokens) is not supported");
+    return Unimplemented(who +
+                         ": an activated LoRA (adapter.alora.invocation_tokens: it applies only after "
+                         "its invocation tokens) is not supported");
   LoraAdapter a;
   a.name = name;
   a.path = path;

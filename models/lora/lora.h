@@ -75,7 +75,7 @@ Result<LoraAdapter> read_gguf_adapter(const std::string& name, const std::string
                                       const ModelConfig& cfg, const std::vector<LoraTarget>& targets);
 
 // Every loaded adapter's tensors on the device: for each base weight any adapter targets, A
-// [slots, R, K] and B [slots, N, R] f32 (slot i = adapter i, zero-padded to the largest rank R),
+// [slots, R, K] and B [slots, R, N] f32 (lora_B transposed; slot i = adapter i, zero-padded to the largest rank R),
 // the per-slot ranks [slots] i32 (0 where adapter i does not target the weight) and scales
 // [slots] f32.
 class LoraSet {

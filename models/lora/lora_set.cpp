@@ -48,12 +48,12 @@ Result<std::unique_ptr<LoraSet>> LoraSet::build(Device& device, const std::vecto
         ranks[size_t(s)] = int32_t(r);
         scales[size_t(s)] = a.scale;
         std::copy(it->second.a.begin(), it->second.a.end(), A.begin() + s * R * K);  // rows [0, r) of [R, K]
-        for (int64_t n = 0; n < N; ++n)  // columns [0, r) of each row of [N, R]
-          std::copy_n(it->second.b.begin() + n * r, r, B.begin() + (s * N + n) * R);
+        for (int64_t n = 0; n < N; ++n)  // lora_B [N, r] transposed into rows [0, r) of [R, N]
+          for (int64_t j = 0; j < r; ++j) B[size_t((s * R + j) * N + n)] = it->second.b[size_t(n * r + j)];
       }
       Module m;
       m.a = Tensor::make(DType::kF32, {S, R, K});
-      m.b = Tensor::make(DType::kF32, {S, N, R});
+      m.b = Tensor::make(DType::kF32, {S, R, N});
       m.ranks = Tensor::make(DType::kI32, {S});
       m.scales = Tensor::make(DType::kF32, {S});
       size_t offset = 0;

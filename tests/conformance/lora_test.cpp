@@ -26,7 +26,7 @@ std::vector<ValueId> build_lora(CaseContext& c, const LoraShape& s, DType act, D
   in.x = s.strided_x ? c.strided_rows(act, T, s.K, 5) : c.input(act, {T, s.K});
   in.base = c.input(act, {T, s.N});
   in.a = c.input(w, {n_slots, s.R, s.K}, -0.5f, 0.5f);
-  in.b = c.input(w, {n_slots, s.N, s.R}, -0.5f, 0.5f);
+  in.b = c.input(w, {n_slots, s.R, s.N}, -0.5f, 0.5f);
   in.ranks = c.i32_values({n_slots}, s.ranks);
   in.scales = c.input_values(DType::kF32, {n_slots}, scales);
   in.seg_start = c.i32_values({G + 1}, start);

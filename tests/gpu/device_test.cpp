@@ -136,7 +136,7 @@ TEST(GpuDevice, AnOutOfRangeLoraSlotIsAnErrorNotARead) {
     in.x = g.input(upload(DType::kF32, {T, K}, xv.data()));
     in.base = g.input(upload(DType::kF32, {T, N}, bv.data()));
     in.a = g.input(upload(DType::kF32, {S, R, K}, av.data()));
-    in.b = g.input(upload(DType::kF32, {S, N, R}, uv.data()));
+    in.b = g.input(upload(DType::kF32, {S, R, N}, uv.data()));
     in.ranks = g.input(upload(DType::kI32, {S}, ranks.data()));
     in.scales = g.input(upload(DType::kF32, {S}, scales.data()));
     in.seg_start = g.input(upload(DType::kI32, {3}, starts.data()));
