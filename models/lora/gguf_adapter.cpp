@@ -118,6 +118,7 @@ Status read_gguf_pairs(const std::string& who, const gguf::File& f, const std::m
                        LoraAdapter* a) {
   auto bad = [&who](const std::string& m) { return InvalidArgument(who + ": " + m); };
   std::map<std::string, const LoraTarget*> by_name;
+  std::vector<DType> seen;  // every tensor's dtype (LoraAdapter::dtype)
   for (const LoraTarget& t : targets) by_name[t.name] = &t;
   // The file's q/k rows are in GGUF's order; a model loaded from an HF folder keeps HF's.
   const bool unpermute = arch.gguf_rope_rows_permuted(cfg) && cfg.rope.mode != RopeMode::kNormal;
@@ -150,11 +151,13 @@ Status read_gguf_pairs(const std::string& who, const gguf::File& f, const std::m
       auto v = gguf_to_f32(f, *half);
       if (!v.ok()) return bad(v.status().message());
       *out = std::move(*v);
+      seen.push_back(half->dtype);
     }
     const bool qk = base.find(".attn_q.") != std::string::npos || base.find(".attn_k.") != std::string::npos;
     if (unpermute && qk) p.b = unpermute_rope_rows(p.b, t.rows, r, cfg.head_dim);
     a->modules.emplace(t.weight, std::move(p));
   }
+  a->dtype = common_lora_dtype(seen);
   return OkStatus();
 }
 

@@ -48,10 +48,21 @@ struct LoraAdapter {
   double alpha = 0.0;  // a GGUF adapter's adapter.lora.alpha (0 when absent)
   bool rslora = false;
   float scale = 1.0f;  // alpha / r, or alpha / sqrt(r) with use_rslora; a GGUF adapter's is 1 when alpha is 0
+  // The precision its tensors came in: kF16 or kBF16 when every one of them was, else kF32. The
+  // slot tensors keep it (LoraSet), halving the bytes a step reads when adapters are 16-bit.
+  DType dtype = DType::kF32;
   // As adapter_config.json lists them; a GGUF adapter's tensor stems ("attn_q", "ffn_down").
   std::vector<std::string> target_modules;
   std::unordered_map<const WeightTensor*, LoraPair> modules;  // by the base weight it adds to
 };
+
+// kF16 or kBF16 when every dtype in |seen| is that one, else kF32 (LoraAdapter::dtype).
+inline DType common_lora_dtype(const std::vector<DType>& seen) {
+  if (seen.empty()) return DType::kF32;
+  for (DType d : seen)
+    if (d != seen[0] || (d != DType::kF16 && d != DType::kBF16)) return DType::kF32;
+  return seen[0];
+}
 
 // Reads a PEFT adapter folder (adapter_config.json and adapter_model.safetensors) for the model
 // whose weights are |targets|. Errors name the adapter and say what does not fit: a config that is

@@ -4,16 +4,28 @@
 #include <cstring>
 
 #include "models/lora/lora.h"
+#include "quant/half.h"
 
 namespace tessera {
 
 namespace {
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+// |v| in |dt| (f32, or f16/bf16 when every adapter came in it: the values convert exactly).
+std::vector<uint16_t> to_half(const std::vector<float>& v, DType dt) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = dt == DType::kF16 ? f32_to_fp16(v[i]) : f32_to_bf16(v[i]);
+  return out;
+}
 }  // namespace
 
 Result<std::unique_ptr<LoraSet>> LoraSet::build(Device& device, const std::vector<LoraAdapter>& adapters) {
   auto set = std::make_unique<LoraSet>();
   const int64_t S = int64_t(adapters.size());
+  std::vector<DType> dtypes;  // of the loaded adapters (holes have none)
+  for (const LoraAdapter& a : adapters)
+    if (!a.modules.empty()) dtypes.push_back(a.dtype);
+  const DType dt = common_lora_dtype(dtypes);
   set->slots_ = int(S);
   for (const LoraAdapter& a : adapters) set->max_rank_ = std::max(set->max_rank_, a.rank);
   const int64_t R = set->max_rank_;
@@ -52,8 +64,8 @@ Result<std::unique_ptr<LoraSet>> LoraSet::build(Device& device, const std::vecto
           for (int64_t j = 0; j < r; ++j) B[size_t((s * R + j) * N + n)] = it->second.b[size_t(n * r + j)];
       }
       Module m;
-      m.a = Tensor::make(DType::kF32, {S, R, K});
-      m.b = Tensor::make(DType::kF32, {S, R, N});
+      m.a = Tensor::make(dt, {S, R, K});
+      m.b = Tensor::make(dt, {S, R, N});
       m.ranks = Tensor::make(DType::kI32, {S});
       m.scales = Tensor::make(DType::kF32, {S});
       size_t offset = 0;
@@ -64,7 +76,14 @@ Result<std::unique_ptr<LoraSet>> LoraSet::build(Device& device, const std::vecto
       TS_ASSIGN_OR_RETURN(BufferPtr buf, device.alloc(offset));
       set->buffers_.push_back(buf);
       set->bytes_ += offset;
-      const void* data[] = {A.data(), B.data(), ranks.data(), scales.data()};
+      std::vector<uint16_t> A16, B16;
+      if (dt != DType::kF32) {
+        A16 = to_half(A, dt);
+        B16 = to_half(B, dt);
+      }
+      const void* data[] = {dt == DType::kF32 ? static_cast<const void*>(A.data()) : A16.data(),
+                            dt == DType::kF32 ? static_cast<const void*>(B.data()) : B16.data(), ranks.data(),
+                            scales.data()};
       int i = 0;
       for (Tensor* t : {&m.a, &m.b, &m.ranks, &m.scales}) {
         t->buffer = buf;

@@ -162,6 +162,7 @@ Result<LoraAdapter> read_peft_adapter(const std::string& name, const std::string
   const std::map<std::string, Halves>& pairs = *paired;
   if (pairs.empty()) return bad("adapter_model.safetensors holds no lora_A/lora_B tensors");
 
+  std::vector<DType> seen;  // every tensor's dtype (LoraAdapter::dtype)
   for (const auto& [module, halves] : pairs) {
     auto it = by_module.find(module);
     if (it == by_module.end())
@@ -187,10 +188,15 @@ Result<LoraAdapter> read_peft_adapter(const std::string& name, const std::string
     if (!bv.ok()) return bad(bv.status().message());
     p.a = std::move(*av);
     p.b = std::move(*bv);
+    for (const safetensors::TensorInfo* half : {halves.a, halves.b})
+      seen.push_back(half->dtype == safetensors::StDType::kF16    ? DType::kF16
+                     : half->dtype == safetensors::StDType::kBF16 ? DType::kBF16
+                                                                  : DType::kF32);
     const bool qk = t.name.find(".attn_q.") != std::string::npos || t.name.find(".attn_k.") != std::string::npos;
     if (permuted && qk) p.b = permute_rope_rows(p.b, t.rows, a.rank, cfg.head_dim);
     a.modules.emplace(t.weight, std::move(p));
   }
+  a.dtype = common_lora_dtype(seen);
   return a;
 }
 
