@@ -135,6 +135,75 @@ TEST(LoraMixedStep, EachSequenceGetsItsOwnAdapter) {
   }
 }
 
+// One MoE family (mixtral: llama attention beside routed experts): adapters on the attention
+// projections of a step mixing two adapters and the base model give each sequence its logits
+// alone, on the CPU and Vulkan; an adapter on an expert is refused, naming it (LoRA on experts is
+// not supported yet).
+TEST(LoraMixedStep, MoeModelAttentionAdapters) {
+  const std::string dir = testing::process_temp_dir("lora_mixed_step_moe");
+  const std::string path = dir + "/tiny-moe.gguf";
+  ASSERT_EQ(testing::run_make_tiny_model("--arch mixtral --dtype f32 --seed 13 --out " + path), "");
+  const std::vector<std::string> attn = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                         "self_attn.o_proj"};
+  for (auto& [name, dev] : testing::cpu_and_unmapped_vulkan(2)) {
+    SCOPED_TRACE(name);
+    auto m = Model::load(path, dev);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    Model& model = **m;
+    testing::write_peft_adapter(dir + "/attn8", 8, 16.0, false, {"q_proj", "k_proj", "v_proj", "o_proj"},
+                                testing::random_peft_adapter(model.config(), 8, attn, 3));
+    testing::write_peft_adapter(
+        dir + "/qv4", 4, 8.0, false, {"q_proj", "v_proj"},
+        testing::random_peft_adapter(model.config(), 4, {"self_attn.q_proj", "self_attn.v_proj"}, 4));
+    ASSERT_TRUE(model.add_lora("attn8", dir + "/attn8").ok());
+    ASSERT_TRUE(model.add_lora("qv4", dir + "/qv4").ok());
+    const std::vector<int> lens = {4, 2, 5, 1};
+    const std::vector<int32_t> slots = {1, -1, 0, 1};
+    const int bs = 16;
+    const size_t V = size_t(model.vocab_size());
+    auto kv = model.create_kv_cache(int64_t(lens.size()) * bs, DType::kF32, bs);
+    ASSERT_TRUE(kv.ok()) << kv.status().to_string();
+    std::vector<float> mixed;
+    ASSERT_TRUE(model.forward(prefill_plan(lens, slots, 7, bs), **kv, &mixed).ok());
+    for (size_t s = 0; s < lens.size(); ++s) {
+      SCOPED_TRACE("sequence " + std::to_string(s));
+      const StepPlan all = prefill_plan(lens, slots, 7, bs);
+      const int32_t b = all.query_start[s], e = all.query_start[s + 1];
+      StepPlan p;
+      p.tokens.assign(all.tokens.begin() + b, all.tokens.begin() + e);
+      for (int32_t i = 0; i < e - b; ++i) {
+        p.positions.push_back(i);
+        p.slot_mapping.push_back(i);
+      }
+      p.query_start = {0, e - b};
+      p.seq_lens = {e - b};
+      p.max_blocks = 1;
+      p.block_tables = {0};
+      p.logit_rows = {e - b - 1};
+      p.lora_slots = {slots[s]};
+      auto kv1 = model.create_kv_cache(bs, DType::kF32, bs);
+      ASSERT_TRUE(kv1.ok());
+      std::vector<float> alone, base;
+      ASSERT_TRUE(model.forward(p, **kv1, &alone).ok());
+      EXPECT_LT(rel_diff(mixed.data() + s * V, alone.data(), V), 1e-5);
+      if (slots[s] < 0) continue;
+      p.lora_slots = {-1};
+      ASSERT_TRUE(model.forward(p, **kv1, &base).ok());
+      EXPECT_GT(rel_diff(alone.data(), base.data(), V), 1e-3) << "the adapter moves the logits";
+    }
+    // An adapter on an expert's projection: refused, naming the module.
+    testing::StTensor ea{"base_model.model.model.layers.0.block_sparse_moe.experts.0.w1.lora_A.weight", 4,
+                         model.config().n_embd, std::vector<float>(size_t(4 * model.config().n_embd), 0.01f)};
+    testing::StTensor eb{"base_model.model.model.layers.0.block_sparse_moe.experts.0.w1.lora_B.weight", 8, 4,
+                         std::vector<float>(32, 0.01f)};
+    testing::write_peft_adapter(dir + "/expert", 4, 8.0, false, {"w1"}, {ea, eb});
+    const Status st = model.add_lora("expert", dir + "/expert").status();
+    EXPECT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("experts.0.w1"), std::string::npos) << st.to_string();
+    EXPECT_EQ(model.loras().size(), 2u);
+  }
+}
+
 // Records the adapter of every block the prefix cache stores (the source of KV events).
 struct LoraRecorder : BlockEventSink {
   std::map<int32_t, int> stored;  // blocks by lora_id
