@@ -36,6 +36,13 @@ std::optional<ApiError> read_names(const std::string& raw, bool want_path, std::
   return std::nullopt;
 }
 
+// Puts |a| into the server's list, which stays in slot order.
+void add_served(ServerContext& ctx, const ServedLora& a) {
+  std::lock_guard<std::mutex> lock(ctx.lora_mu);
+  auto at = std::find_if(ctx.loras.begin(), ctx.loras.end(), [&](const ServedLora& l) { return l.slot > a.slot; });
+  ctx.loras.insert(at, a);
+}
+
 std::optional<ApiError> updates_allowed(const ServerContext& ctx) {
   if (!ctx.ready.load()) return ApiError{503, "the model is still loading", "", "loading", "server_error"};
   if (!ctx.opts.allow_runtime_lora_updates)
@@ -61,12 +68,7 @@ void load_adapter(ServerContext& ctx, const httplib::Request& req, httplib::Resp
     return OkStatus();
   });
   if (!s.ok()) return send_error(ctx, res, {load_status(s), s.message(), "lora_path"});
-  {
-    std::lock_guard<std::mutex> lock(ctx.lora_mu);
-    auto at =
-        std::find_if(ctx.loras.begin(), ctx.loras.end(), [&](const ServedLora& l) { return l.slot > served.slot; });
-    ctx.loras.insert(at, served);
-  }
+  add_served(ctx, served);
   std::fprintf(stderr, "serve: LoRA adapter '%s' (rank %d) loaded from %s into slot %d\n", name.c_str(), served.rank,
                path.c_str(), served.slot);
   res.set_content("Success: LoRA adapter '" + name + "' added successfully.", "text/plain");
@@ -96,9 +98,7 @@ void unload_adapter(ServerContext& ctx, const httplib::Request& req, httplib::Re
     return ctx.model->remove_lora(gone.slot);
   });
   if (!s.ok()) {
-    std::lock_guard<std::mutex> lock(ctx.lora_mu);
-    auto at = std::find_if(ctx.loras.begin(), ctx.loras.end(), [&](const ServedLora& l) { return l.slot > gone.slot; });
-    ctx.loras.insert(at, gone);
+    add_served(ctx, gone);
     return send_error(ctx, res, {s.code() == StatusCode::kResourceExhausted ? 409 : 500, s.message(), "lora_name"});
   }
   std::fprintf(stderr, "serve: LoRA adapter '%s' unloaded from slot %d\n", name.c_str(), gone.slot);

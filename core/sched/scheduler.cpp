@@ -84,6 +84,7 @@ bool Scheduler::fork(RequestId parent, std::unique_ptr<Sequence> child) {
 void Scheduler::count_loras(int32_t n_slots, std::vector<int32_t>* running, std::vector<int32_t>* waiting) const {
   running->assign(size_t(std::max(n_slots, 0)), 0);
   waiting->assign(size_t(std::max(n_slots, 0)), 0);
+  if (n_slots <= 0) return;  // no adapters: nothing to count (stats() runs after every step)
   for (const auto& s : running_)
     if (s->lora.slot >= 0 && s->lora.slot < n_slots) ++(*running)[size_t(s->lora.slot)];
   for (const auto& s : waiting_)

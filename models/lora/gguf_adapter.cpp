@@ -90,18 +90,6 @@ Result<std::vector<float>> gguf_to_f32(const gguf::File& f, const gguf::TensorIn
   return out;
 }
 
-// The inverse of GGUF's q/k row permutation (models/safetensors/convert.cpp): row |row| of the
-// adapter's B is HF row src(row), for a model whose weights keep HF's rotate-half order.
-std::vector<float> unpermute_rope_rows(const std::vector<float>& b, int64_t rows, int64_t r, int64_t head_dim) {
-  std::vector<float> out(b.size());
-  for (int64_t row = 0; row < rows; ++row) {
-    const int64_t h = row / head_dim, i = (row % head_dim) / 2, j = row % 2;
-    const int64_t src = h * head_dim + j * head_dim / 2 + i;
-    std::copy_n(b.begin() + row * r, r, out.begin() + src * r);
-  }
-  return out;
-}
-
 // "attn_q" of "blk.3.attn_q.weight": the adapter's target modules in GGUF's own names.
 std::string tensor_stem(const std::string& name) {
   std::string s = name;
@@ -154,7 +142,7 @@ Status read_gguf_pairs(const std::string& who, const gguf::File& f, const std::m
       seen.push_back(half->dtype);
     }
     const bool qk = base.find(".attn_q.") != std::string::npos || base.find(".attn_k.") != std::string::npos;
-    if (unpermute && qk) p.b = unpermute_rope_rows(p.b, t.rows, r, cfg.head_dim);
+    if (unpermute && qk) p.b = reorder_rope_rows(p.b, t.rows, r, cfg.head_dim, /*to_gguf=*/false);
     a->modules.emplace(t.weight, std::move(p));
   }
   a->dtype = common_lora_dtype(seen);

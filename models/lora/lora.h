@@ -56,6 +56,12 @@ struct LoraAdapter {
   std::unordered_map<const WeightTensor*, LoraPair> modules;  // by the base weight it adds to
 };
 
+// An adapter's lora_B [rows, r] with its q/k rows moved between Hugging Face's rotate-half order
+// and GGUF's adjacent-pair order (safetensors::gguf_rope_source_row): to_gguf for a PEFT adapter
+// on a GGUF model, the reverse for a GGUF adapter on a model loaded from an HF folder.
+std::vector<float> reorder_rope_rows(const std::vector<float>& b, int64_t rows, int64_t r, int64_t head_dim,
+                                     bool to_gguf);
+
 // kF16 or kBF16 when every dtype in |seen| is that one, else kF32 (LoraAdapter::dtype).
 inline DType common_lora_dtype(const std::vector<DType>& seen) {
   if (seen.empty()) return DType::kF32;

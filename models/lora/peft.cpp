@@ -10,6 +10,7 @@
 
 #include "models/arch/architecture.h"
 #include "models/lora/lora.h"
+#include "models/safetensors/convert.h"
 #include "models/safetensors/json_util.h"
 #include "models/safetensors/safetensors.h"
 #include "quant/half.h"
@@ -65,17 +66,6 @@ Result<std::vector<float>> to_f32(const safetensors::File& f, const safetensors:
   return out;
 }
 
-// GGUF's llama converter stores q/k rows in adjacent-pair rope order: row r of the file is HF row
-// source_row(r) (models/safetensors/convert.cpp). The adapter's B rows are HF's.
-std::vector<float> permute_rope_rows(const std::vector<float>& b, int64_t rows, int64_t r, int64_t head_dim) {
-  std::vector<float> out(b.size());
-  for (int64_t row = 0; row < rows; ++row) {
-    const int64_t h = row / head_dim, i = (row % head_dim) / 2, j = row % 2;
-    const int64_t src = h * head_dim + j * head_dim / 2 + i;
-    std::copy_n(b.begin() + src * r, r, out.begin() + row * r);
-  }
-  return out;
-}
 // An adapter module's two tensors (either may be missing: the caller says which).
 struct Halves {
   const safetensors::TensorInfo *a = nullptr, *b = nullptr;
@@ -193,11 +183,21 @@ Result<LoraAdapter> read_peft_adapter(const std::string& name, const std::string
                      : half->dtype == safetensors::StDType::kBF16 ? DType::kBF16
                                                                   : DType::kF32);
     const bool qk = t.name.find(".attn_q.") != std::string::npos || t.name.find(".attn_k.") != std::string::npos;
-    if (permuted && qk) p.b = permute_rope_rows(p.b, t.rows, a.rank, cfg.head_dim);
+    if (permuted && qk) p.b = reorder_rope_rows(p.b, t.rows, a.rank, cfg.head_dim, /*to_gguf=*/true);
     a.modules.emplace(t.weight, std::move(p));
   }
   a.dtype = common_lora_dtype(seen);
   return a;
+}
+
+std::vector<float> reorder_rope_rows(const std::vector<float>& b, int64_t rows, int64_t r, int64_t head_dim,
+                                     bool to_gguf) {
+  std::vector<float> out(b.size());
+  for (int64_t row = 0; row < rows; ++row) {
+    const int64_t hf = safetensors::gguf_rope_source_row(row, head_dim);
+    std::copy_n(b.begin() + (to_gguf ? hf : row) * r, r, out.begin() + (to_gguf ? row : hf) * r);
+  }
+  return out;
 }
 
 }  // namespace tessera

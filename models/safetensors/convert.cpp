@@ -123,9 +123,7 @@ class HfSource final : public TensorSource {
   // Row |r| of the GGUF tensor comes from row source_row(r) of the HF one (rope order).
   int64_t source_row(size_t index, int64_t r) const {
     const int64_t d = rope_head_[index];
-    if (!d) return r;
-    const int64_t h = r / d, i = (r % d) / 2, j = r % 2;
-    return h * d + j * d / 2 + i;
+    return d ? gguf_rope_source_row(r, d) : r;
   }
 
   Status read_rows(size_t index, int64_t row0, int64_t n, float* out) const override {

@@ -9,6 +9,14 @@
 
 namespace tessera::safetensors {
 
+// GGUF's llama/mistral q/k rows are in adjacent-pair rope order (llama.cpp's converter permutes
+// HF's rotate-half rows): row |row| of the GGUF tensor is HF row gguf_rope_source_row(row), for
+// heads of |head_dim| rows.
+inline int64_t gguf_rope_source_row(int64_t row, int64_t head_dim) {
+  const int64_t h = row / head_dim, i = (row % head_dim) / 2, j = row % 2;
+  return h * head_dim + j * head_dim / 2 + i;
+}
+
 struct ConvertOptions {
   std::function<void(const std::string& tensor)> progress;  // after each tensor is added
 };

@@ -35,7 +35,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "gpt_oss"))
 import numpy_gpt_oss  # noqa: E402
-from compare_numpy import compare, device_unusable, nrmse, tessera_logits  # noqa: E402
+from compare_numpy import (bad_hf_folder_problems, compare, convert_refusal_problems, device_unusable,  # noqa: E402
+                           nrmse, tessera_logits)
 
 TOL = 1e-4  # f32 experts on every device, MXFP4 experts where the matmul decodes them to float
 # MXFP4 experts on the CPU, whose block-format kernels quantise the activations to int8 per 32
@@ -211,8 +212,6 @@ def bf16_checkpoint(folder):
 def bad_checkpoints(args):
     """Broken or unsupported Hugging Face folders: `tessera eval` fails naming the file (or folder) and the
     tensor or key; `tessera convert` refuses a gpt-oss folder (its GGUF keys are not written)."""
-    import json
-    import shutil
     import make_gpt_oss
     s = make_gpt_oss.Spec(make_gpt_oss.parse_args(["--out", args.scratch]))
     t = make_gpt_oss.hf_weights(s, 5)
@@ -243,34 +242,12 @@ def bad_checkpoints(args):
              ("other swiglu_limit", None, key("swiglu_limit", 5.0), ["config.json", "swiglu_limit 5"]),
              ("mxfp4 blocks without scales", mxfp4_without_scales, None,
               ["model.layers.1.mlp.experts.down_proj_scales", "missing"])]
-    problems = []
-    for name, edit_t, edit_cfg, want in cases:
-        path = os.path.join(args.scratch, "bad-hf-" + name.replace(" ", "-"))
-        shutil.rmtree(path, ignore_errors=True)
-        ts = dict(t)
-        if edit_t:
-            edit_t(ts)
+    def write(path, ts):
         make_gpt_oss.write_hf(path, s, ts)
-        if edit_cfg:
-            with open(os.path.join(path, "config.json")) as f:
-                cfg = json.load(f)
-            edit_cfg(cfg)
-            with open(os.path.join(path, "config.json"), "w") as f:
-                json.dump(cfg, f)
-        r = subprocess.run([os.path.join(args.bin_dir, "tessera"), "eval", "-q", "-m", path, "--device", args.device,
-                            "--tokens", "1,2,3,4", "-o", os.path.join(args.scratch, "bad.npy")], capture_output=True, text=True)
-        msg = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
-        print(f"{name}: exit {r.returncode}: {msg}")
-        if r.returncode == 0 or not all(w in r.stderr for w in want + [os.path.basename(path)]):
-            problems.append(f"{name}: expected a failure naming {want} and the folder, got exit {r.returncode}: {msg}")
-    path = os.path.join(args.scratch, "hf-convert")
-    make_gpt_oss.write_hf(path, s, t)
-    r = subprocess.run([os.path.join(args.bin_dir, "tessera"), "convert", "-q", path, os.path.join(args.scratch, "x.gguf")],
-                       capture_output=True, text=True)
-    print(f"convert: exit {r.returncode}: {r.stderr.strip()}")
-    if r.returncode == 0 or "cannot be written as GGUF" not in r.stderr or "hf-convert" not in r.stderr:
-        problems.append(f"convert: expected a refusal naming the folder, got exit {r.returncode}: {r.stderr.strip()}")
-    return problems
+
+    return (bad_hf_folder_problems(args.bin_dir, args.scratch, args.device, "1,2,3,4",
+                                   [(name, write, t, edit_t, edit_cfg, want) for name, edit_t, edit_cfg, want in cases]) +
+            convert_refusal_problems(args.bin_dir, args.scratch, lambda path: write(path, t)))
 
 
 def quantize_plan(args, model):

@@ -59,6 +59,48 @@ def device_unusable(bin_dir, model, device, scratch):
     return None
 
 
+def bad_hf_folder_problems(bin_dir, scratch, device, tokens, cases):
+    """Each case (name, write, weights, edit_t, edit_cfg, want): write(path, weights) makes a Hugging Face folder
+    from a copy of |weights| that edit_t (if any) changed, then edit_cfg (if any) changes its config.json; `tessera
+    eval` of |tokens| on it must fail naming every string of |want| and the folder. Returns the problems."""
+    import json
+    import shutil
+    problems = []
+    for name, write, weights, edit_t, edit_cfg, want in cases:
+        path = os.path.join(scratch, "bad-hf-" + name.replace(" ", "-"))
+        shutil.rmtree(path, ignore_errors=True)
+        ts = dict(weights)
+        if edit_t:
+            edit_t(ts)
+        write(path, ts)
+        if edit_cfg:
+            with open(os.path.join(path, "config.json")) as f:
+                cfg = json.load(f)
+            edit_cfg(cfg)
+            with open(os.path.join(path, "config.json"), "w") as f:
+                json.dump(cfg, f)
+        r = subprocess.run([os.path.join(bin_dir, "tessera"), "eval", "-q", "-m", path, "--device", device,
+                            "--tokens", tokens, "-o", os.path.join(scratch, "bad.npy")], capture_output=True, text=True)
+        msg = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
+        print(f"{name}: exit {r.returncode}: {msg}")
+        if r.returncode == 0 or not all(w in r.stderr for w in want + [os.path.basename(path)]):
+            problems.append(f"{name}: expected a failure naming {want} and the folder, got exit {r.returncode}: {msg}")
+    return problems
+
+
+def convert_refusal_problems(bin_dir, scratch, write):
+    """`tessera convert` of the folder write(path) makes must refuse ("cannot be written as GGUF"), naming the
+    folder: a family whose GGUF keys Tessera does not write. Returns the problems."""
+    path = os.path.join(scratch, "hf-convert")
+    write(path)
+    r = subprocess.run([os.path.join(bin_dir, "tessera"), "convert", "-q", path, os.path.join(scratch, "x.gguf")],
+                       capture_output=True, text=True)
+    print(f"convert: exit {r.returncode}: {r.stderr.strip()}")
+    if r.returncode == 0 or "cannot be written as GGUF" not in r.stderr or "hf-convert" not in r.stderr:
+        return [f"convert: expected a refusal naming the folder, got exit {r.returncode}: {r.stderr.strip()}"]
+    return []
+
+
 def compare(name, ours, ref, tol, positions=None):
     """|positions| (default: all) restricts both checks to those rows (compare_numpy_moe.py)."""
     if ours.shape != ref.shape:

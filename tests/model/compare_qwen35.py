@@ -32,7 +32,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "qwen35"))
 import numpy_qwen35  # noqa: E402
-from compare_numpy import compare, device_unusable, nrmse, tessera_logits  # noqa: E402
+from compare_numpy import (bad_hf_folder_problems, compare, convert_refusal_problems, device_unusable,  # noqa: E402
+                           nrmse, tessera_logits)
 
 TOL = 1e-4
 N = 48
@@ -240,8 +241,6 @@ def bad_files(args, ids):
 def bad_checkpoints(args, ids):
     """Hugging Face folders missing a tensor, with a mis-shaped one (a matrix, the conv, the fused experts) or
     with a bad text_config key: `tessera eval` fails naming the file (or folder) and the tensor or key."""
-    import json
-    import shutil
     import make_qwen35
 
     def spec(extra):
@@ -280,37 +279,15 @@ def bad_checkpoints(args, ids):
         ("moe missing num_experts", sm, tm, None, lambda cfg: cfg["text_config"].pop("num_experts"),
          ["config.json", "num_experts"]),
     ]
-    problems = []
-    for name, sp, weights, edit_t, edit_cfg, want in cases:
-        path = os.path.join(args.scratch, "bad-hf-" + name.replace(" ", "-"))
-        shutil.rmtree(path, ignore_errors=True)
-        ts = dict(weights)
-        if edit_t:
-            edit_t(ts)
-        make_qwen35.write_hf(path, sp, ts)
-        if edit_cfg:
-            with open(os.path.join(path, "config.json")) as f:
-                cfg = json.load(f)
-            edit_cfg(cfg)
-            with open(os.path.join(path, "config.json"), "w") as f:
-                json.dump(cfg, f)
-        r = subprocess.run([os.path.join(args.bin_dir, "tessera"), "eval", "-q", "-m", path, "--device", args.device,
-                            "--tokens", ",".join(map(str, ids[:4])), "-o", os.path.join(args.scratch, "bad.npy")],
-                           capture_output=True, text=True)
-        msg = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
-        print(f"{name}: exit {r.returncode}: {msg}")
-        if r.returncode == 0 or not all(w in r.stderr for w in want + [os.path.basename(path)]):
-            problems.append(f"{name}: expected a failure naming {want} and the folder, got exit {r.returncode}: {msg}")
+    def writer(sp):
+        return lambda path, ts: make_qwen35.write_hf(path, sp, ts)
+
     # `tessera convert` would write a GGUF llama.cpp reads wrongly (no qwen35.ssm.* keys, grouped value
     # heads): it refuses, saying why.
-    path = os.path.join(args.scratch, "hf-convert")
-    make_qwen35.write_hf(path, s, t)
-    r = subprocess.run([os.path.join(args.bin_dir, "tessera"), "convert", "-q", path, os.path.join(args.scratch, "x.gguf")],
-                       capture_output=True, text=True)
-    print(f"convert: exit {r.returncode}: {r.stderr.strip()}")
-    if r.returncode == 0 or "cannot be written as GGUF" not in r.stderr or "hf-convert" not in r.stderr:
-        problems.append(f"convert: expected a refusal naming the folder, got exit {r.returncode}: {r.stderr.strip()}")
-    return problems
+    return (bad_hf_folder_problems(args.bin_dir, args.scratch, args.device, ",".join(map(str, ids[:4])),
+                                   [(name, writer(sp), w, edit_t, edit_cfg, want)
+                                    for name, sp, w, edit_t, edit_cfg, want in cases]) +
+            convert_refusal_problems(args.bin_dir, args.scratch, lambda path: make_qwen35.write_hf(path, s, t)))
 
 
 if __name__ == "__main__":

@@ -47,6 +47,24 @@ StepPlan prefill_plan(const std::vector<int>& lens, const std::vector<int32_t>& 
   return p;
 }
 
+// Sequence |s| of |all| alone in a step of its own (KV block 0, its last row's logits, no
+// adapter slots: the caller sets them or the model's default applies).
+StepPlan alone_plan(const StepPlan& all, size_t s) {
+  const int32_t b = all.query_start[s], e = all.query_start[s + 1];
+  StepPlan p;
+  p.tokens.assign(all.tokens.begin() + b, all.tokens.begin() + e);
+  for (int32_t i = 0; i < e - b; ++i) {
+    p.positions.push_back(i);
+    p.slot_mapping.push_back(i);
+  }
+  p.query_start = {0, e - b};
+  p.seq_lens = {e - b};
+  p.max_blocks = 1;
+  p.block_tables = {0};
+  p.logit_rows = {e - b - 1};
+  return p;
+}
+
 double rel_diff(const float* a, const float* b, size_t n) {
   double num = 0.0, den = 0.0;
   for (size_t i = 0; i < n; ++i) {
@@ -95,19 +113,7 @@ TEST(LoraMixedStep, EachSequenceGetsItsOwnAdapter) {
     for (size_t s = 0; s < lens.size(); ++s) {
       SCOPED_TRACE("sequence " + std::to_string(s) + " (slot " + std::to_string(slots[s]) + ")");
       // The same tokens alone, under the model's default adapter.
-      StepPlan one = prefill_plan(lens, slots, 5, bs);
-      const int32_t b = one.query_start[s], e = one.query_start[s + 1];
-      StepPlan p;
-      p.tokens.assign(one.tokens.begin() + b, one.tokens.begin() + e);
-      for (int32_t i = 0; i < e - b; ++i) {
-        p.positions.push_back(i);
-        p.slot_mapping.push_back(i);
-      }
-      p.query_start = {0, e - b};
-      p.seq_lens = {e - b};
-      p.max_blocks = 1;
-      p.block_tables = {0};
-      p.logit_rows = {e - b - 1};
+      StepPlan p = alone_plan(prefill_plan(lens, slots, 5, bs), s);
       ASSERT_TRUE(model.set_default_lora(slots[s]).ok());
       auto kv1 = model.create_kv_cache(bs, DType::kF32, bs);
       ASSERT_TRUE(kv1.ok());
@@ -167,19 +173,7 @@ TEST(LoraMixedStep, MoeModelAttentionAdapters) {
     ASSERT_TRUE(model.forward(prefill_plan(lens, slots, 7, bs), **kv, &mixed).ok());
     for (size_t s = 0; s < lens.size(); ++s) {
       SCOPED_TRACE("sequence " + std::to_string(s));
-      const StepPlan all = prefill_plan(lens, slots, 7, bs);
-      const int32_t b = all.query_start[s], e = all.query_start[s + 1];
-      StepPlan p;
-      p.tokens.assign(all.tokens.begin() + b, all.tokens.begin() + e);
-      for (int32_t i = 0; i < e - b; ++i) {
-        p.positions.push_back(i);
-        p.slot_mapping.push_back(i);
-      }
-      p.query_start = {0, e - b};
-      p.seq_lens = {e - b};
-      p.max_blocks = 1;
-      p.block_tables = {0};
-      p.logit_rows = {e - b - 1};
+      StepPlan p = alone_plan(prefill_plan(lens, slots, 7, bs), s);
       p.lora_slots = {slots[s]};
       auto kv1 = model.create_kv_cache(bs, DType::kF32, bs);
       ASSERT_TRUE(kv1.ok());

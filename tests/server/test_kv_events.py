@@ -38,17 +38,19 @@ def _mix(h, v):
     return x ^ (x >> 31)
 
 
-def block_hash(parent, tokens):
+def block_hash(parent, tokens, lora_id=0):
     h = _mix(0x7E55E7A000000001, parent or 0)
+    if lora_id:  # the adapter the K/V was computed under, mixed into every block
+        h = _mix(h, 0x10BA000000000000 | (lora_id & 0xFFFFFFFF))
     for t in tokens:
         h = _mix(h, t & 0xFFFFFFFF)
     return h or 1
 
 
-def prompt_hashes(tokens):
+def prompt_hashes(tokens, lora_id=0):
     out, parent = [], 0
     for i in range(len(tokens) // BLOCK):
-        parent = block_hash(parent, tokens[i * BLOCK:(i + 1) * BLOCK])
+        parent = block_hash(parent, tokens[i * BLOCK:(i + 1) * BLOCK], lora_id)
         out.append(parent)
     return out
 

@@ -4,7 +4,7 @@ dialects select an adapter (vLLM's "model": NAME, llama.cpp's "lora": [{"id", "s
 of different adapters and of the base model batched together get the tokens each gets alone,
 /v1/models lists the adapters with their parent, GET /lora-adapters their ids, /metrics has
 vllm:lora_requests_info, the prefix cache keeps adapters apart (cached_tokens), the KV events carry
-lora_id and lora_name with the hashes docs/scale-out.md defines, and bad requests and flags get
+lora_id and lora_name with the hashes docs/scale-out.md defines (test_kv_events.py writes them down), and bad requests and flags get
 errors that name the problem.
 
 The adapters are tests/model/lora/make_lora.py's (random, r 8 over every projection and r 4
@@ -36,28 +36,9 @@ except ImportError as e:
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from harness import HOST, Server  # noqa: E402
-from test_kv_events import M64, free_port, _mix  # noqa: E402
+from test_kv_events import free_port, prompt_hashes  # noqa: E402
 
 BIN = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("TESSERA_BIN", "build/bin")
-BLOCK = 16
-
-
-def block_hash(parent, tokens, lora_id=0):
-    """docs/scale-out.md's hash, with the adapter mixed into every block."""
-    h = _mix(0x7E55E7A000000001, parent or 0)
-    if lora_id:
-        h = _mix(h, 0x10BA000000000000 | (lora_id & 0xFFFFFFFF))
-    for t in tokens:
-        h = _mix(h, t & 0xFFFFFFFF)
-    return (h & M64) or 1
-
-
-def chain(tokens, lora_id):
-    out, parent = [], 0
-    for i in range(len(tokens) // BLOCK):
-        parent = block_hash(parent, tokens[i * BLOCK:(i + 1) * BLOCK], lora_id)
-        out.append(parent)
-    return out
 
 
 def make_fixture():
@@ -145,7 +126,7 @@ class ServeLora(unittest.TestCase):
         self.assertEqual(u2["prompt_tokens_details"]["cached_tokens"], 0, "terse must not read styled's K/V")
         self.assertEqual(u3["prompt_tokens_details"]["cached_tokens"], 0, "nor the base model")
         self.assertEqual(u4["prompt_tokens_details"]["cached_tokens"], 32, "styled finds its own blocks")
-        want = {1: chain(prompt, 1), 2: chain(prompt, 2), 0: chain(prompt, 0)}
+        want = {i: prompt_hashes(prompt, i) for i in (0, 1, 2)}
         names = {1: "styled", 2: "terse"}
         seen = {}
         deadline = time.time() + 20
