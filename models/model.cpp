@@ -547,6 +547,14 @@ TextCodec Model::codec() const {
   return c;
 }
 
+namespace {
+// Device slots for |adapters|: one per adapter (holes included), at most |max_loras| when set.
+int lora_slots_for(const std::vector<LoraAdapter>& adapters, int max_loras) {
+  const int n = std::max(1, int(adapters.size()));
+  return max_loras > 0 ? std::min(n, max_loras) : n;
+}
+}  // namespace
+
 Result<int> Model::add_lora(const std::string& name, const std::string& path, const LoraLimits& limits) {
   if (pending_.active) return Internal("Model::add_lora: a step is pending (collect it first)");
   if (name.empty()) return InvalidArgument("an adapter needs a name");
@@ -554,10 +562,10 @@ Result<int> Model::add_lora(const std::string& name, const std::string& path, co
     if (a.name == name)
       return InvalidArgument("an adapter named '" + name + "' is already loaded (from " + a.path + ")");
   const int loaded = int(std::count_if(loras_.begin(), loras_.end(), [](const LoraAdapter& a) { return a.id != 0; }));
-  if (limits.max_loras > 0 && loaded >= limits.max_loras)
-    return ResourceExhausted("cannot load adapter '" + name + "': " + std::to_string(loaded) +
-                             " adapters are loaded, the most --max-loras allows (" + std::to_string(limits.max_loras) +
-                             ")");
+  if (const int cap = limits.loaded_cap(); cap > 0 && loaded >= cap)
+    return ResourceExhausted(
+        "cannot load adapter '" + name + "': " + std::to_string(loaded) + " adapters are loaded, the most " +
+        (limits.max_cpu_loras > 0 ? "--max-cpu-loras" : "--max-loras") + " allows (" + std::to_string(cap) + ")");
   std::vector<LoraTarget> targets;
   for (const LoraTarget& t : lora_targets_)
     if (t.weight->buffer) targets.push_back(t);
@@ -575,7 +583,9 @@ Result<int> Model::add_lora(const std::string& name, const std::string& path, co
   const int slot = int(hole - next.begin());
   if (hole == next.end()) next.push_back(std::move(a));
   else *hole = std::move(a);
-  TS_ASSIGN_OR_RETURN(std::unique_ptr<LoraSet> set, LoraSet::build(*device_, next));
+  TS_ASSIGN_OR_RETURN(std::unique_ptr<LoraSet> set,
+                      LoraSet::build(*device_, next, lora_slots_for(next, limits.max_loras)));
+  lora_max_slots_ = limits.max_loras;
   ++next_lora_id_;
   loras_ = std::move(next);
   lora_set_ = std::move(set);
@@ -593,7 +603,8 @@ Status Model::remove_lora(int slot) {
                            "' is the default (set_default_lora): not unloaded");
   std::vector<LoraAdapter> next = loras_;
   next[size_t(slot)] = LoraAdapter{};
-  TS_ASSIGN_OR_RETURN(std::unique_ptr<LoraSet> set, LoraSet::build(*device_, next));
+  TS_ASSIGN_OR_RETURN(std::unique_ptr<LoraSet> set,
+                      LoraSet::build(*device_, next, lora_slots_for(next, lora_max_slots_)));
   loras_ = std::move(next);
   lora_set_ = std::move(set);
   ++step_graphs_generation_;

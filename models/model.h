@@ -108,8 +108,9 @@ class Model final : public ModelRunner {
   // adapter when |path| is a regular file, against this model and gives it a slot (returned): the
   // first one an unloaded adapter left (remove_lora), else a new one. Its errors name the adapter
   // and what does not fit, and leave the loaded adapters as they were. Not while a step is
-  // pending (submit without collect). |limits| (0: none): refuses an adapter beyond max_loras
-  // loaded or of rank above max_rank.
+  // pending (submit without collect). |limits| (0: none): refuses an adapter beyond
+  // limits.loaded_cap() loaded (--max-cpu-loras, else --max-loras) or of rank above max_rank;
+  // limits.max_loras sets the device slots (below).
   Result<int> add_lora(const std::string& name, const std::string& path, const LoraLimits& limits = {});
   // Unloads the adapter in |slot|, leaving a hole (an adapter of name "" and id 0) that the next
   // add_lora fills: the other slots keep their numbers. Not the default adapter's slot, not while
@@ -129,6 +130,11 @@ class Model final : public ModelRunner {
   LoraRef lora(int32_t slot) const override {
     return {slot, slot >= 0 && slot < int32_t(loras_.size()) ? loras_[size_t(slot)].id : 0};
   }
+  // Device slots (LoraSet): how many adapters one step may use, min(--max-loras of the latest
+  // add_lora, slots); a step's adapters are copied into them as it needs them, the least recently
+  // used making room. 0 without adapters. lora_loads(): adapters copied into a device slot so far.
+  int32_t lora_device_slots() const override { return lora_set_ ? lora_set_->slots() : 0; }
+  int64_t lora_loads() const { return lora_set_ ? lora_set_->loads() : 0; }
 
   // Expert statistics (MoE models; a no-op for dense ones). Off by default: when on, each step
   // keeps the router's expert ids ([T, k] i32 per layer) alive and downloads them after compute.
@@ -225,6 +231,7 @@ class Model final : public ModelRunner {
   std::vector<LoraTarget> lora_targets_;  // the 2-D projections an adapter may target
   std::vector<LoraAdapter> loras_;        // slot i = loras_[i]
   std::unique_ptr<LoraSet> lora_set_;     // their device slots; null without adapters
+  int lora_max_slots_ = 0;                // LoraLimits::max_loras of the latest add_lora (0: one per slot)
   int default_lora_ = -1;
   std::atomic<int32_t> n_loras_{0};  // loras_.size(), for other threads
   int32_t next_lora_id_ = 0;

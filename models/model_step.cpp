@@ -83,6 +83,10 @@ Status Model::upload_step(const StepPlan& p, const std::vector<int32_t>& rows, S
         lora_slots[s] = p.lora_slots[s];
       }
     }
+    // The step's adapters into device slots (the least recently used making room), and each
+    // sequence's adapter index turned into its device slot.
+    TS_RETURN_IF_ERROR(lora_set_->make_resident(*device_, loras_, lora_slots));
+    for (int32_t& slot : lora_slots) slot = lora_set_->slot_of(slot);
     TS_RETURN_IF_ERROR(put(&t->lora_slots, {S}, lora_slots));
   } else {
     for (int32_t slot : p.lora_slots)

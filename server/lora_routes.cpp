@@ -59,7 +59,7 @@ void load_adapter(ServerContext& ctx, const httplib::Request& req, httplib::Resp
     return send_error(ctx, res,
                       {400, "'" + name + "' is the base model's id; give the adapter another name", "lora_name"});
   ServedLora served;
-  const LoraLimits limits{ctx.opts.max_loras, ctx.opts.max_lora_rank};
+  const LoraLimits limits{ctx.opts.max_loras, ctx.opts.max_lora_rank, ctx.opts.max_cpu_loras};
   const Status s = ctx.engine->call([&](Engine&) -> Status {
     auto slot = ctx.model->add_lora(name, path, limits);
     if (!slot.ok()) return slot.status();

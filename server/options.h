@@ -34,8 +34,9 @@ struct ServeOptions {
   // LoRA (docs/lora.md): POST /v1/load_lora_adapter and /v1/unload_lora_adapter answer only with
   // this on (vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING); the limits apply to every load.
   bool allow_runtime_lora_updates = false;
-  int max_loras = 0;      // adapters loaded at once (0: no limit)
+  int max_loras = 0;      // device slots: adapters one step may use (0: one per loaded adapter)
   int max_lora_rank = 0;  // the highest rank accepted (0: no limit)
+  int max_cpu_loras = 0;  // adapters loaded at once, in host memory (0: max_loras)
 };
 
 }  // namespace tessera::server

@@ -146,6 +146,7 @@ Status Engine::submit_as(RequestId id, GenerationRequest req) {
 
 Status Engine::step() {
   propose_drafts();
+  scheduler_.set_max_loras(model_.lora_device_slots());  // run-time loads change it
   const auto scheduled = scheduler_.plan(&plan_);
   if (!scheduled.empty()) {
     kv_blocks_last_ = kv_.pool().n_used();

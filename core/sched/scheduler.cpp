@@ -174,17 +174,37 @@ void Scheduler::trim_draft(Sequence& s, int32_t d) {
   s.draft.resize(size_t(d));
 }
 
+bool Scheduler::lora_fits(const Sequence& s) const {
+  if (cfg_.max_loras <= 0 || s.lora.slot < 0) return true;
+  std::vector<int32_t> in_use;  // the running sequences' adapters hold device slots
+  for (const auto& r : running_) {
+    if (r->lora.slot == s.lora.slot) return true;
+    if (r->lora.slot >= 0 && std::find(in_use.begin(), in_use.end(), r->lora.slot) == in_use.end())
+      in_use.push_back(r->lora.slot);
+  }
+  return int32_t(in_use.size()) < cfg_.max_loras;
+}
+
 void Scheduler::admit_waiting(std::vector<ScheduledSeq>* out, int32_t* budget) {
-  while (!waiting_.empty() && *budget > 0 && int32_t(out->size()) < cfg_.max_seqs) {
-    Sequence& s = *waiting_.front();
+  // In queue order; a sequence whose adapter would need a device slot that the running ones hold
+  // all of waits in its place and the ones behind it are considered (as vLLM's scheduler).
+  for (size_t i = 0; i < waiting_.size() && *budget > 0 && int32_t(out->size()) < cfg_.max_seqs;) {
+    Sequence& s = *waiting_[i];
     if (cost_.full()) break;  // the step is at its cost limit: no room for another prefill chunk
     if (states_ && !states_->can_admit()) break;  // every sequence needs a state slot: wait for one
+    if (!lora_fits(s)) {
+      ++i;
+      continue;
+    }
+    const auto admit = [&] {
+      running_.push_back(std::move(waiting_[i]));
+      waiting_.erase(waiting_.begin() + std::ptrdiff_t(i));
+    };
     if (kv_.swapped(s.id)) {  // its blocks come back from host memory
       const int32_t n = chunk_size(s, *budget);
       if (n <= 0 || !kv_.swap_in(s.id, s.n_computed, s.n_computed + n)) break;
       if (states_) states_->swap_in(s.id);
-      running_.push_back(std::move(waiting_.front()));
-      waiting_.pop_front();
+      admit();
       take(out, budget, s, n);
       continue;
     }
@@ -205,8 +225,7 @@ void Scheduler::admit_waiting(std::vector<ScheduledSeq>* out, int32_t* budget) {
     }
     stats_.admitted_tokens += int64_t(s.tokens.size());
     stats_.cached_tokens += s.n_computed;
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
+    admit();
     take(out, budget, s, n);
   }
 }

@@ -74,6 +74,11 @@ struct SchedulerConfig {
   // split (a prefix-cache hit, a chunked prefill, a preemption): the CPU's chunked delta rule
   // (backends/cpu/recurrent.cpp) works in 64-token chunks from each step's start. 1: no alignment.
   int32_t state_align = 64;
+  // LoRA: distinct adapters the running sequences may use at once (the model's device slots,
+  // ModelRunner::lora_device_slots; the engine sets it each step). A waiting sequence whose
+  // adapter would exceed it stays waiting (never dropped) and the ones behind it may go first.
+  // 0: no limit.
+  int32_t max_loras = 0;
   // Step-cost policy (core/sched/step_cost_policy.h, StepCostPolicyConfig): while decodes run,
   // each step's prefill chunks are the largest whose predicted step time stays within itl_factor
   // x the predicted decode-only step (and within max_step_ms when > 0), at least
@@ -148,6 +153,7 @@ class Scheduler {
   size_t n_running() const { return running_.size(); }
   // Sequences per LoRA adapter slot [0, n_slots) that run (hold blocks) and that wait.
   void count_loras(int32_t n_slots, std::vector<int32_t>* running, std::vector<int32_t>* waiting) const;
+  void set_max_loras(int32_t n) { cfg_.max_loras = n; }
   SchedulerStats stats() const;
   const KvManager& kv() const { return kv_.full(); }
   // The sliding-window layers' bookkeeping, or nullptr when the cache has no window group.
@@ -160,6 +166,7 @@ class Scheduler {
  private:
   void schedule_running(std::vector<ScheduledSeq>* out, int32_t* budget);
   void admit_waiting(std::vector<ScheduledSeq>* out, int32_t* budget);
+  bool lora_fits(const Sequence& s) const;  // its adapter is running, or a device slot is left
   StepShape decodes() const;
   int32_t chunk_size(const Sequence& s, int32_t budget);
   // |kv_match|: the KV cache's first, uncut match (the branch point for the recurrent state).

@@ -99,6 +99,9 @@ class ModelRunner {
   virtual int32_t n_loras() const { return 0; }
   virtual LoraRef default_lora() const { return {}; }
   virtual LoraRef lora(int32_t slot) const { return {slot, slot + 1}; }
+  // How many distinct adapters one step may use (the device slots, vLLM's --max-loras); 0: any
+  // number. The scheduler keeps a request whose adapter would exceed it waiting.
+  virtual int32_t lora_device_slots() const { return 0; }
   // The counters of the executor that runs its steps (executables built and reused), or zeros.
   // Called on the engine thread.
   virtual ExecutorStats executor_stats() const { return {}; }

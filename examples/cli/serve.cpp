@@ -54,6 +54,10 @@ void serve_command(const ServeCommandOptions& o) {
   const auto kvt = dtype_from_name(o.kv_dtype);
   if (!kvt) return serve_fail("unknown --kv-dtype '" + o.kv_dtype + "' (f16, bf16, f32, fp8_e4m3 or int8_pc)", 2);
   server::ServeOptions so = o.serve;
+  if (so.max_cpu_loras > 0 && so.max_cpu_loras < so.max_loras)
+    return serve_fail("--max-cpu-loras " + std::to_string(so.max_cpu_loras) + " is below --max-loras " +
+                          std::to_string(so.max_loras) + ": the adapters in device slots are also held in host memory",
+                      2);
   if (so.model_name.empty()) {
     std::filesystem::path p = std::filesystem::path(o.model).lexically_normal();
     if (p.filename().empty()) p = p.parent_path();  // "dir/"
@@ -70,8 +74,9 @@ void serve_command(const ServeCommandOptions& o) {
   if (o.act_dtype != "auto") lo.activation_dtype = dtype_from_name(o.act_dtype);
   auto model = Model::load(o.model, *dev, lo);
   if (!model.ok()) return serve_fail(model.status().to_string());
-  if (!load_loras(o.loras, **model,
-                  {.first_is_default = false, .quiet = false, .limits = {so.max_loras, so.max_lora_rank}}))
+  if (!load_loras(
+          o.loras, **model,
+          {.first_is_default = false, .quiet = false, .limits = {so.max_loras, so.max_lora_rank, so.max_cpu_loras}}))
     return;
   if (!o.pooling.empty()) {
     const Pooling p = o.pooling == "last" ? Pooling::kLast : o.pooling == "cls" ? Pooling::kCls : Pooling::kMean;
@@ -178,9 +183,15 @@ void add_serve_command(CLI::App& app) {
          "adapters load and unload between engine steps while requests run (off by default)")
       ->envname("TESSERA_ALLOW_RUNTIME_LORA_UPDATING");
   cmd->add_option("--max-loras", o->serve.max_loras,
-                  "the most adapters loaded at once, by --lora and at run time (0: no limit)")
+                  "device slots: the most adapters one engine step uses; a request whose adapter finds no slot "
+                  "waits (0: a slot per loaded adapter)")
       ->capture_default_str()
       ->check(CLI::Range(0, 4096));
+  cmd->add_option("--max-cpu-loras", o->serve.max_cpu_loras,
+                  "the most adapters loaded at once (host memory), by --lora and at run time; each enters a free or "
+                  "least recently used device slot when a step needs it (0: --max-loras, else no limit)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65536));
   cmd->add_option("--max-lora-rank", o->serve.max_lora_rank, "refuse adapters of a higher rank (0: no limit)")
       ->capture_default_str()
       ->check(CLI::Range(0, 256));

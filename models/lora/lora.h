@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -32,10 +33,15 @@ struct LoraPair {
   std::vector<float> b;        // [N, r]: lora_B, the up projection
 };
 
-// What a server allows (vLLM's --max-loras, --max-lora-rank); 0: no limit.
+// What a server allows (vLLM's --max-loras, --max-lora-rank, --max-cpu-loras); 0: no limit.
+// max_loras: device slots, the adapters one step may use (a request whose adapter has no slot
+// waits in the scheduler); max_cpu_loras: adapters loaded (held in host memory, each copied into
+// a free or least recently used device slot when a step needs it); 0 there: max_loras, as vLLM.
 struct LoraLimits {
   int max_loras = 0;
   int max_rank = 0;
+  int max_cpu_loras = 0;
+  int loaded_cap() const { return max_cpu_loras > 0 ? max_cpu_loras : max_loras; }
 };
 
 // A LoRA adapter (a PEFT folder or a llama.cpp GGUF file) read against one model.
@@ -91,16 +97,28 @@ Result<LoraAdapter> read_peft_adapter(const std::string& name, const std::string
 Result<LoraAdapter> read_gguf_adapter(const std::string& name, const std::string& path, const Architecture& arch,
                                       const ModelConfig& cfg, const std::vector<LoraTarget>& targets);
 
-// Every loaded adapter's tensors on the device: for each base weight any adapter targets, A
-// [slots, R, K] and B [slots, R, N] f32 (lora_B transposed; slot i = adapter i, zero-padded to the largest rank R),
-// the per-slot ranks [slots] i32 (0 where adapter i does not target the weight) and scales
-// [slots] f32.
+// The adapters' tensors on the device, in |slots| device slots (vLLM's --max-loras): for each
+// base weight any adapter targets, A [slots, R, K] and B [slots, R, N] (lora_B transposed,
+// zero-padded to the largest rank R of the adapters it was built for), the per-slot ranks
+// [slots] i32 (0 where the slot's adapter does not target the weight) and scales [slots] f32.
+// Adapters enter the slots when a step needs them (make_resident): a free slot, else the least
+// recently used one that the step does not need; an adapter stays until evicted.
 class LoraSet {
  public:
   struct Module {
     Tensor a, b, ranks, scales;
+    int64_t rows = 0, cols = 0;  // N, K
   };
-  static Result<std::unique_ptr<LoraSet>> build(Device& device, const std::vector<LoraAdapter>& adapters);
+  // Allocates |slots| empty slots (ranks 0) for the modules of |adapters|.
+  static Result<std::unique_ptr<LoraSet>> build(Device& device, const std::vector<LoraAdapter>& adapters, int slots);
+  // Copies every adapter of |needed| (indexes into |adapters|; -1, the base model, is skipped) that
+  // is not in a slot into one, evicting the least recently used adapters that |needed| does not
+  // name; holes (id 0) are skipped and run as the base model. ResourceExhausted when |needed|
+  // names more distinct adapters than there are slots (the engine's scheduler never plans such a
+  // step).
+  Status make_resident(Device& device, const std::vector<LoraAdapter>& adapters, std::span<const int32_t> needed);
+  // The device slot holding adapter |index|, or -1 when none does.
+  int32_t slot_of(int32_t index) const;
   // The module of base weight |w|, or null when no adapter targets it.
   const Module* find(const WeightTensor* w) const {
     auto it = modules_.find(w);
@@ -109,10 +127,18 @@ class LoraSet {
   int slots() const { return slots_; }
   int max_rank() const { return max_rank_; }
   size_t bytes() const { return bytes_; }
+  int64_t loads() const { return loads_; }  // adapters copied into a slot so far
 
  private:
+  Status load(Device& device, const LoraAdapter& adapter, int slot);
+
   std::unordered_map<const WeightTensor*, Module> modules_;
+  std::vector<const WeightTensor*> order_;  // modules_' keys in a fixed order
   std::vector<BufferPtr> buffers_;
+  std::vector<int32_t> resident_;  // [slots]: adapter index, or -1
+  std::vector<int64_t> last_use_;  // [slots]: use_clock_ when a step last needed it
+  int64_t use_clock_ = 0, loads_ = 0;
+  DType dtype_ = DType::kF32;
   int slots_ = 0, max_rank_ = 0;
   size_t bytes_ = 0;
 };

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -305,6 +306,93 @@ TEST(LoraEngine, RequestsChooseTheirAdapterAndNeverShareKv) {
     const Status st = engine.submit(std::move(bad)).status();
     EXPECT_NE(st.message().find("slot 2 is not loaded"), std::string::npos) << st.to_string();
     (*kv)->pool().set_event_sink(nullptr);
+  }
+}
+
+// More adapters than device slots (--max-loras 2, --max-cpu-loras 4): requests of four adapters
+// and of the base model submitted together each get the tokens they get alone, the adapters
+// taking turns in the two slots (copied in as steps need them); a step naming three adapters is
+// refused, naming the slots; loading beyond --max-cpu-loras is refused, naming it.
+TEST(LoraEngine, MoreAdaptersThanDeviceSlotsTakeTurnsAndMatchAlone) {
+  const std::string dir = testing::process_temp_dir("lora_slots");
+  const std::string path = dir + "/tiny.gguf";
+  ASSERT_EQ(testing::run_make_tiny_model("--arch llama --dtype f32 --seed 17 --out " + path), "");
+  const std::vector<std::string> qv = {"self_attn.q_proj", "self_attn.v_proj"};
+  const std::vector<std::string> ffn = {"mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
+  for (auto& [name, dev] : testing::cpu_and_unmapped_vulkan(2)) {
+    SCOPED_TRACE(name);
+    auto m = Model::load(path, dev);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    Model& model = **m;
+    const LoraLimits limits{.max_loras = 2, .max_rank = 0, .max_cpu_loras = 4};
+    for (int i = 0; i < 4; ++i) {
+      const int r = 4 + 2 * i;
+      const auto& targets = i % 2 ? ffn : qv;
+      const std::string a = dir + "/a" + std::to_string(i);
+      testing::write_peft_adapter(a, r, 2.0 * r, false,
+                                  i % 2 ? std::vector<std::string>{"gate_proj", "up_proj", "down_proj"}
+                                        : std::vector<std::string>{"q_proj", "v_proj"},
+                                  testing::random_peft_adapter(model.config(), r, targets, uint32_t(20 + i)));
+      auto slot = model.add_lora("a" + std::to_string(i), a, limits);
+      ASSERT_TRUE(slot.ok()) << slot.status().to_string();
+    }
+    EXPECT_EQ(model.lora_device_slots(), 2);
+    const Status cap = model.add_lora("a4", dir + "/a0", limits).status();
+    EXPECT_EQ(cap.code(), StatusCode::kResourceExhausted);
+    EXPECT_NE(cap.message().find("--max-cpu-loras allows (4)"), std::string::npos) << cap.to_string();
+    {
+      auto kv = model.create_kv_cache(3 * 16, DType::kF32, 16);
+      ASSERT_TRUE(kv.ok());
+      std::vector<float> logits;
+      const Status three = model.forward(prefill_plan({3, 2, 4}, {0, 1, 2}, 5, 16), **kv, &logits);
+      EXPECT_EQ(three.code(), StatusCode::kResourceExhausted);
+      EXPECT_NE(three.message().find("more than the 2 device slots"), std::string::npos) << three.to_string();
+    }
+
+    auto kv = model.create_kv_cache(1024, DType::kF32, 16);
+    ASSERT_TRUE(kv.ok()) << kv.status().to_string();
+    EngineConfig ec;
+    ec.scheduler.itl_factor = 0;  // plans independent of timing
+    Engine engine(model, **kv, model.codec(), ec);
+    std::map<RequestId, std::vector<int32_t>> out;
+    auto submit = [&](size_t i, int32_t lora) {
+      GenerationRequest r;
+      for (int t = 0; t < 6 + int(i) * 3; ++t)
+        r.prompt.push_back(int32_t((uint32_t(i) * 7919u + uint32_t(t) * 104729u) % 200u) + 3);
+      r.sampling = SamplingParams::greedy();
+      r.max_tokens = 5 + int(i % 3);
+      r.ignore_eos = true;
+      r.lora = lora;
+      r.on_token = [&](const TokenEvent& ev) {
+        if (ev.token >= 0) out[ev.id].push_back(ev.token);
+      };
+      auto id = engine.submit(std::move(r));
+      EXPECT_TRUE(id.ok()) << id.status().to_string();
+      return id.ok() ? *id : RequestId(-1);
+    };
+    const std::vector<int32_t> loras = {0, 1, 2, -1, 3, 2, 0, 3};
+    std::vector<std::vector<int32_t>> alone;
+    for (size_t i = 0; i < loras.size(); ++i) {
+      const RequestId id = submit(i, loras[i]);
+      ASSERT_TRUE(engine.run_until_idle().ok());
+      alone.push_back(out[id]);
+    }
+    const int64_t loads_before = model.lora_loads();
+    std::vector<RequestId> ids;
+    for (size_t i = 0; i < loras.size(); ++i) ids.push_back(submit(i, loras[i]));
+    ASSERT_TRUE(engine.run_until_idle().ok());
+    for (size_t i = 0; i < loras.size(); ++i)
+      EXPECT_EQ(out[ids[i]], alone[i]) << "request " << i << " (adapter " << loras[i] << ")";
+    EXPECT_GE(model.lora_loads() - loads_before, 2) << "adapters took turns in the slots";
+    // One prompt under each adapter and the base model: the adapters change the tokens, so a
+    // slot holding the wrong adapter would show above.
+    std::set<std::vector<int32_t>> distinct;
+    for (int32_t lora : {-1, 0, 1, 2, 3}) {
+      const RequestId id = submit(1, lora);
+      ASSERT_TRUE(engine.run_until_idle().ok());
+      distinct.insert(out[id]);
+    }
+    EXPECT_GE(distinct.size(), 4u);
   }
 }
 

@@ -258,6 +258,46 @@ class RuntimeUpdates(unittest.TestCase):
             other.stop()
 
 
+class OneDeviceSlot(unittest.TestCase):
+    """--max-loras 1 --max-cpu-loras 2: two adapters share one device slot. Requests of both and of
+    the base model sent together all complete with the tokens each gets alone: a request whose
+    adapter finds the slot taken waits for it (never dropped), and the adapters take turns."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server(BIN, "--lora", f"styled={DIR}/adapter-a", "--lora", f"terse={DIR}/adapter-b",
+                            "--max-loras", "1", "--max-cpu-loras", "2", model=BASE)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def tokens(self, prompt, model):
+        status, _, out = self.server.post("/v1/completions", {"model": model, "prompt": prompt, "max_tokens": 12,
+                                                              "ignore_eos": True, "temperature": 0, "logprobs": 0})
+        self.assertEqual(status, 200, json.dumps(out))
+        return out["choices"][0]["logprobs"]["tokens"]
+
+    def test_adapters_take_turns_in_one_slot(self):
+        prompts = ["Once upon", "The quick brown fox", "abc", "Hello there, friend", "zz top"]
+        models = ["styled", "terse", "tiny", "terse", "styled"]
+        alone = [self.tokens(p, m) for p, m in zip(prompts, models)]
+        self.assertNotEqual(self.tokens(prompts[0], "terse"), alone[0], "the adapters differ")
+        results = [None] * 10
+        def run(i):
+            results[i] = self.tokens(prompts[i % 5], models[i % 5])
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(10)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for i in range(10):
+            self.assertEqual(results[i], alone[i % 5], f"request {i} under {models[i % 5]}")
+        text = self.server.raw("GET", "/metrics")[2]
+        line = next((ln for ln in text.splitlines() if ln.startswith("vllm:lora_requests_info{")), "")
+        self.assertIn('max_lora="1"', line)
+
+
 class ServeLoraFlags(unittest.TestCase):
     def start_fails(self, *flags):
         try:
@@ -272,6 +312,9 @@ class ServeLoraFlags(unittest.TestCase):
                       self.start_fails("--lora", f"a={DIR}/adapter-a", "--max-lora-rank", "4"))
         self.assertIn("--max-loras allows (1)",
                       self.start_fails("--lora", f"a={DIR}/adapter-a", "--lora", f"b={DIR}/adapter-b", "--max-loras", "1"))
+        self.assertIn("--max-cpu-loras allows (1)",
+                      self.start_fails("--lora", f"a={DIR}/adapter-a", "--lora", f"b={DIR}/adapter-b", "--max-cpu-loras", "1"))
+        self.assertIn("is below --max-loras 2", self.start_fails("--max-loras", "2", "--max-cpu-loras", "1"))
         self.assertIn("--lora wants NAME=PATH", self.start_fails("--lora", f"{DIR}/adapter-a"))
         self.assertIn("bad-shape", self.start_fails("--lora", f"x={DIR}/bad-shape"))
 
