@@ -77,6 +77,9 @@ struct ServerContext {
   // LoRA adapters served, by slot order; guarded by lora_mu (handlers read, load/unload write).
   mutable std::mutex lora_mu;
   std::vector<ServedLora> loras;
+  // The adapter slot a request that names none runs under (-1: the base model), as llama.cpp's
+  // global scales set it (POST /lora-adapters); guarded by lora_mu.
+  int32_t default_lora = -1;
   std::vector<ServedLora> lora_snapshot() const {
     std::lock_guard<std::mutex> lock(lora_mu);
     return loras;

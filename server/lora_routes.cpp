@@ -84,6 +84,12 @@ void unload_adapter(ServerContext& ctx, const httplib::Request& req, httplib::Re
     auto it = std::find_if(ctx.loras.begin(), ctx.loras.end(), [&](const ServedLora& l) { return l.name == name; });
     if (it == ctx.loras.end())
       return send_error(ctx, res, {404, "the LoRA adapter '" + name + "' is not loaded", "lora_name", "not_found"});
+    if (it->slot == ctx.default_lora)
+      return send_error(
+          ctx, res,
+          {409,
+           "the LoRA adapter '" + name + "' is on for requests that name none (POST /lora-adapters): turn it off first",
+           "lora_name"});
     gone = *it;
     ctx.loras.erase(it);
   }
@@ -105,6 +111,47 @@ void unload_adapter(ServerContext& ctx, const httplib::Request& req, httplib::Re
   res.set_content("Success: LoRA adapter '" + name + "' removed successfully.", "text/plain");
 }
 
+// llama.cpp's POST /lora-adapters: [{"id", "scale"}, ...] sets the adapter a request that names
+// none runs under (an adapter left out has scale 0). One adapter at scale 1, or none (the base
+// model): the op's scale is the adapter's own.
+void set_global_scales(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  if (!ctx.ready.load())
+    return send_error(ctx, res, {503, "the model is still loading", "", "loading", "server_error"});
+  const json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded() || !body.is_array())
+    return send_error(
+        ctx, res, {400, "the request body must be a JSON array of {\"id\", \"scale\"} objects", "", "invalid_json"});
+  std::lock_guard<std::mutex> lock(ctx.lora_mu);
+  int32_t chosen = -1;
+  for (const json& entry : body) {
+    const json::const_iterator id = entry.is_object() ? entry.find("id") : entry.end();
+    const json::const_iterator scale = entry.is_object() ? entry.find("scale") : entry.end();
+    if (id == entry.end() || !id->is_number_integer() || (scale != entry.end() && !scale->is_number()))
+      return send_error(ctx, res, {400, "each entry must be an object {\"id\": integer, \"scale\": number}", "id"});
+    const int64_t slot = id->get<int64_t>();
+    if (std::none_of(ctx.loras.begin(), ctx.loras.end(), [&](const ServedLora& a) { return a.slot == slot; }))
+      return send_error(ctx, res,
+                        {400, "no adapter has id " + std::to_string(slot) + " (GET /lora-adapters lists them)", "id"});
+    const double s = scale == entry.end() ? 0.0 : scale->get<double>();
+    if (s == 0.0) continue;
+    if (s != 1.0)
+      return send_error(ctx, res,
+                        {400,
+                         "adapter " + std::to_string(slot) + " at scale " + scale->dump() +
+                             ": only 0 (off) and 1 (the scale it was loaded with) are supported",
+                         "scale"});
+    if (chosen >= 0 && chosen != slot)
+      return send_error(ctx, res,
+                        {400,
+                         "only one adapter can be on (ids " + std::to_string(chosen) + " and " + std::to_string(slot) +
+                             " have scale 1)",
+                         "scale"});
+    chosen = int32_t(slot);
+  }
+  ctx.default_lora = chosen;
+  res.set_content(dump(json{{"success", true}}), "application/json");
+}
+
 }  // namespace
 
 std::vector<json> lora_model_entries(const ServerContext& ctx) {
@@ -122,16 +169,26 @@ std::vector<json> lora_model_entries(const ServerContext& ctx) {
 
 void add_lora_routes(httplib::Server& svr, ServerContext& ctx) {
   // llama.cpp's list: "id" is what a request's "lora": [{"id", "scale"}] names. The scale is the
-  // one a request that names no adapter gets: 0, the base model (vLLM's default).
+  // one a request that names no adapter gets: 0 for all (the base model, vLLM's default) until
+  // POST /lora-adapters turns one on.
   svr.Get("/lora-adapters", [&ctx](const httplib::Request&, httplib::Response& res) {
     set_connection_phase(Phase::kHandling);
     if (!ctx.ready.load())
       return send_error(ctx, res, {503, "the model is still loading", "", "loading", "server_error"});
     json list = json::array();
-    for (const ServedLora& a : ctx.lora_snapshot())
-      list.push_back(json{
-          {"id", a.slot}, {"path", a.path}, {"scale", 0.0}, {"name", a.name}, {"rank", a.rank}, {"alpha", a.alpha}});
+    std::lock_guard<std::mutex> lock(ctx.lora_mu);
+    for (const ServedLora& a : ctx.loras)
+      list.push_back(json{{"id", a.slot},
+                          {"path", a.path},
+                          {"scale", a.slot == ctx.default_lora ? 1.0 : 0.0},
+                          {"name", a.name},
+                          {"rank", a.rank},
+                          {"alpha", a.alpha}});
     res.set_content(dump(list), "application/json");
+  });
+  svr.Post("/lora-adapters", [&ctx](const httplib::Request& req, httplib::Response& res) {
+    set_connection_phase(Phase::kHandling);
+    set_global_scales(ctx, req, res);
   });
   svr.Post("/v1/load_lora_adapter", [&ctx](const httplib::Request& req, httplib::Response& res) {
     set_connection_phase(Phase::kHandling);

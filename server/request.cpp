@@ -199,10 +199,14 @@ std::string served_ids(const ServerContext& ctx, const std::vector<ServedLora>& 
 // an adapter, or the base model) or llama.cpp's ("lora": [{"id": slot, "scale": s}], where an
 // adapter left out has scale 0). One adapter per request, at the scale it was loaded with.
 std::optional<ApiError> select_lora(const ServerContext& ctx, const json& body, int32_t* slot) {
-  *slot = -1;
   std::string model_name = ctx.opts.model_name;
   if (auto e = read_field(body, "model", "a string", &model_name)) return e;
-  const std::vector<ServedLora> loras = ctx.lora_snapshot();
+  std::vector<ServedLora> loras;
+  {
+    std::lock_guard<std::mutex> lock(ctx.lora_mu);
+    loras = ctx.loras;
+    *slot = ctx.default_lora;  // POST /lora-adapters' choice for a request that names no adapter
+  }
   auto by_slot = [&](int64_t id) {
     return std::find_if(loras.begin(), loras.end(), [&](const ServedLora& a) { return a.slot == id; }) != loras.end();
   };
@@ -216,6 +220,7 @@ std::optional<ApiError> select_lora(const ServerContext& ctx, const json& body, 
   }
   auto it = body.find("lora");
   if (it == body.end() || it->is_null()) return std::nullopt;
+  if (model_name == ctx.opts.model_name) *slot = -1;  // the request's own list decides
   if (!it->is_array())
     return ApiError{400, "'lora' must be an array of {\"id\", \"scale\"} objects, got " + std::string(it->type_name()),
                     "lora"};

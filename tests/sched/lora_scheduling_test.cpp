@@ -84,9 +84,7 @@ TEST(LoraScheduling, ARequestWithoutASlotWaitsAndOthersGoPast) {
   for (int i = 0; i < 20 && !entered; ++i) {
     const auto ids = sim.step();
     entered = std::find(ids.begin(), ids.end(), RequestId(3)) != ids.end();
-    if (entered) {
-      EXPECT_TRUE(sim.done.count(1) && sim.done.count(5)) << "entered while adapter 0 held its slot";
-    }
+    if (entered) { EXPECT_TRUE(sim.done.count(1) && sim.done.count(5)) << "entered while adapter 0 held its slot"; }
   }
   EXPECT_TRUE(entered);
   for (int i = 0; i < 40 && !sim.sched.idle(); ++i) sim.step();

@@ -2,7 +2,8 @@
 """LoRA adapters through `tessera serve --lora NAME=PATH` (docs/lora.md, issue 41): both
 dialects select an adapter (vLLM's "model": NAME, llama.cpp's "lora": [{"id", "scale"}]), requests
 of different adapters and of the base model batched together get the tokens each gets alone,
-/v1/models lists the adapters with their parent, GET /lora-adapters their ids, /metrics has
+/v1/models lists the adapters with their parent, GET /lora-adapters their ids (POST sets the adapter
+of requests naming none, llama.cpp's global scales), /metrics has
 vllm:lora_requests_info, the prefix cache keeps adapters apart (cached_tokens), the KV events carry
 lora_id and lora_name with the hashes docs/scale-out.md defines (test_kv_events.py writes them down), and bad requests and flags get
 errors that name the problem.
@@ -150,6 +151,31 @@ class ServeLora(unittest.TestCase):
                 self.assertEqual(e[5], lora_id)
                 self.assertEqual(e[6:], ["GPU", names[lora_id]])
 
+    def test_global_scales_choose_the_adapter_of_requests_naming_none(self):
+        base = self.tokens("Once upon")[0]
+        styled = self.tokens("Once upon", model="styled")[0]
+        terse = self.tokens("Once upon", model="terse")[0]
+        status, _, out = self.server.post("/lora-adapters", [{"id": 0, "scale": 1}, {"id": 1, "scale": 0}])
+        self.assertEqual((status, out), (200, {"success": True}))
+        try:
+            self.assertEqual(self.tokens("Once upon")[0], styled, "a request naming none runs under adapter 0")
+            scales = {a["id"]: a["scale"] for a in json.loads(self.server.raw("GET", "/lora-adapters")[2])}
+            self.assertEqual(scales, {0: 1.0, 1: 0.0})
+            self.assertEqual(self.tokens("Once upon", lora=[])[0], base, "a request's own list replaces the global one")
+            self.assertEqual(self.tokens("Once upon", model="terse")[0], terse)
+            for body, want in (([{"id": 0, "scale": 0.5}], "only 0 (off) and 1"),
+                               ([{"id": 9, "scale": 1}], "no adapter has id 9"),
+                               ([{"id": 0, "scale": 1}, {"id": 1, "scale": 1}], "only one adapter can be on"),
+                               ({"id": 0}, "must be a JSON array"), ([{"scale": 1}], "each entry must be an object")):
+                status, _, out = self.server.post("/lora-adapters", body)
+                self.assertEqual(status, 400, out)
+                self.assertIn(want, out["error"]["message"])
+            self.assertEqual(self.tokens("Once upon")[0], styled, "a refused update changes nothing")
+        finally:
+            status, _, _ = self.server.post("/lora-adapters", [])
+            self.assertEqual(status, 200)
+        self.assertEqual(self.tokens("Once upon")[0], base)
+
     def test_metrics_list_the_adapters(self):
         text = self.server.raw("GET", "/metrics")[2]
         line = next((ln for ln in text.splitlines() if ln.startswith("vllm:lora_requests_info{")), None)
@@ -246,6 +272,14 @@ class RuntimeUpdates(unittest.TestCase):
         self.assertEqual(again, styled, "the same weights as styled give its tokens")
         _, usage = self.tokens(prompt, "styled")
         self.assertEqual(usage["prompt_tokens_details"]["cached_tokens"], 32)
+        # The adapter of requests that name none (POST /lora-adapters) is not unloaded under them.
+        self.assertEqual(self.server.post("/lora-adapters", [{"id": 0, "scale": 1}])[0], 200)
+        status, text = self.call("/v1/unload_lora_adapter", {"lora_name": "styled"})
+        self.assertEqual(status, 409)
+        self.assertIn("turn it off first", text)
+        self.assertEqual(self.server.post("/lora-adapters", [])[0], 200)
+        status, text = self.call("/v1/unload_lora_adapter", {"lora_name": "styled"})
+        self.assertEqual(status, 200, text)
 
     def test_off_without_the_flag(self):
         other = Server(BIN, "--lora", f"styled={DIR}/adapter-a", model=BASE)
