@@ -2,6 +2,7 @@
 #include "tessera/tessera.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -19,7 +20,8 @@ struct tessera_model {
 struct tessera_context {
   tessera_model* model;
   std::unique_ptr<tessera::KvCache> kv;
-  int32_t lora = -1;  // tessera_context_set_lora
+  int32_t lora = -1;        // tessera_context_set_lora
+  float lora_scale = 1.0f;  // tessera_context_set_lora_scaled
 };
 
 namespace {
@@ -137,7 +139,16 @@ tessera_status tessera_context_set_lora(tessera_context* ctx, int32_t slot) {
                                            " is not loaded (" + std::to_string(n) +
                                            " adapters; -1 is the base model)"));
   ctx->lora = slot;
+  ctx->lora_scale = 1.0f;
   return report(tessera::OkStatus());
+}
+
+tessera_status tessera_context_set_lora_scaled(tessera_context* ctx, int32_t slot, float scale) {
+  if (!std::isfinite(scale))
+    return report(tessera::InvalidArgument("tessera_context_set_lora_scaled: the scale must be a finite number"));
+  if (tessera_status st = tessera_context_set_lora(ctx, slot); st != TESSERA_OK) return st;
+  ctx->lora_scale = scale;
+  return TESSERA_OK;
 }
 
 tessera_context_params tessera_context_default_params(void) { return {4096}; }
@@ -185,6 +196,7 @@ tessera_status tessera_generate(tessera_context* ctx, const char* prompt, const 
   req.sampling.min_p = p.min_p;
   req.sampling.seed = p.seed;
   req.lora = ctx->lora;
+  req.lora_scale = ctx->lora_scale;
   tessera::Engine engine(model, *ctx->kv, model.codec());
   tessera::RequestId id = 0;
   bool stop = false;

@@ -232,6 +232,7 @@ class Model final : public ModelRunner {
   std::vector<LoraAdapter> loras_;        // slot i = loras_[i]
   std::unique_ptr<LoraSet> lora_set_;     // their device slots; null without adapters
   int lora_max_slots_ = 0;                // LoraLimits::max_loras of the latest add_lora (0: one per slot)
+  std::vector<LoraSet::Key> lora_keys_;   // upload_step's: each sequence's adapter and scale
   int default_lora_ = -1;
   std::atomic<int32_t> n_loras_{0};  // loras_.size(), for other threads
   int32_t next_lora_id_ = 0;

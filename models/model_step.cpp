@@ -83,10 +83,16 @@ Status Model::upload_step(const StepPlan& p, const std::vector<int32_t>& rows, S
         lora_slots[s] = p.lora_slots[s];
       }
     }
-    // The step's adapters into device slots (the least recently used making room), and each
-    // sequence's adapter index turned into its device slot.
-    TS_RETURN_IF_ERROR(lora_set_->make_resident(*device_, loras_, lora_slots));
-    for (int32_t& slot : lora_slots) slot = lora_set_->slot_of(slot);
+    // The step's adapters (at their scales) into device slots, the least recently used making
+    // room, and each sequence's adapter index turned into its device slot.
+    if (!p.lora_scales.empty() && p.lora_scales.size() != p.lora_slots.size())
+      return InvalidArgument("step plan: " + std::to_string(p.lora_scales.size()) + " lora_scales for " +
+                             std::to_string(p.lora_slots.size()) + " lora_slots");
+    lora_keys_.clear();
+    for (size_t s = 0; s < lora_slots.size(); ++s)
+      lora_keys_.push_back({lora_slots[s], s < p.lora_scales.size() ? p.lora_scales[s] : 1.0f});
+    TS_RETURN_IF_ERROR(lora_set_->make_resident(*device_, loras_, lora_keys_));
+    for (size_t s = 0; s < lora_slots.size(); ++s) lora_slots[s] = lora_set_->slot_of(lora_keys_[s]);
     TS_RETURN_IF_ERROR(put(&t->lora_slots, {S}, lora_slots));
   } else {
     for (int32_t slot : p.lora_slots)

@@ -28,6 +28,10 @@ struct Histogram {
   void observe(double v);
 };
 
+// The largest |scale| a request or POST /lora-adapters may give an adapter (llama.cpp takes any
+// float; a bound keeps a typo from turning the logits into infinities).
+inline constexpr double kMaxLoraScale = 100.0;
+
 // A LoRA adapter the server serves (docs/lora.md): what request parsing and the listings read, so
 // handler threads never touch the Model's own list (the engine thread changes it on a run-time
 // load or unload).
@@ -80,6 +84,7 @@ struct ServerContext {
   // The adapter slot a request that names none runs under (-1: the base model), as llama.cpp's
   // global scales set it (POST /lora-adapters); guarded by lora_mu.
   int32_t default_lora = -1;
+  float default_lora_scale = 1.0f;  // its scale (a multiple of the one it was loaded with)
   std::vector<ServedLora> lora_snapshot() const {
     std::lock_guard<std::mutex> lock(lora_mu);
     return loras;

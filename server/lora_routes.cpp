@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -112,8 +113,8 @@ void unload_adapter(ServerContext& ctx, const httplib::Request& req, httplib::Re
 }
 
 // llama.cpp's POST /lora-adapters: [{"id", "scale"}, ...] sets the adapter a request that names
-// none runs under (an adapter left out has scale 0). One adapter at scale 1, or none (the base
-// model): the op's scale is the adapter's own.
+// none runs under, and its scale (an adapter left out has scale 0). One adapter on, or none (the
+// base model).
 void set_global_scales(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
   if (!ctx.ready.load())
     return send_error(ctx, res, {503, "the model is still loading", "", "loading", "server_error"});
@@ -123,6 +124,7 @@ void set_global_scales(ServerContext& ctx, const httplib::Request& req, httplib:
         ctx, res, {400, "the request body must be a JSON array of {\"id\", \"scale\"} objects", "", "invalid_json"});
   std::lock_guard<std::mutex> lock(ctx.lora_mu);
   int32_t chosen = -1;
+  float chosen_scale = 1.0f;
   for (const json& entry : body) {
     const json::const_iterator id = entry.is_object() ? entry.find("id") : entry.end();
     const json::const_iterator scale = entry.is_object() ? entry.find("scale") : entry.end();
@@ -134,21 +136,23 @@ void set_global_scales(ServerContext& ctx, const httplib::Request& req, httplib:
                         {400, "no adapter has id " + std::to_string(slot) + " (GET /lora-adapters lists them)", "id"});
     const double s = scale == entry.end() ? 0.0 : scale->get<double>();
     if (s == 0.0) continue;
-    if (s != 1.0)
+    if (!std::isfinite(s) || std::fabs(s) > kMaxLoraScale)
       return send_error(ctx, res,
                         {400,
                          "adapter " + std::to_string(slot) + " at scale " + scale->dump() +
-                             ": only 0 (off) and 1 (the scale it was loaded with) are supported",
+                             ": a scale is a finite number within +-" + std::to_string(int(kMaxLoraScale)),
                          "scale"});
     if (chosen >= 0 && chosen != slot)
       return send_error(ctx, res,
                         {400,
                          "only one adapter can be on (ids " + std::to_string(chosen) + " and " + std::to_string(slot) +
-                             " have scale 1)",
+                             " have non-zero scales)",
                          "scale"});
     chosen = int32_t(slot);
+    chosen_scale = float(s);
   }
   ctx.default_lora = chosen;
+  ctx.default_lora_scale = chosen_scale;
   res.set_content(dump(json{{"success", true}}), "application/json");
 }
 
@@ -180,7 +184,7 @@ void add_lora_routes(httplib::Server& svr, ServerContext& ctx) {
     for (const ServedLora& a : ctx.loras)
       list.push_back(json{{"id", a.slot},
                           {"path", a.path},
-                          {"scale", a.slot == ctx.default_lora ? 1.0 : 0.0},
+                          {"scale", a.slot == ctx.default_lora ? double(ctx.default_lora_scale) : 0.0},
                           {"name", a.name},
                           {"rank", a.rank},
                           {"alpha", a.alpha}});

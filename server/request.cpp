@@ -1,6 +1,7 @@
 #include "server/request.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -197,8 +198,9 @@ std::string served_ids(const ServerContext& ctx, const std::vector<ServedLora>& 
 
 // The LoRA adapter a request runs under (docs/lora.md), in either dialect: vLLM's ("model" names
 // an adapter, or the base model) or llama.cpp's ("lora": [{"id": slot, "scale": s}], where an
-// adapter left out has scale 0). One adapter per request, at the scale it was loaded with.
-std::optional<ApiError> select_lora(const ServerContext& ctx, const json& body, int32_t* slot) {
+// adapter left out has scale 0, and another scale multiplies the one it was loaded with). One
+// adapter per request.
+std::optional<ApiError> select_lora(const ServerContext& ctx, const json& body, int32_t* slot, float* scale) {
   std::string model_name = ctx.opts.model_name;
   if (auto e = read_field(body, "model", "a string", &model_name)) return e;
   std::vector<ServedLora> loras;
@@ -206,7 +208,9 @@ std::optional<ApiError> select_lora(const ServerContext& ctx, const json& body, 
     std::lock_guard<std::mutex> lock(ctx.lora_mu);
     loras = ctx.loras;
     *slot = ctx.default_lora;  // POST /lora-adapters' choice for a request that names no adapter
+    *scale = ctx.default_lora_scale;
   }
+  if (model_name != ctx.opts.model_name) *scale = 1.0f;
   auto by_slot = [&](int64_t id) {
     return std::find_if(loras.begin(), loras.end(), [&](const ServedLora& a) { return a.slot == id; }) != loras.end();
   };
@@ -221,6 +225,8 @@ std::optional<ApiError> select_lora(const ServerContext& ctx, const json& body, 
   auto it = body.find("lora");
   if (it == body.end() || it->is_null()) return std::nullopt;
   if (model_name == ctx.opts.model_name) *slot = -1;  // the request's own list decides
+  *scale = 1.0f;
+  double chosen_scale = 1.0;
   if (!it->is_array())
     return ApiError{400, "'lora' must be an array of {\"id\", \"scale\"} objects, got " + std::string(it->type_name()),
                     "lora"};
@@ -239,18 +245,20 @@ std::optional<ApiError> select_lora(const ServerContext& ctx, const json& body, 
                           std::to_string(loras.size()) + ": GET /lora-adapters lists them)",
                       "lora"};
     if (scale == 0.0) continue;  // off, as an adapter left out
-    if (scale != 1.0)
+    if (!std::isfinite(scale) || std::fabs(scale) > kMaxLoraScale)
       return ApiError{400,
                       "lora: adapter " + std::to_string(id) + " at scale " + entry["scale"].dump() +
-                          ": only 0 (off) and 1 (the scale it was loaded with) are supported per request",
+                          ": a scale is a finite number within +-" + std::to_string(int(kMaxLoraScale)),
                       "lora"};
     if (chosen >= 0 && chosen != int32_t(id))
       return ApiError{400,
                       "lora: only one adapter per request can be on (ids " + std::to_string(chosen) + " and " +
-                          std::to_string(id) + " have scale 1)",
+                          std::to_string(id) + " have non-zero scales)",
                       "lora"};
     chosen = int32_t(id);
+    chosen_scale = scale;
   }
+  *scale = float(chosen_scale);
   if (*slot >= 0 && chosen != *slot)
     return ApiError{
         400,
@@ -267,7 +275,7 @@ std::optional<ApiError> parse_request(ServerContext& ctx, const std::string& raw
   const json body = json::parse(raw, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) return ApiError{400, "the request body is not valid JSON", "", "invalid_json"};
   if (!body.is_object()) return ApiError{400, "the request body must be a JSON object"};
-  if (auto e = select_lora(ctx, body, &out->gen.lora)) return e;
+  if (auto e = select_lora(ctx, body, &out->gen.lora, &out->gen.lora_scale)) return e;
   if (auto e = read_field(body, "stream", "a boolean", &out->stream)) return e;
   if (auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
     if (!it->is_object()) return ApiError{400, "'stream_options' must be an object", "stream_options"};

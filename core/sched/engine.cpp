@@ -85,6 +85,8 @@ Status Engine::validate(const GenerationRequest& req) const {
   if (req.lora != GenerationRequest::kDefaultLora && (req.lora < -1 || req.lora >= model_.n_loras()))
     return InvalidArgument("LoRA adapter slot " + std::to_string(req.lora) + " is not loaded (the model has " +
                            std::to_string(model_.n_loras()) + " adapters)");
+  if (!std::isfinite(req.lora_scale))
+    return InvalidArgument("the LoRA scale must be a finite number, got " + std::to_string(req.lora_scale));
   if (req.grammar && req.grammar->vocab_size() != model_.vocab_size())
     return InvalidArgument("the grammar covers " + std::to_string(req.grammar->vocab_size()) + " tokens, the model's vocabulary " +
                            std::to_string(model_.vocab_size()));
@@ -138,6 +140,12 @@ Status Engine::submit_as(RequestId id, GenerationRequest req) {
                                                           : model_.lora(req.lora);
   if (seq->lora.slot >= 0 && seq->lora.id == 0)  // validated on another thread, then unloaded
     return NotFound("LoRA adapter slot " + std::to_string(seq->lora.slot) + " holds no adapter (it was unloaded)");
+  if (seq->lora.slot >= 0 && req.lora_scale != 1.0f) {  // a variant of the adapter: K/V of its own
+    seq->lora = req.lora_scale == 0.0f
+                    ? LoraRef{}
+                    : LoraRef{seq->lora.slot, lora_variant_id(seq->lora.id, seq->lora.scale * req.lora_scale),
+                              seq->lora.scale * req.lora_scale};
+  }
   a->req = std::move(req);
   active_[id] = std::move(a);
   scheduler_.add(std::move(seq));

@@ -77,6 +77,9 @@ struct GenerationRequest {
   // keys the prefix cache and KV events with the adapter (ModelRunner::lora(slot).id).
   static constexpr int32_t kDefaultLora = -2;
   int32_t lora = kDefaultLora;
+  // The adapter's scale for this request (llama.cpp's per-request "scale"; finite): a multiple of
+  // the scale it was loaded with. 0 runs the base model. Ignored without an adapter.
+  float lora_scale = 1.0f;
   TokenCallback on_token;
 };
 

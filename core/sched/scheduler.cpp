@@ -176,11 +176,13 @@ void Scheduler::trim_draft(Sequence& s, int32_t d) {
 
 bool Scheduler::lora_fits(const Sequence& s) const {
   if (cfg_.max_loras <= 0 || s.lora.slot < 0) return true;
-  std::vector<int32_t> in_use;  // the running sequences' adapters hold device slots
+  // The running sequences' adapters (each scale a variant of its own) hold device slots.
+  std::vector<std::pair<int32_t, float>> in_use;
   for (const auto& r : running_) {
-    if (r->lora.slot == s.lora.slot) return true;
-    if (r->lora.slot >= 0 && std::find(in_use.begin(), in_use.end(), r->lora.slot) == in_use.end())
-      in_use.push_back(r->lora.slot);
+    if (r->lora.slot < 0) continue;
+    const std::pair<int32_t, float> key{r->lora.slot, r->lora.scale};
+    if (key == std::pair<int32_t, float>{s.lora.slot, s.lora.scale}) return true;
+    if (std::find(in_use.begin(), in_use.end(), key) == in_use.end()) in_use.push_back(key);
   }
   return int32_t(in_use.size()) < cfg_.max_loras;
 }
@@ -358,6 +360,7 @@ void Scheduler::fill(StepPlan* plan, const std::vector<ScheduledSeq>& scheduled)
     plan->seq_lens.push_back(s.n_computed + sc.n_new);
     if (states_) plan->state_slots.push_back(states_->slot(s.id));
     plan->lora_slots.push_back(s.lora.slot);
+    plan->lora_scales.push_back(s.lora.scale);
     for (int32_t b = 0; b < max_blocks; ++b)
       plan->block_tables.push_back(b < int32_t(blocks.size()) ? blocks[size_t(b)] : 0);
     // Entries the window gave back (KvManager::kReleased) go out as block 0, a valid index that

@@ -1,6 +1,7 @@
 // StepPlan: everything one model step needs, as plain data. The scheduler fills it; the model
 // uploads it and builds the step graph from it.
 #pragma once
+#include <bit>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -16,11 +17,26 @@ namespace tessera {
 // (Model::add_lora; -1: the base model) and picks the adapter's weights in a step; |id| (0: the
 // base model, else > 0 and never reused for another adapter) keys the prefix cache and the KV
 // events, so K/V computed under different adapters are never shared.
+// |scale| multiplies the adapter's own scale (llama.cpp's per-request "scale"); an adapter at
+// another scale than 1 is keyed as a variant of its own (lora_variant_id), since its K/V differ.
 struct LoraRef {
   int32_t slot = -1;
   int32_t id = 0;
+  float scale = 1.0f;
   bool operator==(const LoraRef&) const = default;
 };
+
+// The prefix-cache id of adapter |id| at |scale| != 1: in [2^30, 2^31), above every adapter's own
+// id (those count from 1), a function of both (splitmix64 of id and the scale's bits), so the
+// same scale finds its blocks again and another scale does not.
+inline int32_t lora_variant_id(int32_t id, float scale) {
+  const uint32_t bits = std::bit_cast<uint32_t>(scale);
+  uint64_t x = (uint64_t(uint32_t(id)) << 32 | bits) + 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  return int32_t(0x40000000u | uint32_t(x & 0x3FFFFFFFu));
+}
 
 struct StepPlan {
   std::vector<int32_t> tokens;        // [T] token ids of every sequence's new tokens, flattened
@@ -43,7 +59,9 @@ struct StepPlan {
   // LoRA (docs/lora.md): each sequence's adapter slot (Model::add_lora; -1: the base model).
   // Empty: every sequence runs under the model's default adapter (Model::set_default_lora). The
   // Scheduler always fills it, from each request's resolved GenerationRequest::lora.
-  std::vector<int32_t> lora_slots;    // [S]
+  std::vector<int32_t> lora_slots;  // [S]
+  // Each sequence's scale of its adapter (LoraRef::scale); empty: 1 for every sequence.
+  std::vector<float> lora_scales;     // [S]
   std::vector<int32_t> logit_rows;    // rows of [T] whose logits are needed (in this order)
   // Sequences (indices into seq_lens) whose pooled embedding the step returns instead of logits:
   // embedding requests, each with its whole prompt in this step.

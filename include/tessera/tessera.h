@@ -95,6 +95,9 @@ void tessera_context_free(tessera_context* ctx);
  * for the base model (the default). Contexts of one model may each use another adapter; their
  * K/V are never shared across adapters. */
 tessera_status tessera_context_set_lora(tessera_context* ctx, int32_t slot);
+/* The same at |scale| times the adapter's own scale (llama.cpp's per-request scale; finite; 0 is
+ * the base model). An adapter at another scale keeps K/V of its own. */
+tessera_status tessera_context_set_lora_scaled(tessera_context* ctx, int32_t slot, float scale);
 
 typedef struct tessera_generate_params {
   int32_t max_tokens;        /* default 256 */

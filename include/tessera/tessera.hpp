@@ -188,6 +188,7 @@ class Context {
 
   // The adapter later generations run under (a slot of Model::load_lora; -1: the base model).
   void set_lora(int32_t slot) { detail::check(tessera_context_set_lora(handle(), slot)); }
+  void set_lora(int32_t slot, float scale) { detail::check(tessera_context_set_lora_scaled(handle(), slot, scale)); }
 
   // The whole completion of |prompt| at once.
   Completion generate(const std::string& prompt, const GenerateParams& params = default_generate_params()) {

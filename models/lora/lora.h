@@ -105,20 +105,27 @@ Result<LoraAdapter> read_gguf_adapter(const std::string& name, const std::string
 // recently used one that the step does not need; an adapter stays until evicted.
 class LoraSet {
  public:
+  // An adapter (index into the model's adapters; -1: none) at a multiple of its own scale: each
+  // (index, scale) a step uses takes a slot of its own.
+  struct Key {
+    int32_t index = -1;
+    float scale = 1.0f;
+    bool operator==(const Key&) const = default;
+  };
   struct Module {
     Tensor a, b, ranks, scales;
     int64_t rows = 0, cols = 0;  // N, K
   };
   // Allocates |slots| empty slots (ranks 0) for the modules of |adapters|.
   static Result<std::unique_ptr<LoraSet>> build(Device& device, const std::vector<LoraAdapter>& adapters, int slots);
-  // Copies every adapter of |needed| (indexes into |adapters|; -1, the base model, is skipped) that
-  // is not in a slot into one, evicting the least recently used adapters that |needed| does not
+  // Copies every adapter of |needed| (indexes into |adapters| with a scale; -1, the base model, is
+  // skipped) that is not in a slot into one, evicting the least recently used adapters that |needed| does not
   // name; holes (id 0) are skipped and run as the base model. ResourceExhausted when |needed|
   // names more distinct adapters than there are slots (the engine's scheduler never plans such a
   // step).
-  Status make_resident(Device& device, const std::vector<LoraAdapter>& adapters, std::span<const int32_t> needed);
-  // The device slot holding adapter |index|, or -1 when none does.
-  int32_t slot_of(int32_t index) const;
+  Status make_resident(Device& device, const std::vector<LoraAdapter>& adapters, std::span<const Key> needed);
+  // The device slot holding |key|, or -1 when none does (an index of -1: the base model).
+  int32_t slot_of(const Key& key) const;
   // The module of base weight |w|, or null when no adapter targets it.
   const Module* find(const WeightTensor* w) const {
     auto it = modules_.find(w);
@@ -130,12 +137,12 @@ class LoraSet {
   int64_t loads() const { return loads_; }  // adapters copied into a slot so far
 
  private:
-  Status load(Device& device, const LoraAdapter& adapter, int slot);
+  Status load(Device& device, const LoraAdapter& adapter, float scale, int slot);
 
   std::unordered_map<const WeightTensor*, Module> modules_;
   std::vector<const WeightTensor*> order_;  // modules_' keys in a fixed order
   std::vector<BufferPtr> buffers_;
-  std::vector<int32_t> resident_;  // [slots]: adapter index, or -1
+  std::vector<Key> resident_;      // [slots]: the adapter at its scale, or index -1
   std::vector<int64_t> last_use_;  // [slots]: use_clock_ when a step last needed it
   int64_t use_clock_ = 0, loads_ = 0;
   DType dtype_ = DType::kF32;

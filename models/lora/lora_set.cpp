@@ -40,7 +40,7 @@ Result<std::unique_ptr<LoraSet>> LoraSet::build(Device& device, const std::vecto
     if (!a.modules.empty()) dtypes.push_back(a.dtype);
   set->dtype_ = common_lora_dtype(dtypes);
   set->slots_ = slots;
-  set->resident_.assign(size_t(S), -1);
+  set->resident_.assign(size_t(S), Key{});
   set->last_use_.assign(size_t(S), 0);
   for (const LoraAdapter& a : adapters) set->max_rank_ = std::max(set->max_rank_, a.rank);
   const int64_t R = set->max_rank_;
@@ -90,33 +90,33 @@ Result<std::unique_ptr<LoraSet>> LoraSet::build(Device& device, const std::vecto
   return set;
 }
 
-int32_t LoraSet::slot_of(int32_t index) const {
-  auto it = std::find(resident_.begin(), resident_.end(), index);
-  return index < 0 || it == resident_.end() ? -1 : int32_t(it - resident_.begin());
+int32_t LoraSet::slot_of(const Key& key) const {
+  auto it = std::find(resident_.begin(), resident_.end(), key);
+  return key.index < 0 || it == resident_.end() ? -1 : int32_t(it - resident_.begin());
 }
 
-Status LoraSet::make_resident(Device& device, const std::vector<LoraAdapter>& adapters,
-                              std::span<const int32_t> needed) {
+Status LoraSet::make_resident(Device& device, const std::vector<LoraAdapter>& adapters, std::span<const Key> needed) {
   ++use_clock_;
-  std::vector<int32_t> distinct;
-  for (int32_t i : needed) {
-    if (i < 0 || std::find(distinct.begin(), distinct.end(), i) != distinct.end()) continue;
-    if (i >= int32_t(adapters.size()))
-      return InvalidArgument("LoRA adapter slot " + std::to_string(i) + " is not loaded");
-    if (adapters[size_t(i)].id != 0) distinct.push_back(i);  // a hole runs as the base model (slot_of: -1)
+  std::vector<Key> distinct;
+  for (const Key& k : needed) {
+    if (k.index < 0 || std::find(distinct.begin(), distinct.end(), k) != distinct.end()) continue;
+    if (k.index >= int32_t(adapters.size()))
+      return InvalidArgument("LoRA adapter slot " + std::to_string(k.index) + " is not loaded");
+    if (adapters[size_t(k.index)].id != 0) distinct.push_back(k);  // a hole runs as the base model (slot_of: -1)
   }
   if (int(distinct.size()) > slots_)
-    return ResourceExhausted("the step uses " + std::to_string(distinct.size()) + " LoRA adapters, more than the " +
-                             std::to_string(slots_) + " device slots (--max-loras)");
-  for (int32_t i : distinct)
-    if (const int32_t held = slot_of(i); held >= 0) last_use_[size_t(held)] = use_clock_;
-  for (int32_t i : distinct) {
-    if (slot_of(i) >= 0) continue;
+    return ResourceExhausted("the step uses " + std::to_string(distinct.size()) +
+                             " LoRA adapters (each scale counts as one), more than the " + std::to_string(slots_) +
+                             " device slots (--max-loras)");
+  for (const Key& k : distinct)
+    if (const int32_t held = slot_of(k); held >= 0) last_use_[size_t(held)] = use_clock_;
+  for (const Key& k : distinct) {
+    if (slot_of(k) >= 0) continue;
     // A free slot, else the least recently used one this step does not need (every slot this
     // step needs was stamped above or when it was loaded, so it is never the victim).
     int victim = -1;
     for (int s = 0; s < slots_; ++s) {
-      if (resident_[size_t(s)] < 0) {
+      if (resident_[size_t(s)].index < 0) {
         victim = s;
         break;
       }
@@ -124,16 +124,16 @@ Status LoraSet::make_resident(Device& device, const std::vector<LoraAdapter>& ad
         victim = s;
     }
     if (victim < 0) return Internal("LoRA: no device slot to evict");  // excluded by the count above
-    resident_[size_t(victim)] = -1;  // a failed copy leaves the slot empty, not half-written
-    TS_RETURN_IF_ERROR(load(device, adapters[size_t(i)], victim));
-    resident_[size_t(victim)] = i;
+    resident_[size_t(victim)] = Key{};  // a failed copy leaves the slot empty, not half-written
+    TS_RETURN_IF_ERROR(load(device, adapters[size_t(k.index)], k.scale, victim));
+    resident_[size_t(victim)] = k;
     last_use_[size_t(victim)] = use_clock_;
     ++loads_;
   }
   return OkStatus();
 }
 
-Status LoraSet::load(Device& device, const LoraAdapter& adapter, int slot) {
+Status LoraSet::load(Device& device, const LoraAdapter& adapter, float scale_by, int slot) {
   // The caller has collected the previous step (Model::submit), so no queued work reads the slot;
   // each upload copies its source before it returns.
   const int64_t R = max_rank_, r = adapter.rank;
@@ -149,7 +149,7 @@ Status LoraSet::load(Device& device, const LoraAdapter& adapter, int slot) {
       if (int64_t(it->second.a.size()) != r * K || int64_t(it->second.b.size()) != N * r)
         return Internal("lora: adapter '" + adapter.name + "' module sizes do not match its base weight");
       rank = int32_t(r);
-      scale = adapter.scale;
+      scale = adapter.scale * scale_by;
       std::copy(it->second.a.begin(), it->second.a.end(), A.begin());  // rows [0, r) of [R, K]
       for (int64_t n = 0; n < N; ++n)  // lora_B [N, r] transposed into rows [0, r) of [R, N]
         for (int64_t j = 0; j < r; ++j) B[size_t(j * N + n)] = it->second.b[size_t(n * r + j)];

@@ -3,6 +3,8 @@
 // the same prompt (raw or through the chat template), in order, with the same text.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -206,6 +208,17 @@ TEST_F(CApi, ContextsChooseTheirLoraAdapter) {
   EXPECT_EQ(back.tokens, base->tokens);
   EXPECT_EQ(tessera_context_set_lora(ctx_, 1), TESSERA_INVALID_ARGUMENT);
   EXPECT_NE(std::string(tessera_last_error()).find("slot 1 is not loaded"), std::string::npos) << tessera_last_error();
+  // A scale: 1 is the adapter as loaded, 0 the base model, NaN an error.
+  ASSERT_EQ(tessera_context_set_lora_scaled(ctx_, slot, 1.0f), TESSERA_OK);
+  Collected one;
+  ASSERT_EQ(tessera_generate(ctx_, prompt.c_str(), &p, collect, &one), TESSERA_OK) << tessera_last_error();
+  EXPECT_EQ(one.tokens, want->tokens);
+  ASSERT_EQ(tessera_context_set_lora_scaled(ctx_, slot, 0.0f), TESSERA_OK);
+  Collected zero;
+  ASSERT_EQ(tessera_generate(ctx_, prompt.c_str(), &p, collect, &zero), TESSERA_OK) << tessera_last_error();
+  EXPECT_EQ(zero.tokens, base->tokens);
+  EXPECT_EQ(tessera_context_set_lora_scaled(ctx_, slot, std::nanf("")), TESSERA_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tessera_last_error()).find("finite"), std::string::npos) << tessera_last_error();
 }
 
 TEST_F(CApi, ChatTemplateRendersTheUserMessage) {

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <memory>
 #include <cstring>
@@ -393,6 +394,94 @@ TEST(LoraEngine, MoreAdaptersThanDeviceSlotsTakeTurnsAndMatchAlone) {
       distinct.insert(out[id]);
     }
     EXPECT_GE(distinct.size(), 4u);
+  }
+}
+
+// Per-request scales (GenerationRequest::lora_scale, llama.cpp's "scale"): adapter A at 0.5 gives
+// the tokens of adapter A' (A's lora_A, half its lora_B) at 1, alone and in one batch with A at 1
+// and the base model; 0 is the base model; each scale keeps prefix-cache blocks of its own; a
+// non-finite scale is refused. With one device slot per (adapter, scale) pair, A at two scales
+// takes two slots (checked with --max-loras 2 beside the half adapter).
+TEST(LoraEngine, PerRequestScalesMultiplyTheAdapter) {
+  const std::string dir = testing::process_temp_dir("lora_scales");
+  const std::string path = dir + "/tiny.gguf";
+  ASSERT_EQ(testing::run_make_tiny_model("--arch llama --dtype f32 --seed 23 --out " + path), "");
+  const std::vector<std::string> all = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                                        "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+  const std::vector<std::string> modules = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                            "gate_proj", "up_proj", "down_proj"};
+  for (auto& [name, dev] : testing::cpu_and_unmapped_vulkan(2)) {
+    SCOPED_TRACE(name);
+    auto m = Model::load(path, dev);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    Model& model = **m;
+    std::vector<testing::StTensor> full = testing::random_peft_adapter(model.config(), 8, all, 31);
+    std::vector<testing::StTensor> half = full;
+    for (testing::StTensor& t : half)
+      if (t.name.find("lora_B") != std::string::npos)
+        for (float& v : t.data) v *= 0.5f;
+    testing::write_peft_adapter(dir + "/full", 8, 16.0, false, modules, full);
+    testing::write_peft_adapter(dir + "/half", 8, 16.0, false, modules, half);
+    const LoraLimits limits{.max_loras = 2, .max_rank = 0, .max_cpu_loras = 2};
+    ASSERT_TRUE(model.add_lora("full", dir + "/full", limits).ok());
+    ASSERT_TRUE(model.add_lora("half", dir + "/half", limits).ok());
+
+    auto kv = model.create_kv_cache(1024, DType::kF32, 16);
+    ASSERT_TRUE(kv.ok()) << kv.status().to_string();
+    EngineConfig ec;
+    ec.scheduler.itl_factor = 0;
+    Engine engine(model, **kv, model.codec(), ec);
+    std::map<RequestId, std::vector<int32_t>> out;
+    std::map<RequestId, int32_t> cached;
+    auto submit = [&](const std::vector<int32_t>& prompt, int32_t lora, float scale) -> Result<RequestId> {
+      GenerationRequest r;
+      r.prompt = prompt;
+      r.sampling = SamplingParams::greedy();
+      r.max_tokens = 6;
+      r.ignore_eos = true;
+      r.lora = lora;
+      r.lora_scale = scale;
+      r.on_token = [&](const TokenEvent& ev) {
+        if (ev.token >= 0) out[ev.id].push_back(ev.token);
+        if (ev.metrics) cached[ev.id] = ev.metrics->cached_tokens;
+      };
+      return engine.submit(std::move(r));
+    };
+    auto alone = [&](const std::vector<int32_t>& prompt, int32_t lora, float scale) {
+      auto id = submit(prompt, lora, scale);
+      EXPECT_TRUE(id.ok()) << id.status().to_string();
+      EXPECT_TRUE(engine.run_until_idle().ok());
+      return id.ok() ? *id : RequestId(-1);
+    };
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 40; ++i) prompt.push_back(int32_t((11u + uint32_t(i) * 131u) % 200u) + 3);
+    const RequestId at_half = alone(prompt, 0, 0.5f), half_at_one = alone(prompt, 1, 1.0f);
+    const RequestId at_one = alone(prompt, 0, 1.0f), at_zero = alone(prompt, 0, 0.0f), base = alone(prompt, -1, 1.0f);
+    EXPECT_EQ(out[at_half], out[half_at_one]) << "0.5 x (A, B) == (A, B / 2)";
+    EXPECT_NE(out[at_one], out[at_half]) << "the scale changes the tokens";
+    EXPECT_EQ(out[at_zero], out[base]) << "scale 0 is the base model";
+    // Prefix cache: 0.5 was the first run of this prompt; 1 then found nothing of 0.5's (0 cached),
+    // the base model (scale 0) finds the base run's blocks... and 0.5 again finds its own.
+    EXPECT_EQ(cached[at_one], 0) << "scale 1 must not read scale 0.5's K/V";
+    const RequestId again = alone(prompt, 0, 0.5f);
+    EXPECT_EQ(cached[again], 32);
+    EXPECT_EQ(out[again], out[at_half]);
+    // Together: A at 0.5, A at 1 and the base model need 2 slots; A' waits for one.
+    std::vector<int32_t> p2(prompt.begin(), prompt.begin() + 23);
+    const std::vector<std::pair<int32_t, float>> mix = {{0, 0.5f}, {0, 1.0f}, {-1, 1.0f}, {1, 1.0f}, {0, 0.5f}};
+    std::vector<std::vector<int32_t>> solo;
+    for (const auto& [lora, scale] : mix) solo.push_back(out[alone(p2, lora, scale)]);
+    std::vector<RequestId> ids;
+    for (const auto& [lora, scale] : mix) {
+      auto id = submit(p2, lora, scale);
+      ASSERT_TRUE(id.ok()) << id.status().to_string();
+      ids.push_back(*id);
+    }
+    ASSERT_TRUE(engine.run_until_idle().ok());
+    for (size_t i = 0; i < mix.size(); ++i) EXPECT_EQ(out[ids[i]], solo[i]) << "request " << i;
+    EXPECT_EQ(solo[0], solo[3]);
+    const Status nan = submit(p2, 0, std::numeric_limits<float>::quiet_NaN()).status();
+    EXPECT_NE(nan.message().find("LoRA scale must be a finite number"), std::string::npos) << nan.to_string();
   }
 }
 

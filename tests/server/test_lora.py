@@ -163,7 +163,7 @@ class ServeLora(unittest.TestCase):
             self.assertEqual(scales, {0: 1.0, 1: 0.0})
             self.assertEqual(self.tokens("Once upon", lora=[])[0], base, "a request's own list replaces the global one")
             self.assertEqual(self.tokens("Once upon", model="terse")[0], terse)
-            for body, want in (([{"id": 0, "scale": 0.5}], "only 0 (off) and 1"),
+            for body, want in (([{"id": 0, "scale": -1e6}], "a scale is a finite number"),
                                ([{"id": 9, "scale": 1}], "no adapter has id 9"),
                                ([{"id": 0, "scale": 1}, {"id": 1, "scale": 1}], "only one adapter can be on"),
                                ({"id": 0}, "must be a JSON array"), ([{"scale": 1}], "each entry must be an object")):
@@ -171,6 +171,12 @@ class ServeLora(unittest.TestCase):
                 self.assertEqual(status, 400, out)
                 self.assertIn(want, out["error"]["message"])
             self.assertEqual(self.tokens("Once upon")[0], styled, "a refused update changes nothing")
+            # Another scale: requests naming none get the adapter at it, as a request giving it.
+            half = self.tokens("Once upon", lora=[{"id": 1, "scale": 0.5}])[0]
+            self.assertEqual(self.server.post("/lora-adapters", [{"id": 1, "scale": 0.5}])[0], 200)
+            scales = {a["id"]: a["scale"] for a in json.loads(self.server.raw("GET", "/lora-adapters")[2])}
+            self.assertEqual(scales, {0: 0.0, 1: 0.5})
+            self.assertEqual(self.tokens("Once upon")[0], half)
         finally:
             status, _, _ = self.server.post("/lora-adapters", [])
             self.assertEqual(status, 200)
@@ -189,8 +195,8 @@ class ServeLora(unittest.TestCase):
         self.assertIn("'tiny', 'styled', 'terse'", out["error"]["message"])
         out = self.complete("x", want_status=400, lora=[{"id": 7, "scale": 1}])
         self.assertIn("no adapter has id 7", out["error"]["message"])
-        out = self.complete("x", want_status=400, lora=[{"id": 0, "scale": 0.5}])
-        self.assertIn("only 0 (off) and 1", out["error"]["message"])
+        out = self.complete("x", want_status=400, lora=[{"id": 0, "scale": 1e9}])
+        self.assertIn("a scale is a finite number within +-100", out["error"]["message"])
         out = self.complete("x", want_status=400, lora=[{"id": 0, "scale": 1}, {"id": 1, "scale": 1}])
         self.assertIn("one adapter per request", out["error"]["message"])
         out = self.complete("x", want_status=400, model="terse", lora=[{"id": 0, "scale": 1}])
