@@ -119,6 +119,8 @@ class Model final : public ModelRunner {
   Status remove_lora(int slot);
   // Slot i = loras()[i]; holes included. Not thread-safe: the thread that steps the model owns it.
   const std::vector<LoraAdapter>& loras() const { return loras_; }
+  // The 2-D projections an adapter may target, with their tensor names (merge_lora_to_gguf).
+  const std::vector<LoraTarget>& lora_targets() const { return lora_targets_; }
   // The adapter slot every sequence of a step runs under (-1: the base model). With adapters
   // loaded, every projection an adapter targets goes through the lora op, so switching the slot
   // reuses the step graphs.

@@ -17,6 +17,11 @@ and adapter-b.gguf (F16, loaded beside the PEFT adapter-a) against the same merg
 lora_b, no alpha: scale 1) against its own merge; and the broken GGUF adapters' errors: another
 architecture, general.type "model", a missing lora_b, a mis-shaped lora_a, a pair on token_embd
 (Unimplemented), an aLoRA, a truncated file.
+`tessera convert BASE OUT --merge-lora ADAPTER` (Tessera's own offline merge): its file against
+numpy's merge (<= 1e-5, PEFT and GGUF adapters), at --lora-scale 0 the base model exactly, merged
+into a Q8_0 base against the unmerged adapter on it (within 2x Q8_0's own error on merged
+weights, and 10x closer than the base), and
+refusals naming the problem.
 Usage: compare_lora.py TESSERA_BIN_DIR SCRATCH_DIR [--device cpu]
 Exit 77 (skip) only when the device is not usable on this machine.
 """
@@ -75,6 +80,62 @@ def main():
             failures.append(f"adapter {name}: nrmse {e:.3e} > {TOL:g}")
         if not moved >= 1e-2:
             failures.append(f"adapter {name}: the merged model is within {moved:.3e} of the base (no-op adapter?)")
+    # `tessera convert BASE OUT --merge-lora ADAPTER`: Tessera's merge against numpy's (both run as
+    # plain models); at --lora-scale 0 the file's logits are the base model's exactly; on a Q8_0
+    # base the merged weights are re-encoded in Q8_0, so the check is against the unmerged adapter
+    # on that base, within twice Q8_0's error on merged weights and far closer than the base.
+    tessera = os.path.join(args.bin_dir, "tessera")
+
+    def merge(src, adapter, out, *extra):
+        r = subprocess.run([tessera, "convert", "-q", src, out, "--merge-lora", adapter, *extra], capture_output=True,
+                           text=True)
+        print(f"convert --merge-lora {os.path.basename(adapter)} {' '.join(extra)}: exit {r.returncode}: "
+              f"{(r.stdout + r.stderr).strip()}")
+        return r
+    for name, adapter in (("a", d("adapter-a")), ("b.gguf", d("adapter-b.gguf"))):
+        out = d(f"tessera-merged-{name}.gguf")
+        if merge(base, adapter, out).returncode != 0:
+            failures.append(f"merge {name}: convert --merge-lora failed")
+            continue
+        ours = tessera_logits(args.bin_dir, out, ids, args.device, args.scratch)
+        ref = tessera_logits(args.bin_dir, d(f"merged-{name[0]}.gguf"), ids, args.device, args.scratch)
+        e = nrmse(ours, ref)
+        print(f"merge {name}: Tessera's merge vs numpy's nrmse {e:.3e} (tol {TOL:g})")
+        if not e <= TOL:
+            failures.append(f"merge {name}: nrmse {e:.3e} > {TOL:g}")
+    if merge(base, d("adapter-a"), d("merged-zero.gguf"), "--lora-scale", "0").returncode == 0:
+        e = nrmse(tessera_logits(args.bin_dir, d("merged-zero.gguf"), ids, args.device, args.scratch), plain)
+        print(f"merge at scale 0 vs the base: nrmse {e:.3e}")
+        if e != 0.0:
+            failures.append(f"merge at scale 0: nrmse {e:.3e} from the base model, expected 0")
+    else:
+        failures.append("merge at scale 0 failed")
+    q8 = d("tiny-llama-q8_0.gguf")
+    subprocess.run([os.path.join(args.bin_dir, "make_tiny_model"), "--arch", "llama", "--dtype", "q8_0", "--out", q8],
+                   check=True, stdout=subprocess.DEVNULL)
+    if merge(q8, d("adapter-a"), d("merged-q8.gguf")).returncode == 0:
+        unmerged = tessera_logits(args.bin_dir, q8, ids, args.device, args.scratch, loras=[f"a={d('adapter-a')}"])
+        q8_plain = tessera_logits(args.bin_dir, q8, ids, args.device, args.scratch)
+        merged = tessera_logits(args.bin_dir, d("merged-q8.gguf"), ids, args.device, args.scratch)
+        # Q8_0's own encoding error on merged weights: numpy's f32 merge, quantised to Q8_0.
+        subprocess.run([tessera, "quantize", "-q", d("merged-a.gguf"), d("merged-a-q8.gguf"), "--type", "q8_0"],
+                       check=True, stdout=subprocess.DEVNULL)
+        q8_error = nrmse(tessera_logits(args.bin_dir, d("merged-a-q8.gguf"), ids, args.device, args.scratch),
+                         tessera_logits(args.bin_dir, d("merged-a.gguf"), ids, args.device, args.scratch))
+        e, moved = nrmse(merged, unmerged), nrmse(q8_plain, unmerged)
+        print(f"merge into Q8_0: vs the unmerged adapter nrmse {e:.3e} (tol 2x Q8_0's own error on merged weights, "
+              f"{q8_error:.3e}), the base is {moved:.3e} away")
+        if not (e <= 2 * q8_error and e < moved / 10):
+            failures.append(f"merge into Q8_0: nrmse {e:.3e} (Q8_0 error {q8_error:.3e}, base {moved:.3e})")
+    else:
+        failures.append("merge into Q8_0 failed")
+    for what, src, adapter, want in (
+            ("merge into a folder", args.scratch, d("adapter-a"), ["needs a GGUF base model"]),
+            ("merge a mis-shaped adapter", base, d("bad-shape"), ["self_attn.q_proj", "[8, 65]"])):
+        r = merge(src, adapter, d("never.gguf"))
+        missing = [w for w in want if w not in r.stderr]
+        if r.returncode == 0 or missing or os.path.exists(d("never.gguf")):
+            failures.append(f"{what}: exit {r.returncode}, message lacks {missing}: {r.stderr.strip()}")
     bad = [
         ("bad-shape", [f"x={d('bad-shape')}"], ["self_attn.q_proj", "[8, 65]", "another model size"]),
         ("missing-b", [f"x={d('missing-b')}"], ["mlp.down_proj", "lora_A but no lora_B"]),
