@@ -39,9 +39,7 @@ class MergedSource : public TensorSource {
     }
     return OkStatus();
   }
-  const void* raw_data(size_t index) const override {
-    return pairs_.count(index) ? nullptr : base_->raw_data(index);
-  }
+  const void* raw_data(size_t index) const override { return pairs_.count(index) ? nullptr : base_->raw_data(index); }
 
  private:
   std::unique_ptr<TensorSource> base_;
@@ -98,10 +96,11 @@ Result<MergeLoraStats> merge_lora_to_gguf(const std::string& model_path, const s
     p.out_bytes = dtype_row_bytes(p.to, s.cols()) * s.rows();
     plan.push_back(std::move(p));
   }
-  q.type = weight_elems.empty() ? DType::kF32
-                                : std::max_element(weight_elems.begin(), weight_elems.end(), [](const auto& a, const auto& b) {
-                                    return a.second < b.second;
-                                  })->first;
+  q.type = weight_elems.empty()
+               ? DType::kF32
+               : std::max_element(weight_elems.begin(), weight_elems.end(), [](const auto& a, const auto& b) {
+                   return a.second < b.second;
+                 })->first;
   MergeLoraStats st;
   st.merged_tensors = int(pairs.size());
   MergedSource merged(std::move(base), std::move(pairs), adapter.scale * o.scale);

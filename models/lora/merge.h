@@ -13,8 +13,8 @@
 namespace tessera {
 
 struct MergeLoraOptions {
-  float scale = 1.0f;  // times the adapter's own (alpha / r, or alpha / sqrt(r) for rsLoRA)
-  int threads = 0;     // encoder threads (0: all)
+  float scale = 1.0f;                              // times the adapter's own (alpha / r, or alpha / sqrt(r) for rsLoRA)
+  int threads = 0;                                 // encoder threads (0: all)
   std::function<void(int64_t, int64_t)> progress;  // (elements done, elements total)
 };
 

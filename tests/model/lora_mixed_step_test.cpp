@@ -21,6 +21,7 @@
 
 #include "core/kv/block_pool.h"
 #include "core/sched/engine.h"
+#include "models/lora/merge.h"
 #include "models/model.h"
 #include "tests/kv/test_devices.h"
 #include "tests/support/peft_writer.h"
@@ -197,6 +198,23 @@ TEST(LoraMixedStep, MoeModelAttentionAdapters) {
     EXPECT_FALSE(st.ok());
     EXPECT_NE(st.message().find("experts.0.w1"), std::string::npos) << st.to_string();
     EXPECT_EQ(model.loras().size(), 2u);
+
+    // Merged offline (merge_lora_to_gguf, `tessera convert --merge-lora`): the merged MoE model
+    // without adapters gives the unmerged adapter's logits.
+    const std::string merged_path = dir + "/merged-attn8-" + name + ".gguf";
+    auto merged_stats = merge_lora_to_gguf(path, dir + "/attn8", merged_path, dev, {});
+    ASSERT_TRUE(merged_stats.ok()) << merged_stats.status().to_string();
+    EXPECT_EQ(merged_stats->merged_tensors, 4 * model.config().n_layers);
+    auto mm = Model::load(merged_path, dev);
+    ASSERT_TRUE(mm.ok()) << mm.status().to_string();
+    auto kv2 = model.create_kv_cache(int64_t(lens.size()) * bs, DType::kF32, bs);
+    auto kv3 = (*mm)->create_kv_cache(int64_t(lens.size()) * bs, DType::kF32, bs);
+    ASSERT_TRUE(kv2.ok() && kv3.ok());
+    std::vector<float> unmerged, merged;
+    ASSERT_TRUE(model.forward(prefill_plan(lens, {0, 0, 0, 0}, 9, bs), **kv2, &unmerged).ok());
+    ASSERT_TRUE((*mm)->forward(prefill_plan(lens, {}, 9, bs), **kv3, &merged).ok());
+    ASSERT_EQ(merged.size(), unmerged.size());
+    EXPECT_LT(rel_diff(merged.data(), unmerged.data(), merged.size()), 1e-5);
   }
 }
 
