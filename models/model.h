@@ -172,6 +172,9 @@ class Model final : public ModelRunner {
   const StepPlan& pad_decode(const StepPlan& plan);
   // Writes the step inputs into the next staging slot and queues their copy into step_buffer_.
   Status upload_step(const StepPlan& plan, const std::vector<int32_t>& rows, StepTensors* t);
+  // The plan's sequences' LoRA device slots [S] (their adapters copied into slots as needed), or
+  // nothing without adapters (then the plan must name none).
+  Status device_lora_slots(const StepPlan& plan, int64_t S, std::vector<int32_t>* out);
   // Pools and normalises the hidden states [T, n_embd] of |plan|'s pool_seqs onto |out|.
   Status pool(const StepPlan& plan, const Graph& g, ValueId hidden, std::vector<float>* out);
 

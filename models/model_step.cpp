@@ -16,6 +16,37 @@ namespace {
 int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 }  // namespace
 
+Status Model::device_lora_slots(const StepPlan& p, int64_t S, std::vector<int32_t>* out) {
+  out->clear();
+  if (!lora_set_) {
+    for (int32_t slot : p.lora_slots)
+      if (slot != -1)
+        return InvalidArgument("the step names LoRA adapter slot " + std::to_string(slot) + " but none is loaded");
+    return OkStatus();
+  }
+  // The plan's adapter per sequence, else the default; padding sequences run the base model.
+  std::vector<int32_t>& lora_slots = *out;
+  lora_slots.assign(size_t(S), p.lora_slots.empty() ? default_lora_ : -1);
+  if (p.lora_slots.size() > size_t(S)) return Internal("step plan: more lora_slots than sequences");
+  for (size_t s = 0; s < p.lora_slots.size(); ++s) {
+    if (p.lora_slots[s] < -1 || p.lora_slots[s] >= int32_t(loras_.size()))
+      return InvalidArgument("LoRA adapter slot " + std::to_string(p.lora_slots[s]) + " is not loaded (" +
+                             std::to_string(loras_.size()) + " adapters)");
+    lora_slots[s] = p.lora_slots[s];
+  }
+  // The step's adapters (at their scales) into device slots, the least recently used making
+  // room, and each sequence's adapter index turned into its device slot.
+  if (!p.lora_scales.empty() && p.lora_scales.size() != p.lora_slots.size())
+    return InvalidArgument("step plan: " + std::to_string(p.lora_scales.size()) + " lora_scales for " +
+                           std::to_string(p.lora_slots.size()) + " lora_slots");
+  lora_keys_.clear();
+  for (size_t s = 0; s < lora_slots.size(); ++s)
+    lora_keys_.push_back({lora_slots[s], s < p.lora_scales.size() ? p.lora_scales[s] : 1.0f});
+  TS_RETURN_IF_ERROR(lora_set_->make_resident(*device_, loras_, lora_keys_));
+  for (size_t s = 0; s < lora_slots.size(); ++s) lora_slots[s] = lora_set_->slot_of(lora_keys_[s]);
+  return OkStatus();
+}
+
 Status Model::upload_step(const StepPlan& p, const std::vector<int32_t>& rows, StepTensors* t) {
   const int64_t T = p.n_tokens(), S = p.n_seqs(), R = int64_t(rows.size());
   // The staging slot written two steps ago: its copy was queued ahead of work the engine has
@@ -71,33 +102,11 @@ Status Model::upload_step(const StepPlan& p, const std::vector<int32_t>& rows, S
   } else {
     t->state_slots = Tensor{};
   }
-  if (lora_set_) {
-    // The plan's adapter per sequence, else the default; padding sequences run the base model.
-    std::vector<int32_t> lora_slots(size_t(S), p.lora_slots.empty() ? default_lora_ : -1);
-    if (!p.lora_slots.empty()) {
-      if (p.lora_slots.size() > size_t(S)) return Internal("step plan: more lora_slots than sequences");
-      for (size_t s = 0; s < p.lora_slots.size(); ++s) {
-        if (p.lora_slots[s] < -1 || p.lora_slots[s] >= int32_t(loras_.size()))
-          return InvalidArgument("LoRA adapter slot " + std::to_string(p.lora_slots[s]) + " is not loaded (" +
-                                 std::to_string(loras_.size()) + " adapters)");
-        lora_slots[s] = p.lora_slots[s];
-      }
-    }
-    // The step's adapters (at their scales) into device slots, the least recently used making
-    // room, and each sequence's adapter index turned into its device slot.
-    if (!p.lora_scales.empty() && p.lora_scales.size() != p.lora_slots.size())
-      return InvalidArgument("step plan: " + std::to_string(p.lora_scales.size()) + " lora_scales for " +
-                             std::to_string(p.lora_slots.size()) + " lora_slots");
-    lora_keys_.clear();
-    for (size_t s = 0; s < lora_slots.size(); ++s)
-      lora_keys_.push_back({lora_slots[s], s < p.lora_scales.size() ? p.lora_scales[s] : 1.0f});
-    TS_RETURN_IF_ERROR(lora_set_->make_resident(*device_, loras_, lora_keys_));
-    for (size_t s = 0; s < lora_slots.size(); ++s) lora_slots[s] = lora_set_->slot_of(lora_keys_[s]);
+  std::vector<int32_t> lora_slots;
+  TS_RETURN_IF_ERROR(device_lora_slots(p, S, &lora_slots));
+  if (!lora_slots.empty()) {
     TS_RETURN_IF_ERROR(put(&t->lora_slots, {S}, lora_slots));
   } else {
-    for (int32_t slot : p.lora_slots)
-      if (slot != -1)
-        return InvalidArgument("the step names LoRA adapter slot " + std::to_string(slot) + " but none is loaded");
     t->lora_slots = Tensor{};
   }
   TS_RETURN_IF_ERROR(put(&t->logit_rows, {R}, rows));

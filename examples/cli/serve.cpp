@@ -54,10 +54,6 @@ void serve_command(const ServeCommandOptions& o) {
   const auto kvt = dtype_from_name(o.kv_dtype);
   if (!kvt) return serve_fail("unknown --kv-dtype '" + o.kv_dtype + "' (f16, bf16, f32, fp8_e4m3 or int8_pc)", 2);
   server::ServeOptions so = o.serve;
-  if (so.max_cpu_loras > 0 && so.max_cpu_loras < so.max_loras)
-    return serve_fail("--max-cpu-loras " + std::to_string(so.max_cpu_loras) + " is below --max-loras " +
-                          std::to_string(so.max_loras) + ": the adapters in device slots are also held in host memory",
-                      2);
   if (so.model_name.empty()) {
     std::filesystem::path p = std::filesystem::path(o.model).lexically_normal();
     if (p.filename().empty()) p = p.parent_path();  // "dir/"
@@ -268,7 +264,15 @@ void add_serve_command(CLI::App& app) {
   add_spec_options(cmd, &o->spec);
   cmd->add_option("--debug-load-delay-ms", o->load_delay_ms, "tests: stay in the loading state this long after binding")
       ->group("")->check(CLI::Range(0, 600000));
-  cmd->callback([o] { serve_command(*o); });
+  cmd->callback([o] {
+    const server::ServeOptions& so = o->serve;
+    if (so.max_cpu_loras > 0 && so.max_cpu_loras < so.max_loras)
+      return serve_fail("--max-cpu-loras " + std::to_string(so.max_cpu_loras) + " is below --max-loras " +
+                            std::to_string(so.max_loras) +
+                            ": the adapters in device slots are also held in host memory",
+                        2);
+    serve_command(*o);
+  });
 }
 
 }  // namespace tessera::cli
