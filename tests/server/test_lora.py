@@ -55,6 +55,20 @@ def make_fixture():
 DIR, BASE = make_fixture()
 
 
+def concurrently(n, fn):
+    """[fn(0), ..., fn(n - 1)], each call on a thread of its own, all started before any is joined."""
+    results = [None] * n
+
+    def run(i):
+        results[i] = fn(i)
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
 class ServeLora(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -107,14 +121,7 @@ class ServeLora(unittest.TestCase):
                          alone[0])
         self.assertEqual(self.tokens("Once upon", lora=[{"id": 0, "scale": 0}])[0], self.tokens("Once upon")[0])
         # All four at once, twice over: each request's tokens are its own adapter's.
-        results = [None] * 8
-        def run(i):
-            results[i] = self.tokens(prompts[i % 4], model=models[i % 4])[0]
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        results = concurrently(8, lambda i: self.tokens(prompts[i % 4], model=models[i % 4])[0])
         for i in range(8):
             self.assertEqual(results[i], alone[i % 4], f"request {i} under {models[i % 4]}")
 
@@ -323,14 +330,7 @@ class OneDeviceSlot(unittest.TestCase):
         models = ["styled", "terse", "tiny", "terse", "styled"]
         alone = [self.tokens(p, m) for p, m in zip(prompts, models)]
         self.assertNotEqual(self.tokens(prompts[0], "terse"), alone[0], "the adapters differ")
-        results = [None] * 10
-        def run(i):
-            results[i] = self.tokens(prompts[i % 5], models[i % 5])
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(10)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        results = concurrently(10, lambda i: self.tokens(prompts[i % 5], models[i % 5]))
         for i in range(10):
             self.assertEqual(results[i], alone[i % 5], f"request {i} under {models[i % 5]}")
         text = self.server.raw("GET", "/metrics")[2]
