@@ -611,11 +611,13 @@ Status Model::remove_lora(int slot) {
   return OkStatus();
 }
 
-Status Model::set_default_lora(int slot) {
+Status Model::set_default_lora(int slot, float scale) {
+  if (!std::isfinite(scale)) return InvalidArgument("a LoRA scale must be a finite number");
   if (slot < -1 || slot >= int(loras_.size()))
     return InvalidArgument("adapter slot " + std::to_string(slot) + " outside [-1, " + std::to_string(loras_.size()) +
                            ")");
   default_lora_ = slot;
+  default_lora_scale_ = scale;
   return OkStatus();
 }
 

@@ -124,11 +124,16 @@ class Model final : public ModelRunner {
   // The adapter slot every sequence of a step runs under (-1: the base model). With adapters
   // loaded, every projection an adapter targets goes through the lora op, so switching the slot
   // reuses the step graphs.
-  Status set_default_lora(int slot);
+  // |scale| multiplies the adapter's own (finite; run/chat's --lora-scale).
+  Status set_default_lora(int slot, float scale = 1.0f);
   int default_lora_slot() const { return default_lora_; }
   // Any thread (the engine validates requests on the caller's thread): slots, holes included.
   int32_t n_loras() const override { return n_loras_.load(std::memory_order_acquire); }
-  LoraRef default_lora() const override { return lora(default_lora_); }
+  LoraRef default_lora() const override {
+    LoraRef r = lora(default_lora_);
+    r.scale = default_lora_scale_;
+    return r;
+  }
   LoraRef lora(int32_t slot) const override {
     return {slot, slot >= 0 && slot < int32_t(loras_.size()) ? loras_[size_t(slot)].id : 0};
   }
@@ -239,6 +244,7 @@ class Model final : public ModelRunner {
   int lora_max_slots_ = 0;                // LoraLimits::max_loras of the latest add_lora (0: one per slot)
   std::vector<LoraSet::Key> lora_keys_;   // upload_step's: each sequence's adapter and scale
   int default_lora_ = -1;
+  float default_lora_scale_ = 1.0f;
   std::atomic<int32_t> n_loras_{0};  // loras_.size(), for other threads
   int32_t next_lora_id_ = 0;
 };

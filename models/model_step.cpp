@@ -41,7 +41,9 @@ Status Model::device_lora_slots(const StepPlan& p, int64_t S, std::vector<int32_
                            std::to_string(p.lora_slots.size()) + " lora_slots");
   lora_keys_.clear();
   for (size_t s = 0; s < lora_slots.size(); ++s)
-    lora_keys_.push_back({lora_slots[s], s < p.lora_scales.size() ? p.lora_scales[s] : 1.0f});
+    lora_keys_.push_back({lora_slots[s], s < p.lora_scales.size() ? p.lora_scales[s]
+                                         : p.lora_slots.empty()   ? default_lora_scale_
+                                                                  : 1.0f});
   TS_RETURN_IF_ERROR(lora_set_->make_resident(*device_, loras_, lora_keys_));
   for (size_t s = 0; s < lora_slots.size(); ++s) lora_slots[s] = lora_set_->slot_of(lora_keys_[s]);
   return OkStatus();

@@ -140,12 +140,10 @@ Status Engine::submit_as(RequestId id, GenerationRequest req) {
                                                           : model_.lora(req.lora);
   if (seq->lora.slot >= 0 && seq->lora.id == 0)  // validated on another thread, then unloaded
     return NotFound("LoRA adapter slot " + std::to_string(seq->lora.slot) + " holds no adapter (it was unloaded)");
-  if (seq->lora.slot >= 0 && req.lora_scale != 1.0f) {  // a variant of the adapter: K/V of its own
-    seq->lora = req.lora_scale == 0.0f
-                    ? LoraRef{}
-                    : LoraRef{seq->lora.slot, lora_variant_id(seq->lora.id, seq->lora.scale * req.lora_scale),
-                              seq->lora.scale * req.lora_scale};
-  }
+  // An adapter at another scale (the request's, or the model default's) is a variant of its
+  // own: K/V of its own. The id is the adapter's (ModelRunner::lora), hashed with the scale.
+  if (const float scale = seq->lora.scale * req.lora_scale; seq->lora.slot >= 0 && scale != 1.0f)
+    seq->lora = scale == 0.0f ? LoraRef{} : LoraRef{seq->lora.slot, lora_variant_id(seq->lora.id, scale), scale};
   a->req = std::move(req);
   active_[id] = std::move(a);
   scheduler_.add(std::move(seq));

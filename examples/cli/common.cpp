@@ -52,6 +52,10 @@ void add_model_options(CLI::App* cmd, ModelOptions* o) {
                   "llama.cpp GGUF adapter file; repeatable, each in the next slot; the first applies to every "
                   "sequence (docs/lora.md)")
       ->allow_extra_args(false);
+  cmd->add_option("--lora-scale", o->lora_scale,
+                  "the applied (first) adapter's scale, times its own (llama.cpp's --lora-scaled; 0: the base model)")
+      ->capture_default_str()
+      ->check(CLI::Range(-100.0, 100.0));
   cmd->add_flag("-q,--quiet", o->quiet, "no progress bar");
 }
 
@@ -74,7 +78,7 @@ bool load_loras(const std::vector<std::string>& specs, Model& m, const LoraLoadO
                    *slot == 0 && lo.first_is_default ? ", applied" : "");
   }
   if (!specs.empty() && lo.first_is_default) {
-    const Status s = m.set_default_lora(0);
+    const Status s = m.set_default_lora(0, lo.default_scale);
     if (!s.ok()) {
       fail(s);
       return false;
@@ -155,7 +159,8 @@ std::unique_ptr<Model> load_model(const ModelOptions& o, const LoadOptions& extr
   lo.progress = [&bar](size_t done, size_t total) { bar.draw(done, total); return true; };
   auto m = Model::load(o.model, *dev, lo);
   if (!m.ok()) { fail(m.status()); return nullptr; }
-  if (!load_loras(o.loras, **m, {.first_is_default = true, .quiet = o.quiet})) return nullptr;
+  if (!load_loras(o.loras, **m, {.first_is_default = true, .default_scale = o.lora_scale, .quiet = o.quiet}))
+    return nullptr;
   if (!o.quiet)
     std::fprintf(stderr, "model: %s (%s, %d layers, %d tokens context) on %s\n",
                  (*m)->config().name.empty() ? o.model.c_str() : (*m)->config().name.c_str(), (*m)->config().arch.c_str(),

@@ -25,11 +25,13 @@ struct ModelOptions {
   // --lora NAME=PATH (repeatable): PEFT folders or GGUF adapter files loaded into slots 0, 1, ...;
   // the first applies.
   std::vector<std::string> loras;
+  float lora_scale = 1.0f;  // --lora-scale: the applied adapter's, times its own
 };
 
 // Loads --lora NAME=PATH adapters into |m|, slot after slot. Errors are printed (false).
 struct LoraLoadOptions {
   bool first_is_default = false;  // run/chat: the first applies to every sequence; serve: none does
+  float default_scale = 1.0f;     // with first_is_default: its scale, times its own
   bool quiet = false;
   LoraLimits limits;
 };

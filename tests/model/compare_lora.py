@@ -21,7 +21,8 @@ architecture, general.type "model", a missing lora_b, a mis-shaped lora_a, a pai
 numpy's merge (<= 1e-5, PEFT and GGUF adapters), at --lora-scale 0 the base model exactly, merged
 into a Q8_0 base against the unmerged adapter on it (within 2x Q8_0's own error on merged
 weights, and 10x closer than the base), and
-refusals naming the problem.
+refusals naming the problem; `--lora-scale 0.5` unmerged against Tessera's merge at 0.5 (<= 1e-5), and
+`--lora-scale 0` against the base model.
 Usage: compare_lora.py TESSERA_BIN_DIR SCRATCH_DIR [--device cpu]
 Exit 77 (skip) only when the device is not usable on this machine.
 """
@@ -110,6 +111,22 @@ def main():
             failures.append(f"merge at scale 0: nrmse {e:.3e} from the base model, expected 0")
     else:
         failures.append("merge at scale 0 failed")
+    # --lora-scale 0.5 unmerged (the lora op at a scaled slot) against Tessera's merge at 0.5 (the
+    # offline path, checked against numpy's at 1 above); --lora-scale 0 is the base model.
+    if merge(base, d("adapter-a"), d("merged-half.gguf"), "--lora-scale", "0.5").returncode == 0:
+        half = tessera_logits(args.bin_dir, base, ids, args.device, args.scratch, loras=[f"a={d('adapter-a')}"],
+                              extra=["--lora-scale", "0.5"])
+        e = nrmse(half, tessera_logits(args.bin_dir, d("merged-half.gguf"), ids, args.device, args.scratch))
+        moved = nrmse(half, peft["a"])
+        print(f"--lora-scale 0.5: unmerged vs merged at 0.5 nrmse {e:.3e} (tol {TOL:g}); {moved:.3e} from scale 1")
+        if not (e <= TOL and moved >= 1e-2):
+            failures.append(f"--lora-scale 0.5: nrmse {e:.3e} vs the merge at 0.5, {moved:.3e} from scale 1")
+    else:
+        failures.append("merge at scale 0.5 failed")
+    zero = tessera_logits(args.bin_dir, base, ids, args.device, args.scratch, loras=[f"a={d('adapter-a')}"],
+                          extra=["--lora-scale", "0"])
+    if nrmse(zero, plain) > 1e-6:
+        failures.append(f"--lora-scale 0: nrmse {nrmse(zero, plain):.3e} from the base model")
     q8 = d("tiny-llama-q8_0.gguf")
     subprocess.run([os.path.join(args.bin_dir, "make_tiny_model"), "--arch", "llama", "--dtype", "q8_0", "--out", q8],
                    check=True, stdout=subprocess.DEVNULL)

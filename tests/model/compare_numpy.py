@@ -31,9 +31,9 @@ TOL = {"f32": 1e-4, "f16": 1e-3, "q8_0": 3e-2, "q4_0": 5e-2, "q4_1": 5e-2}
 N_TOKENS = 64
 
 
-def tessera_logits(bin_dir, model, ids, device, scratch, chunk=0, loras=()):
+def tessera_logits(bin_dir, model, ids, device, scratch, chunk=0, loras=(), extra=()):
     """Tessera's logits for |ids| (f32 KV cache); |chunk| > 0: prefill in chunks of that many tokens;
-    |loras|: NAME=PATH adapters (--lora), the first applied."""
+    |loras|: NAME=PATH adapters (--lora), the first applied; |extra|: more flags of `tessera eval`."""
     out = os.path.join(scratch, "ours.npy")
     cmd = [os.path.join(bin_dir, "tessera"), "eval", "-q", "-m", model, "--device", device,
            "--kv-dtype", "f32", "--tokens", ",".join(map(str, ids)), "-o", out]
@@ -41,7 +41,7 @@ def tessera_logits(bin_dir, model, ids, device, scratch, chunk=0, loras=()):
         cmd += ["--chunk", str(chunk)]
     for spec in loras:
         cmd += ["--lora", spec]
-    subprocess.run(cmd, check=True)
+    subprocess.run(cmd + list(extra), check=True)
     return np.load(out).astype(np.float64)
 
 

@@ -18,7 +18,8 @@ TS_KFN float kv_code(const uint8_t* row, DType t, int64_t c) {
 // Stores the new tokens' K and V in their cache slots: one block per token, a warp per KV head.
 struct KvStoreKernel {
   using Args = KvStoreArgs;
-  template <class C> TS_KFN static void store_row(C& c, const View& src, int64_t sr, const View& cache, int64_t cr) {
+  template <class C>
+  TS_KFN static void store_row(C& c, const View& src, int64_t sr, const View& cache, int64_t cr) {
     const int lane = c.tid() % kWarp;
     const int64_t D = src.cols(), ss = src.col_stride();
     const uint8_t* rs = src.row(sr);
@@ -47,7 +48,8 @@ struct KvStoreKernel {
       for (int64_t i = lane; i < D; i += kWarp) store_f(rc + i * sc, t, load_f(rs + i * ss, src.dtype));
     }
   }
-  template <class C> TS_KFN static void run(C& c, const Args& a) {
+  template <class C>
+  TS_KFN static void run(C& c, const Args& a) {
     const int64_t t = c.bx(), H = a.k.shape[1];
     const int32_t slot = load_i32(a.slots, t);
     if (slot < 0) return;
@@ -81,7 +83,8 @@ TS_KFN float fold_sink(const View& sinks, int64_t h, float& M, float& L) {
 template <int kMaxD>
 struct AttentionKernelT {
   using Args = AttentionArgs;
-  template <class C> TS_KFN static void run(C& c, const Args& a) {
+  template <class C>
+  TS_KFN static void run(C& c, const Args& a) {
     const int64_t t = c.bx() / a.splits, split = c.bx() % a.splits, h = c.by();
     const int64_t Hq = a.q.shape[1], D = a.q.cols(), T = a.q.shape[0];
     float* part = a.splits > 1 ? a.partial + ((t * Hq + h) * a.splits + split) * (D + 2) : nullptr;
@@ -107,7 +110,10 @@ struct AttentionKernelT {
     if (!ok) {
       if (c.tid() == 0) c.set_error(a.err, KernelError::kAttnMetadata);
       if (part) {
-        if (c.tid() == 0) { part[D] = -INFINITY; part[D + 1] = 0.0f; }  // the combine writes zeros
+        if (c.tid() == 0) {
+          part[D] = -INFINITY;
+          part[D + 1] = 0.0f;
+        }  // the combine writes zeros
       } else {
         for (int64_t i = c.tid(); i < D; i += c.ntid()) store_f(ro + i * so, a.out.dtype, 0.0f);
       }
@@ -131,7 +137,10 @@ struct AttentionKernelT {
     bool bad = false;
     for (int64_t j = lo + warp; j <= hi; j += kAttnWarps) {
       const int32_t blk = load_i32(a.block_tables, s * max_blocks + j / a.block_size);
-      if (blk < 0 || blk >= a.n_blocks) { bad = true; continue; }  // uniform over the warp
+      if (blk < 0 || blk >= a.n_blocks) {
+        bad = true;
+        continue;
+      }  // uniform over the warp
       const int64_t slot = int64_t(blk) * a.block_size + j % a.block_size;
       const uint8_t* rk = a.k_cache.row(slot * a.hkv + hk);
       const uint8_t* rv = a.v_cache.row(slot * a.hkv + hk);
@@ -174,7 +183,10 @@ struct AttentionKernelT {
       if (part) part[i] = acc;  // unnormalised, relative to M
       else store_f(ro + i * so, a.out.dtype, L > 0.0f ? acc * corr / L : 0.0f);
     }
-    if (part && c.tid() == 0) { part[D] = M; part[D + 1] = L; }
+    if (part && c.tid() == 0) {
+      part[D] = M;
+      part[D + 1] = L;
+    }
   }
 };
 // Heads up to 256 wide, and up to 512 (Gemma 4's global layers) with twice the registers and
@@ -186,7 +198,8 @@ using AttentionKernelWide = AttentionKernelT<kMaxHeadDimWide>;
 // acc_s e^(M_s - M) / sum_s L_s e^(M_s - M), over the splits that saw keys (L_s > 0).
 struct AttentionCombineKernel {
   using Args = AttentionCombineArgs;
-  template <class C> TS_KFN static void run(C& c, const Args& a) {
+  template <class C>
+  TS_KFN static void run(C& c, const Args& a) {
     const int64_t r = c.bx(), D = a.out.cols();
     const float* base = a.partial + r * a.splits * (D + 2);
     float M = -INFINITY, L = 0.0f;

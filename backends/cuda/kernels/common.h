@@ -14,16 +14,19 @@ namespace tessera::gpu {
 
 inline constexpr int kWarp = 32;
 
-template <class C> TS_KFN float warp_sum(C& c, float v) {
+template <class C>
+TS_KFN float warp_sum(C& c, float v) {
   for (int m = kWarp / 2; m > 0; m /= 2) v += c.shfl_xor(v, m);
   return v;
 }
-template <class C> TS_KFN float warp_max(C& c, float v) {
+template <class C>
+TS_KFN float warp_max(C& c, float v) {
   for (int m = kWarp / 2; m > 0; m /= 2) v = fmaxf(v, c.shfl_xor(v, m));
   return v;
 }
 // The sum of |v| over the block (every thread gets it). Uses shared slot 0 (32 floats).
-template <class C> TS_KFN float block_sum(C& c, float v) {
+template <class C>
+TS_KFN float block_sum(C& c, float v) {
   float* part = c.template smem<0, float, 32>();
   v = warp_sum(c, v);
   if (c.tid() % kWarp == 0) part[c.tid() / kWarp] = v;
@@ -33,7 +36,8 @@ template <class C> TS_KFN float block_sum(C& c, float v) {
   c.sync();
   return s;
 }
-template <class C> TS_KFN float block_max(C& c, float v) {
+template <class C>
+TS_KFN float block_max(C& c, float v) {
   float* part = c.template smem<0, float, 32>();
   v = warp_max(c, v);
   if (c.tid() % kWarp == 0) part[c.tid() / kWarp] = v;

@@ -39,8 +39,7 @@ TS_KFN int32_t dot4_i8(int32_t a, int32_t b, int32_t acc) {
   return __builtin_amdgcn_sdot4(a, b, acc, false);
 #else
   // Other HIP targets and the host simulator.
-  for (int i = 0; i < 4; ++i)
-    acc += int32_t(int8_t(uint32_t(a) >> (8 * i))) * int32_t(int8_t(uint32_t(b) >> (8 * i)));
+  for (int i = 0; i < 4; ++i) acc += int32_t(int8_t(uint32_t(a) >> (8 * i))) * int32_t(int8_t(uint32_t(b) >> (8 * i)));
   return acc;
 #endif
 }
@@ -56,7 +55,7 @@ template <class C>
 TS_KFN void mma_s8_shfl(C& c, int32_t a0, int32_t a1, int32_t b, int32_t* d) {
   const int lane = c.tid() % kWarp, g = lane >> 2, t = lane & 3;
   for (int q = 0; q < 4; ++q) {
-    const int32_t lo = c.shfl(a0, 4 * g + q), hi = c.shfl(a1, 4 * g + q);  // A[g], A[g+8], k = 4q..
+    const int32_t lo = c.shfl(a0, 4 * g + q), hi = c.shfl(a1, 4 * g + q);    // A[g], A[g+8], k = 4q..
     const int32_t b0 = c.shfl(b, 8 * t + q), b1 = c.shfl(b, 8 * t + 4 + q);  // B columns 2t, 2t+1
     d[0] = dot4_i8(lo, b0, d[0]);
     d[1] = dot4_i8(lo, b1, d[1]);
@@ -72,7 +71,8 @@ TS_KFN void mma_s8_shfl(C& c, int32_t a0, int32_t a1, int32_t b, int32_t* d) {
 // Block per row, a thread per run.
 struct QuantizeQ8Kernel {
   using Args = QuantizeQ8Args;
-  template <class C> TS_KFN static void run(C& c, const Args& a) {
+  template <class C>
+  TS_KFN static void run(C& c, const Args& a) {
     const int64_t r = c.bx();
     const uint8_t* rx = a.x.row(r);
     const int64_t sx = a.x.col_stride();
@@ -150,7 +150,8 @@ TS_KFN void dots(C& c, const View& x, const Q8Run* xq, const int64_t* xrows, int
 template <DType W>
 struct MatmulKernel {
   using Args = MatmulArgs;
-  template <class C> TS_KFN static void run(C& c, const Args& a) {
+  template <class C>
+  TS_KFN static void run(C& c, const Args& a) {
     const int64_t n = int64_t(c.bx()) * kMatmulWarps + c.tid() / kWarp;
     const int64_t N = a.w.shape[0], K = a.x.cols(), M = a.x.rows();
     if (n >= N) return;  // the whole warp
@@ -184,7 +185,8 @@ struct MatmulMmaKernel {
   static constexpr int kStride = 20;  // words per staged row: 16 of codes, 4 of padding (no bank conflicts)
   static constexpr int kRuns = kMmaChunkRuns;
   static constexpr int kScales = kMmaTile * kRuns;
-  template <class C> TS_KFN static void run(C& c, const Args& a) {
+  template <class C>
+  TS_KFN static void run(C& c, const Args& a) {
     int32_t* xs = c.template smem<0, int32_t, kMmaTile * kStride>();
     int32_t* ws = c.template smem<1, int32_t, kMmaTile * kStride>();
     float* xf = c.template smem<2, float, 2 * kScales>();  // d [row][run], then sum

@@ -9,7 +9,8 @@ namespace tessera::gpu {
 // order[] are group g's pairs; group E collects pairs whose id is out of range (an error).
 struct MoeSortKernel {
   using Args = MoeSortArgs;
-  template <class C> TS_KFN static void run(C& c, const Args& a) {
+  template <class C>
+  TS_KFN static void run(C& c, const Args& a) {
     const int64_t P = a.ids.rows() * a.ids.cols(), E = a.experts;
     auto group = [&](int64_t p) {
       const int32_t e = load_i32(a.ids, p);
@@ -42,7 +43,8 @@ struct MoeSortKernel {
 template <DType W>
 struct MatmulIdKernel {
   using Args = MatmulIdArgs;
-  template <class C> TS_KFN static void run(C& c, const Args& a) {
+  template <class C>
+  TS_KFN static void run(C& c, const Args& a) {
     const int64_t n = int64_t(c.bx()) * kMatmulWarps + c.tid() / kWarp;
     const int64_t E = a.w.shape[0], N = a.w.shape[1], K = a.w.cols(), k = a.ids.cols();
     if (n >= N) return;
@@ -83,7 +85,8 @@ struct MatmulIdKernel {
 // matmul_id, step 3 (weighted): out[t] = sum_j weights[t, j] * y[t * k + j], j in order.
 struct MoeWeightedSumKernel {
   using Args = MoeWeightedSumArgs;
-  template <class C> TS_KFN static void run(C& c, const Args& a) {
+  template <class C>
+  TS_KFN static void run(C& c, const Args& a) {
     const int64_t t = c.bx(), N = a.out.cols(), k = a.weights.cols();
     const uint8_t* rw = a.weights.row(t);
     uint8_t* ro = a.out.row(t);
@@ -99,7 +102,8 @@ struct MoeWeightedSumKernel {
 // topk_route: one thread per token (E <= kMaxRouteExperts), ties to the lower expert index.
 struct TopkRouteKernel {
   using Args = TopkRouteArgs;
-  template <class C> TS_KFN static void run(C& c, const Args& a) {
+  template <class C>
+  TS_KFN static void run(C& c, const Args& a) {
     const int64_t t = int64_t(c.bx()) * c.ntid() + c.tid();
     if (t >= a.logits.rows()) return;
     const int E = int(a.logits.cols());
@@ -107,11 +111,17 @@ struct TopkRouteKernel {
     const uint8_t* rl = a.logits.row(t);
     const int64_t sl = a.logits.col_stride();
     float mx = -INFINITY;
-    for (int e = 0; e < E; ++e) { score[e] = load_f(rl + e * sl, a.logits.dtype); mx = fmaxf(mx, score[e]); }
+    for (int e = 0; e < E; ++e) {
+      score[e] = load_f(rl + e * sl, a.logits.dtype);
+      mx = fmaxf(mx, score[e]);
+    }
     const TopkRouteParams& p = a.p;
     if (p.scoring == RouteScoring::kSoftmax) {
       float s = 0.0f;
-      for (int e = 0; e < E; ++e) { score[e] = expf(score[e] - mx); s += score[e]; }
+      for (int e = 0; e < E; ++e) {
+        score[e] = expf(score[e] - mx);
+        s += score[e];
+      }
       for (int e = 0; e < E; ++e) score[e] /= s;
     } else {
       for (int e = 0; e < E; ++e) score[e] = 1.0f / (1.0f + expf(-score[e]));

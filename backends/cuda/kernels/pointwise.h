@@ -7,7 +7,8 @@ namespace tessera::gpu {
 // add, mul, scale, glu, gelu, cast, copy: one block per row, threads over the columns.
 struct PointwiseKernel {
   using Args = PointwiseArgs;
-  template <class C> TS_KFN static void run(C& c, const Args& a) {
+  template <class C>
+  TS_KFN static void run(C& c, const Args& a) {
     const int64_t r = c.bx();
     const int64_t n = a.out.cols();
     const uint8_t* ra = a.a.row(r);
@@ -19,22 +20,35 @@ struct PointwiseKernel {
       const float y = rb ? load_f(rb + i * sb, a.b.dtype) : 0.0f;
       float v = x;
       switch (a.op) {
-        case Pointwise::kAdd: v = x + y; break;
-        case Pointwise::kMul: v = x * y; break;
+        case Pointwise::kAdd:
+          v = x + y;
+          break;
+        case Pointwise::kMul:
+          v = x * y;
+          break;
         case Pointwise::kScale:
           v = x * a.scale;
           if (a.softcap > 0.0f) v = a.softcap * tanhf(v / a.softcap);
           break;
-        case Pointwise::kSiluGlu: v = x / (1.0f + expf(-x)) * y; break;
-        case Pointwise::kGeluGlu: v = gelu_tanh(x) * y; break;
-        case Pointwise::kGelu: v = gelu_erf(x); break;
-        case Pointwise::kSigmoidGlu: v = y / (1.0f + expf(fminf(-x, 88.0f))); break;
+        case Pointwise::kSiluGlu:
+          v = x / (1.0f + expf(-x)) * y;
+          break;
+        case Pointwise::kGeluGlu:
+          v = gelu_tanh(x) * y;
+          break;
+        case Pointwise::kGelu:
+          v = gelu_erf(x);
+          break;
+        case Pointwise::kSigmoidGlu:
+          v = y / (1.0f + expf(fminf(-x, 88.0f)));
+          break;
         case Pointwise::kSwigluOai: {
           const float g = fminf(x, a.limit), u = fminf(fmaxf(y, -a.limit), a.limit);
           v = g / (1.0f + expf(fminf(-a.scale * g, 88.0f))) * (u + 1.0f);
           break;
         }
-        case Pointwise::kConvert: break;
+        case Pointwise::kConvert:
+          break;
       }
       store_f(ro + i * so, a.out.dtype, v);
     }
@@ -44,7 +58,8 @@ struct PointwiseKernel {
 // rms_norm and layer_norm: one block per row.
 struct NormKernel {
   using Args = NormArgs;
-  template <class C> TS_KFN static void run(C& c, const Args& a) {
+  template <class C>
+  TS_KFN static void run(C& c, const Args& a) {
     const int64_t r = c.bx(), n = a.x.cols();
     const uint8_t* rx = a.x.row(r);
     uint8_t* ro = a.out.row(r);
@@ -72,7 +87,8 @@ struct NormKernel {
 
 struct SoftmaxKernel {
   using Args = SoftmaxArgs;
-  template <class C> TS_KFN static void run(C& c, const Args& a) {
+  template <class C>
+  TS_KFN static void run(C& c, const Args& a) {
     const int64_t r = c.bx(), n = a.x.cols();
     const uint8_t* rx = a.x.row(r);
     uint8_t* ro = a.out.row(r);
@@ -91,7 +107,8 @@ struct SoftmaxKernel {
 // Rotary embedding: one block per (token, head) row; angles in double (positions reach 1e5+).
 struct RopeKernel {
   using Args = RopeArgs;
-  template <class C> TS_KFN static void run(C& c, const Args& a) {
+  template <class C>
+  TS_KFN static void run(C& c, const Args& a) {
     const int64_t r = c.bx(), H = a.x.shape[1], D = a.x.cols();
     const int32_t position = load_i32(a.pos, r / H);
     const uint8_t* rx = a.x.row(r);
@@ -108,7 +125,8 @@ struct RopeKernel {
       if (p.ext_factor != 0.0f) {
         const double lb = 2.0 * log(double(p.freq_base));
         const double lo = fmax(0.0, floor(p.n_dims * log(p.n_ctx_orig / (p.beta_fast * 2.0 * M_PI)) / lb));
-        const double hi = fmin(double(p.n_dims - 1), ceil(p.n_dims * log(p.n_ctx_orig / (p.beta_slow * 2.0 * M_PI)) / lb));
+        const double hi =
+            fmin(double(p.n_dims - 1), ceil(p.n_dims * log(p.n_ctx_orig / (p.beta_slow * 2.0 * M_PI)) / lb));
         const double y = (i0 / 2 - lo) / fmax(0.001, hi - lo);
         const double ramp = (1.0 - fmin(1.0, fmax(0.0, y))) * p.ext_factor;
         theta = theta_interp * (1.0 - ramp) + theta_extrap * ramp;
@@ -121,7 +139,8 @@ struct RopeKernel {
       store_f(ro + ia * so, a.out.dtype, float(x0 * cs - x1 * sn));
       store_f(ro + ib * so, a.out.dtype, float(x0 * sn + x1 * cs));
     }
-    for (int64_t i = p.n_dims + c.tid(); i < D; i += c.ntid()) store_f(ro + i * so, a.out.dtype, load_f(rx + i * sx, a.x.dtype));
+    for (int64_t i = p.n_dims + c.tid(); i < D; i += c.ntid())
+      store_f(ro + i * so, a.out.dtype, load_f(rx + i * sx, a.x.dtype));
   }
 };
 
@@ -129,7 +148,8 @@ struct RopeKernel {
 template <DType W>
 struct EmbedKernel {
   using Args = EmbedArgs;
-  template <class C> TS_KFN static void run(C& c, const Args& a) {
+  template <class C>
+  TS_KFN static void run(C& c, const Args& a) {
     const int64_t t = c.bx(), n = a.out.cols();
     const int32_t id = load_i32(a.ids, t);
     uint8_t* ro = a.out.row(t);

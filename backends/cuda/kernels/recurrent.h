@@ -8,7 +8,8 @@ namespace tessera::gpu {
 // from its state row and writing the last K-1 inputs back.
 struct SsmConvKernel {
   using Args = SsmConvArgs;
-  template <class C> TS_KFN static void run(C& c, const Args& a) {
+  template <class C>
+  TS_KFN static void run(C& c, const Args& a) {
     const int64_t C_ = a.x.cols(), K = a.w.cols();
     const int64_t idx = int64_t(c.bx()) * c.ntid() + c.tid();
     if (idx >= a.n_seqs * C_) return;
@@ -38,7 +39,8 @@ struct SsmConvKernel {
 // thread owns column j of its head's [Dk, Dv] state, so no two threads write one element.
 struct GatedDeltaNetKernel {
   using Args = GatedDeltaNetArgs;
-  template <class C> TS_KFN static void run(C& c, const Args& a) {
+  template <class C>
+  TS_KFN static void run(C& c, const Args& a) {
     const int64_t Hk = a.q.shape[1], Dk = a.q.shape[2], Hv = a.v.shape[1], Dv = a.v.shape[2];
     const int64_t idx = int64_t(c.bx()) * c.ntid() + c.tid();
     if (idx >= a.n_seqs * Hv * Dv) return;
@@ -69,7 +71,8 @@ struct GatedDeltaNetKernel {
         g = load_f(a.decay_rate.p + h * a.decay_rate.col_stride(), DType::kF32) * (z > 20.0f ? z : log1pf(expf(z)));
       }
       const float decay = expf(g);
-      const float bt = 1.0f / (1.0f + expf(fminf(-load_f(a.beta.row(r) + h * a.beta.col_stride(), a.beta.dtype), 88.0f)));
+      const float bt =
+          1.0f / (1.0f + expf(fminf(-load_f(a.beta.row(r) + h * a.beta.col_stride(), a.beta.dtype), 88.0f)));
       float u = 0.0f;
       for (int64_t i = 0; i < Dk; ++i) {
         uint8_t* e = a.state.row(srow0 + i) + j * ss;
