@@ -174,27 +174,35 @@ void Scheduler::trim_draft(Sequence& s, int32_t d) {
   s.draft.resize(size_t(d));
 }
 
-bool Scheduler::lora_fits(const Sequence& s) const {
+std::vector<LoraRef> Scheduler::running_loras() const {
+  std::vector<LoraRef> in_use;  // by (slot, scale): each scale is a variant with a slot of its own
+  if (cfg_.max_loras <= 0) return in_use;
+  for (const auto& r : running_)
+    if (r->lora.slot >= 0 && std::none_of(in_use.begin(), in_use.end(), [&](const LoraRef& u) {
+          return u.slot == r->lora.slot && u.scale == r->lora.scale;
+        }))
+      in_use.push_back(r->lora);
+  return in_use;
+}
+
+bool Scheduler::lora_fits(const Sequence& s, std::vector<LoraRef>* in_use) const {
   if (cfg_.max_loras <= 0 || s.lora.slot < 0) return true;
-  // The running sequences' adapters (each scale a variant of its own) hold device slots.
-  std::vector<std::pair<int32_t, float>> in_use;
-  for (const auto& r : running_) {
-    if (r->lora.slot < 0) continue;
-    const std::pair<int32_t, float> key{r->lora.slot, r->lora.scale};
-    if (key == std::pair<int32_t, float>{s.lora.slot, s.lora.scale}) return true;
-    if (std::find(in_use.begin(), in_use.end(), key) == in_use.end()) in_use.push_back(key);
-  }
-  return int32_t(in_use.size()) < cfg_.max_loras;
+  for (const LoraRef& u : *in_use)
+    if (u.slot == s.lora.slot && u.scale == s.lora.scale) return true;
+  if (int32_t(in_use->size()) >= cfg_.max_loras) return false;
+  in_use->push_back(s.lora);  // it holds a slot once admitted (a failed admission ends the loop)
+  return true;
 }
 
 void Scheduler::admit_waiting(std::vector<ScheduledSeq>* out, int32_t* budget) {
   // In queue order; a sequence whose adapter would need a device slot that the running ones hold
   // all of waits in its place and the ones behind it are considered (as vLLM's scheduler).
+  std::vector<LoraRef> in_use = running_loras();  // the device slots the running sequences hold
   for (size_t i = 0; i < waiting_.size() && *budget > 0 && int32_t(out->size()) < cfg_.max_seqs;) {
     Sequence& s = *waiting_[i];
     if (cost_.full()) break;  // the step is at its cost limit: no room for another prefill chunk
     if (states_ && !states_->can_admit()) break;  // every sequence needs a state slot: wait for one
-    if (!lora_fits(s)) {
+    if (!lora_fits(s, &in_use)) {
       ++i;
       continue;
     }

@@ -166,7 +166,10 @@ class Scheduler {
  private:
   void schedule_running(std::vector<ScheduledSeq>* out, int32_t* budget);
   void admit_waiting(std::vector<ScheduledSeq>* out, int32_t* budget);
-  bool lora_fits(const Sequence& s) const;  // its adapter is running, or a device slot is left
+  // The distinct adapters (slot, scale) of the running sequences, when max_loras limits them.
+  std::vector<LoraRef> running_loras() const;
+  // Whether |s|'s adapter is in |in_use| or a device slot is left (then it joins |in_use|).
+  bool lora_fits(const Sequence& s, std::vector<LoraRef>* in_use) const;
   StepShape decodes() const;
   int32_t chunk_size(const Sequence& s, int32_t budget);
   // |kv_match|: the KV cache's first, uncut match (the branch point for the recurrent state).
