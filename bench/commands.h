@@ -107,6 +107,20 @@ struct MoeBenchArgs {
 };
 int run_moe_bench(const MoeBenchArgs& a);
 
+// `tessera-bench split`: a model placed across --device and the CPU at several --gpu-layers
+// (docs/multi-device.md) against the whole model on --device: prefill and decode tokens/s, and
+// the copies between devices per step (count, bytes, time as % of the step).
+struct SplitBenchArgs {
+  std::string model;
+  std::string device = "vulkan";
+  std::vector<int> gpu_layers = {-1, 0};  // -1: the whole model on --device (the baseline row)
+  int threads = 2;
+  int prompt = 32;
+  int decode = 8;
+  int repeats = 1;  // alternating rounds over the placements (median)
+};
+int run_split_bench(const SplitBenchArgs& a);
+
 // `tessera-bench attention`: paged attention of a prefill chunk over a long context, per KV-cache
 // format, through the HAL.
 struct AttentionBenchArgs {

@@ -114,6 +114,18 @@ int main(int argc, char** argv) {
   e->add_option("--decode", moe.decode, "generated tokens")->capture_default_str();
   e->add_option("--repeats", moe.repeats, "alternating runs per model (median)")->capture_default_str();
 
+  SplitBenchArgs sp;
+  auto* sl = app.add_subcommand("split",
+                                "a model across --device and the CPU at several --gpu-layers vs the whole model on "
+                                "--device: tokens/s and the copies between devices per step");
+  sl->add_option("model", sp.model, "GGUF model")->required();
+  sl->add_option("--device", sp.device, "the main device (vulkan, cuda:0, ...)")->capture_default_str();
+  sl->add_option("--gpu-layers", sp.gpu_layers, "placements to run (-1: all on --device)")->capture_default_str();
+  sl->add_option("--threads", sp.threads, "CPU threads")->capture_default_str();
+  sl->add_option("--prompt", sp.prompt, "prompt tokens")->capture_default_str();
+  sl->add_option("--decode", sp.decode, "generated tokens")->capture_default_str();
+  sl->add_option("--repeats", sp.repeats, "alternating rounds (median)")->capture_default_str();
+
   AttentionBenchArgs at;
   auto* t = app.add_subcommand("attention", "paged attention of a prefill chunk over a long context, per KV-cache format");
   t->add_option("--device", at.device, "cpu (with --threads), vulkan:0, ...")->capture_default_str();
@@ -140,6 +152,7 @@ int main(int argc, char** argv) {
   if (m->parsed()) return run_model_bench(mb);
   if (cn->parsed()) return run_contention_bench(cb);
   if (e->parsed()) return run_moe_bench(moe);
+  if (sl->parsed()) return run_split_bench(sp);
   if (t->parsed()) return run_attention_bench(at);
   if (rc->parsed()) return run_recurrent_bench(rb);
   if (r->parsed()) return run_roofline(roof);

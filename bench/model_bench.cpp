@@ -91,6 +91,8 @@ Result<RunResult> run_requests(Model& m, int n_seqs, int prompt, int decode) {
   if (!ttft.empty() && ttft[ttft.size() / 2] > 0) out.prefill_tps = 1000.0 * prompt / ttft[ttft.size() / 2];
   if (!tpot.empty() && tpot[tpot.size() / 2] > 0) out.decode_tps = 1000.0 / tpot[tpot.size() / 2];
   out.aggregate_tps = double(n_seqs) * (prompt + decode) / wall;
+  out.steps = engine.stats().sched.steps;
+  out.wall_s = wall;
   if (period_s > 0) out.host_overhead = std::max(0.0, 1.0 - device_s / period_s);
   out.executables_built = exec.stats().built - before.built;
   out.executables_reused = exec.stats().reused - before.reused;

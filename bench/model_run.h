@@ -21,6 +21,8 @@ struct RunResult {
   // the device's compute (graph build, key lookup or validation, uploads, sampling, scheduling).
   double host_overhead = 0;
   int64_t executables_built = 0, executables_reused = 0;  // during the run
+  int64_t steps = 0;                                      // engine steps of the run
+  double wall_s = 0;                                      // its wall time
 };
 // |n_seqs| requests of |prompt| tokens each generating |decode| tokens, all submitted at once;
 // prefill from the median TTFT, decode from the median TPOT.

@@ -420,6 +420,43 @@ ValueId Graph::reshape(ValueId x, std::initializer_list<int64_t> shape) {
   }
 }
 
+ValueId Graph::clone_node(const Node& like, std::vector<ValueId> inputs, const std::vector<Tensor>& outs) {
+  if (!status_.ok()) return kNoValue;
+  for (ValueId v : inputs)
+    if (!check(v == kNoValue || valid(v), like.op, "clone_node: invalid input value id")) return kNoValue;
+  if (!check(!outs.empty(), like.op, "clone_node: no outputs")) return kNoValue;
+  Node n;
+  n.op = like.op;
+  n.inputs = std::move(inputs);
+  n.params = like.params;
+  const int32_t idx = int32_t(nodes_.size());
+  for (const Tensor& o : outs) {
+    Tensor t = o;
+    t.buffer = nullptr;
+    t.offset = 0;
+    n.outputs.push_back(new_value(std::move(t), Value::Kind::kIntermediate, idx));
+  }
+  nodes_.push_back(std::move(n));
+  return nodes_.back().outputs[0];
+}
+
+ValueId Graph::alias(ValueId base, const Tensor& t, int64_t byte_offset) {
+  if (!status_.ok() || !check(valid(base) && value(base).kind != Value::Kind::kView, OpKind::kView,
+                              "alias: the base must be a value that is not a view"))
+    return kNoValue;
+  Tensor a = t;
+  a.buffer = nullptr;
+  a.offset = 0;
+  if (value(base).kind == Value::Kind::kExternal) {
+    a.buffer = value(base).tensor.buffer;
+    a.offset = size_t(int64_t(value(base).tensor.offset) + byte_offset);
+  }
+  const ValueId id = new_value(std::move(a), Value::Kind::kView, value(base).producer);
+  values_[size_t(id)].view_base = base;
+  values_[size_t(id)].view_offset = byte_offset;
+  return id;
+}
+
 void Graph::mark_output(ValueId v) {
   if (!status_.ok()) return;
   if (!valid(v)) {

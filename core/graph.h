@@ -97,6 +97,13 @@ class Graph {
   // Keeps |v| alive to the end of the graph so the caller can download it after compute.
   void mark_output(ValueId v);
 
+  // For graph rewriting (core/exec/split_graph.h splits a graph at device boundaries): a node
+  // like |like| (op, params) over |inputs| of this graph, with outputs shaped as |outs| (their
+  // buffers dropped); and a view of |base| (not itself a view) shaped as |t| at |byte_offset|.
+  // Nothing is re-checked: |like| came from a graph that built it.
+  ValueId clone_node(const Node& like, std::vector<ValueId> inputs, const std::vector<Tensor>& outs);
+  ValueId alias(ValueId base, const Tensor& t, int64_t byte_offset);
+
   const Status& status() const { return status_; }
   const std::vector<Node>& nodes() const { return nodes_; }
   const std::vector<Value>& values() const { return values_; }

@@ -121,6 +121,11 @@ Status Model::finish_load(const std::string& path, const TensorGetter& get, cons
   max_batch_tokens_ = opts.max_batch_tokens;
   if (act_ != DType::kF32 && act_ != DType::kF16 && act_ != DType::kBF16)
     return InvalidArgument(std::string("activation dtype must be f32, f16 or bf16, got ") + dtype_name(act_));
+  {
+    auto placed = Placement::resolve(opts.placement, device_, cfg_.n_layers);
+    if (!placed.ok()) return placed.status().with_context(path + ": ");
+    placement_.emplace(std::move(placed).value());
+  }
   TS_RETURN_IF_ERROR(load_weights(path, get, opts));
   // Per-step input buffer: tokens, positions, slots, logit rows [T]; query_start [S+1];
   // seq_lens [S]; block tables [S, max blocks of a full context, rounded up to its bucket].
@@ -344,18 +349,31 @@ Status Model::load_weights(const std::string& path, const TensorGetter& get, con
     todo.push_back({std::move(h), &s});
   }
   // CPU-like devices address the mapped file (or the repacked block) in place; the others get a
-  // copy per tensor. One mapping per region.
-  std::map<const void*, BufferPtr> mapped;
-  size_t done = 0;
-  for (auto& [h, s] : todo) {
-    auto it = mapped.find(h.region);
+  // copy per tensor. One mapping per region and device.
+  std::map<std::pair<const void*, Device*>, BufferPtr> mapped;
+  auto mapping = [&](Device& dev, const HostTensor& h) -> const BufferPtr& {
+    auto it = mapped.find({h.region, &dev});
     if (it == mapped.end()) {
-      auto b = device_->map_host(h.region, h.region_bytes, h.keepalive);
-      it = mapped.emplace(h.region, b.ok() ? *b : nullptr).first;
+      auto b = dev.map_host(h.region, h.region_bytes, h.keepalive);
+      it = mapped.emplace(std::make_pair(h.region, &dev), b.ok() ? *b : nullptr).first;
       if (it->second) weights_buffers_.push_back(it->second);
     }
-    TS_ASSIGN_OR_RETURN(Tensor t, bind_weight(h, s->name, it->second));
-    TS_ASSIGN_OR_RETURN(t, prepare_weight(std::move(t), *s, h));
+    return it->second;
+  };
+  // A tied output head on another device than the token embedding (a split placement) gets a
+  // copy of the table there.
+  Device& head_device = placement_->tensor_device("output.weight", false);
+  size_t done = 0;
+  for (auto& [h, s] : todo) {
+    Device& dev = placement_->tensor_device(s->name, s->experts);
+    TS_ASSIGN_OR_RETURN(Tensor t, bind_weight(dev, h, s->name, mapping(dev, h)));
+    TS_ASSIGN_OR_RETURN(t, prepare_weight(dev, std::move(t), *s, h));
+    if (s->slot == &weights_->tok_embd && cfg_.tied_output && &head_device != &dev) {
+      TS_ASSIGN_OR_RETURN(Tensor copy, bind_weight(head_device, h, "output.weight", mapping(head_device, h)));
+      TS_ASSIGN_OR_RETURN(Tensor head, head_device.prepare_weight(copy, OpKind::kMatmul));
+      if (head.buffer != copy.buffer) prepared_bytes_ += head.buffer->size();
+      weights_->output_tied = WeightTensor{std::move(head), h.out_scale};
+    }
     *s->slot = WeightTensor{std::move(t), h.out_scale};
     done += h.nbytes;
     if (opts.progress && !opts.progress(done, total)) return Cancelled(path + ": loading cancelled");
@@ -369,11 +387,12 @@ Status Model::load_weights(const std::string& path, const TensorGetter& get, con
 // again from the file should anything touch them), so a repacked model does not hold both copies
 // resident. The token embedding stays in rows for the embed op; a tied model gets its output head
 // prepared from it as a separate tensor.
-Result<Tensor> Model::prepare_weight(Tensor t, const TensorSpec& s, const HostTensor& h) {
+Result<Tensor> Model::prepare_weight(Device& dev, Tensor t, const TensorSpec& s, const HostTensor& h) {
   // Tables the embed op reads by rows (bert's positions and token types too) keep their layout.
   const bool embedding = s.embedding_rows;
   if (s.slot == &weights_->tok_embd && cfg_.tied_output) {
-    TS_ASSIGN_OR_RETURN(Tensor head, device_->prepare_weight(t, OpKind::kMatmul));
+    if (&placement_->tensor_device("output.weight", false) != &dev) return t;  // load_weights copies it
+    TS_ASSIGN_OR_RETURN(Tensor head, dev.prepare_weight(t, OpKind::kMatmul));
     if (head.buffer != t.buffer) {
       prepared_bytes_ += head.buffer->size();
       weights_->output_tied = WeightTensor{std::move(head), h.out_scale};
@@ -385,7 +404,7 @@ Result<Tensor> Model::prepare_weight(Tensor t, const TensorSpec& s, const HostTe
   }
   if (embedding || t.rank < 2) return t;
   const OpKind use = s.experts || s.read_by_matmul_id ? OpKind::kMatmulId : OpKind::kMatmul;
-  TS_ASSIGN_OR_RETURN(Tensor p, device_->prepare_weight(t, use));
+  TS_ASSIGN_OR_RETURN(Tensor p, dev.prepare_weight(t, use));
   if (p.buffer == t.buffer) return t;
   prepared_bytes_ += p.buffer->size();
   if (h.region_is_file) release_file_pages(h.data, h.nbytes);
@@ -394,7 +413,7 @@ Result<Tensor> Model::prepare_weight(Tensor t, const TensorSpec& s, const HostTe
 
 // The device tensor of |h|: in place when the device mapped its region, else a copy in device
 // memory (per dim-0 slice when the slices are spread out in the file).
-Result<Tensor> Model::bind_weight(const HostTensor& h, const std::string& name, const BufferPtr& mapped) {
+Result<Tensor> Model::bind_weight(Device& dev, const HostTensor& h, const std::string& name, const BufferPtr& mapped) {
   Tensor t = Tensor::make(h.dtype, int(h.shape.size()), h.shape.data(), name);
   const auto* src = static_cast<const uint8_t*>(h.data);
   if (mapped) {
@@ -403,18 +422,30 @@ Result<Tensor> Model::bind_weight(const HostTensor& h, const std::string& name, 
     if (h.stride0) t.stride[0] = h.stride0;
     return t;
   }
-  TS_ASSIGN_OR_RETURN(t.buffer, device_->alloc(size_t(t.nbytes())));
+  TS_ASSIGN_OR_RETURN(t.buffer, dev.alloc(size_t(t.nbytes())));
   if (!h.stride0) {
-    TS_RETURN_IF_ERROR(device_->upload(t, src, size_t(t.nbytes())));
+    TS_RETURN_IF_ERROR(dev.upload(t, src, size_t(t.nbytes())));
     return t;
   }
   for (int64_t e = 0; e < h.shape[0]; ++e) {
     Tensor part = Tensor::make(h.dtype, int(h.shape.size()) - 1, h.shape.data() + 1, name);
     part.buffer = t.buffer;
     part.offset = size_t(e * t.stride[0]);
-    TS_RETURN_IF_ERROR(device_->upload(part, src + e * h.stride0, size_t(part.nbytes())));
+    TS_RETURN_IF_ERROR(dev.upload(part, src + e * h.stride0, size_t(part.nbytes())));
   }
   return t;
+}
+
+std::vector<std::pair<const Device*, size_t>> Model::weight_bytes_per_device() const {
+  std::vector<std::pair<const Device*, size_t>> out{{device_.get(), 0}};
+  for (const Tensor* t : weight_tensors()) {
+    if (!t->buffer) continue;
+    const Device* d = t->buffer->device();
+    auto it = std::find_if(out.begin(), out.end(), [d](const auto& e) { return e.first == d; });
+    if (it == out.end()) it = out.insert(out.end(), {d, 0});
+    it->second += size_t(t->nbytes());
+  }
+  return out;
 }
 
 std::vector<const Tensor*> Model::weight_tensors() const {
@@ -536,6 +567,10 @@ Result<std::unique_ptr<KvCache>> Model::create_kv_cache(int64_t n_tokens, DType 
     kc.recurrent.n_slots = std::max(max_seqs_, 1);
     kc.recurrent.n_checkpoints = kc.recurrent.n_slots + 8;
   }
+  // A split placement: each layer's K/V on the device that runs its attention (the recurrent
+  // states stay on the main device, and their layers' ops run there).
+  if (placement_ && placement_->split())
+    for (int l = 0; l < cfg_.n_layers; ++l) kc.layer_devices.push_back(&placement_->layer_device(l));
   return KvCache::create(*device_, kc);
 }
 
@@ -619,6 +654,28 @@ Status Model::set_default_lora(int slot, float scale) {
   default_lora_ = slot;
   default_lora_scale_ = scale;
   return OkStatus();
+}
+
+}  // namespace tessera
+
+namespace tessera {
+
+int32_t Model::lora_variant(const LoraRef& ref, float scale) {
+  const int32_t v = lora_variant_id(ref.id, scale);
+  // Bounded: requests may ask for any number of scales; an entry forgotten only loses the name
+  // of later KV events of that variant, never its blocks.
+  if (lora_variants_.size() >= 65536) lora_variants_.clear();
+  lora_variants_[v] = ref.id;
+  return v;
+}
+
+std::string Model::lora_name_of(int32_t key) const {
+  if (key == 0) return {};
+  const auto it = lora_variants_.find(key);
+  const int32_t id = it != lora_variants_.end() ? it->second : key;
+  for (const LoraAdapter& a : loras_)
+    if (a.id == id) return a.name;
+  return {};
 }
 
 }  // namespace tessera

@@ -8,9 +8,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/device.h"
+#include "core/exec/split_graph.h"
 #include "core/kv/kv_cache.h"
 #include "core/planner.h"
 #include "core/sched/engine.h"
@@ -20,6 +22,7 @@
 #include "models/arch/weights.h"
 #include "models/lora/lora.h"
 #include "models/model_config.h"
+#include "models/placement.h"
 #include "models/tokenizer/tokenizer.h"
 
 namespace tessera {
@@ -55,6 +58,9 @@ struct LoadOptions {
   // Pad decode-only steps to a bucket of sequences (DeviceInfo::pads_decode_batches); unset: the
   // device's choice.
   std::optional<bool> pad_decode_batches;
+  // A model across the main device and the CPU (--gpu-layers, --cpu-moe, --override-tensor;
+  // docs/multi-device.md). Default: everything on the main device.
+  PlacementOptions placement;
 };
 
 class Model final : public ModelRunner {
@@ -72,6 +78,12 @@ class Model final : public ModelRunner {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const std::string& chat_template() const { return chat_template_; }  // Jinja source ("" if none)
   Device& device() { return *device_; }
+  // Where the weights and each layer's KV live (one device unless LoadOptions::placement split it).
+  const Placement& placement() const { return *placement_; }
+  // Bytes of weights on each device, main device first (one entry on a single device).
+  std::vector<std::pair<const Device*, size_t>> weight_bytes_per_device() const;
+  // A split model's copies between devices so far (SplitGraph::stats summed over its steps).
+  const SplitStats& split_stats() const { return split_stats_; }
   // The device as shared with the caller: a second model (a speculative draft) loads onto it.
   const DevicePtr& device_ptr() const { return device_; }
   // Every loaded weight (named as in GGUF), for size and parameter counts.
@@ -100,7 +112,7 @@ class Model final : public ModelRunner {
   Status set_pooling(Pooling p);
   // From the weights' FLOPs and bytes and a nominal device speed (the engine refits it online).
   StepCostCoefficients cost_prior() const override;
-  ExecutorStats executor_stats() const override { return device_->executor().stats(); }
+  ExecutorStats executor_stats() const override;
   // Step graphs constructed so far (a step whose inputs match a kept graph's builds none).
   int64_t step_graphs_built() const { return step_graphs_built_; }
 
@@ -141,6 +153,12 @@ class Model final : public ModelRunner {
   // add_lora, slots); a step's adapters are copied into them as it needs them, the least recently
   // used making room. 0 without adapters. lora_loads(): adapters copied into a device slot so far.
   int32_t lora_device_slots() const override { return lora_set_ ? lora_set_->slots() : 0; }
+  // Remembers which adapter a variant id belongs to (lora_name_of).
+  int32_t lora_variant(const LoraRef& ref, float scale) override;
+  // The name of the adapter whose prefix-cache id (LoraRef::id, a variant's included) is |key|,
+  // "" for none or an unloaded one. The thread that steps the model (KV events are published
+  // from its steps).
+  std::string lora_name_of(int32_t key) const;
   int64_t lora_loads() const { return lora_set_ ? lora_set_->loads() : 0; }
 
   // Expert statistics (MoE models; a no-op for dense ones). Off by default: when on, each step
@@ -166,10 +184,11 @@ class Model final : public ModelRunner {
   Status finish_load(const std::string& path, const TensorGetter& get, const LoadOptions& opts);
   Status load_weights(const std::string& path, const TensorGetter& get, const LoadOptions& opts);
   static Result<std::optional<HostTensor>> gguf_tensor(const gguf::File& f, const TensorSpec& s);
-  Result<Tensor> bind_weight(const HostTensor& h, const std::string& name, const BufferPtr& mapped);
-  Result<Tensor> prepare_weight(Tensor t, const TensorSpec& s, const HostTensor& h);
+  Result<Tensor> bind_weight(Device& dev, const HostTensor& h, const std::string& name, const BufferPtr& mapped);
+  Result<Tensor> prepare_weight(Device& dev, Tensor t, const TensorSpec& s, const HostTensor& h);
   // Counts the first |rows| rows' routes (the step's own tokens, not its padding).
-  Status count_experts(const Graph& g, const std::vector<ValueId>& route_ids, int64_t rows);
+  struct StepGraph;
+  Status count_experts(const StepGraph& g, int64_t rows);
   // |plan| padded to the next bucket of sequences when it is a decode-only step and padding is on
   // (LoadOptions::pad_decode_batches): each padding sequence is one row that reads the first
   // sequence's first cached token, writes no KV (slot -1) and computes a logits row nobody reads.
@@ -181,9 +200,12 @@ class Model final : public ModelRunner {
   // nothing without adapters (then the plan must name none).
   Status device_lora_slots(const StepPlan& plan, int64_t S, std::vector<int32_t>* out);
   // Pools and normalises the hidden states [T, n_embd] of |plan|'s pool_seqs onto |out|.
-  Status pool(const StepPlan& plan, const Graph& g, ValueId hidden, std::vector<float>* out);
+  Status pool(const StepPlan& plan, const StepGraph& g, std::vector<float>* out);
 
   DevicePtr device_;
+  std::optional<Placement> placement_;
+  SplitStats split_stats_;
+  Device* logits_device_ = nullptr;  // the device logits_host_ belongs to
   const Architecture* arch_ = nullptr;
   ModelConfig cfg_;
   std::unique_ptr<ArchWeights> weights_;
@@ -209,6 +231,11 @@ class Model final : public ModelRunner {
     Graph graph;
     ValueId out = kNoValue, hidden = kNoValue;
     std::vector<ValueId> route_ids;
+    // A model placed across devices: the graph split into per-device segments.
+    std::unique_ptr<SplitGraph> split;
+    // Where value |v| was computed (its segment's tensor on a split model).
+    const Tensor& tensor(ValueId v) const { return split ? split->tensor(v) : graph.tensor(v); }
+    Device& device_of(ValueId v, Device& main) const { return split ? split->device_of(v) : main; }
   };
   // The graph of a step with inputs |in|: a kept one when the same inputs were seen before, else
   // a new one (built, kept, the least recently used dropped).
@@ -227,6 +254,7 @@ class Model final : public ModelRunner {
     int64_t rows = 0;          // the step's own token rows (padding excluded)
     StepPlan plan;             // only for pooling (pool_seqs non-empty)
     Event done;
+    Device* wait_on = nullptr;  // the device |done| belongs to
   };
   Pending pending_;
   std::vector<int32_t> padded_tables_;  // block tables padded to their bucket width (upload_step)
@@ -245,7 +273,8 @@ class Model final : public ModelRunner {
   std::vector<LoraSet::Key> lora_keys_;   // upload_step's: each sequence's adapter and scale
   int default_lora_ = -1;
   float default_lora_scale_ = 1.0f;
-  std::atomic<int32_t> n_loras_{0};  // loras_.size(), for other threads
+  std::atomic<int32_t> n_loras_{0};                     // loras_.size(), for other threads
+  std::unordered_map<int32_t, int32_t> lora_variants_;  // variant id -> adapter id (lora_variant)
   int32_t next_lora_id_ = 0;
 };
 

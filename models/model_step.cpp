@@ -162,6 +162,7 @@ Status Model::submit(const StepPlan& plan, KvCache& kv) {
   pending_.status = OkStatus();
   pending_.logits_floats = 0;
   pending_.plan = {};
+  pending_.wait_on = device_.get();
   if (plan.n_tokens() == 0) {
     pending_.active = true;
     pending_.done = Event{};
@@ -195,16 +196,30 @@ Status Model::submit(const StepPlan& plan, KvCache& kv) {
   so.pooled = !plan.pool_seqs.empty();
   so.lora = lora_set_.get();
   TS_ASSIGN_OR_RETURN(p.g, step_graph(in, kv, so));
-  TS_ASSIGN_OR_RETURN(p.done, device_->compute_async(p.g->graph));
+  if (p.g->split) {
+    const SplitStats before = p.g->split->stats();
+    TS_ASSIGN_OR_RETURN(p.done, p.g->split->run());
+    const SplitStats& after = p.g->split->stats();
+    split_stats_.segments = after.segments;
+    split_stats_.copies += after.copies - before.copies;
+    split_stats_.copied_bytes += after.copied_bytes - before.copied_bytes;
+    split_stats_.copy_seconds += after.copy_seconds - before.copy_seconds;
+    split_stats_.wait_seconds += after.wait_seconds - before.wait_seconds;
+  } else {
+    TS_ASSIGN_OR_RETURN(p.done, device_->compute_async(p.g->graph));
+  }
+  p.wait_on = p.g->split ? &p.g->split->final_device() : device_.get();
   p.active = true;
   if (!plan.logit_rows.empty()) {
     // The logits rows go to host-pinned memory on the queue, behind the step: collect() waits
     // for this copy alone.
-    const Tensor& lt = p.g->graph.tensor(p.g->out);  // [rows (padded), vocab]: the step's own rows first
+    const Tensor& lt = p.g->tensor(p.g->out);  // [rows (padded), vocab]: the step's own rows first
+    Device& out_dev = p.g->device_of(p.g->out, *device_);
     const size_t bytes = plan.logit_rows.size() * size_t(lt.cols()) * 4;
-    if (!logits_host_ || logits_host_->size() < bytes) {
+    if (!logits_host_ || logits_host_->size() < bytes || logits_device_ != &out_dev) {
       logits_host_.reset();
-      auto grown = device_->alloc(std::max(bytes, size_t(cfg_.n_vocab) * 4 * 8), MemoryKind::kHostPinned);
+      logits_device_ = &out_dev;
+      auto grown = out_dev.alloc(std::max(bytes, size_t(cfg_.n_vocab) * 4 * 8), MemoryKind::kHostPinned);
       if (!grown.ok()) {
         p.status = grown.status();
         return OkStatus();
@@ -212,9 +227,10 @@ Status Model::submit(const StepPlan& plan, KvCache& kv) {
       logits_host_ = *std::move(grown);
     }
     const CopyRegion region{lt.buffer.get(), lt.offset, logits_host_.get(), 0, bytes};
-    auto copied = device_->copy(std::span<const CopyRegion>(&region, 1));
+    auto copied = out_dev.copy(std::span<const CopyRegion>(&region, 1));
     if (!copied.ok()) p.status = copied.status();
     else p.done = *copied;
+    p.wait_on = &out_dev;
     p.logits_floats = bytes / 4;
   }
   if (!plan.pool_seqs.empty()) p.plan = plan;
@@ -227,15 +243,21 @@ Status Model::collect(std::vector<float>* logits) {
   Pending& p = pending_;
   p.active = false;
   TS_RETURN_IF_ERROR(p.status);
-  TS_RETURN_IF_ERROR(device_->executor().wait(p.done));
-  collected_ = p.done;
+  if (p.wait_on == device_.get()) {
+    TS_RETURN_IF_ERROR(device_->executor().wait(p.done));  // counted as device time
+    collected_ = p.done;
+  } else {
+    // A split model's last segment or its logits copy, on another device than the main one: the
+    // main device's queue (the step buffer's copy) finished before the first segment ran.
+    TS_RETURN_IF_ERROR(p.wait_on->wait(p.done));
+  }
   if (p.logits_floats > 0) {
     const float* src = static_cast<const float*>(logits_host_->host_ptr());
     logits->assign(src, src + p.logits_floats);
   }
-  if (!p.g->route_ids.empty()) TS_RETURN_IF_ERROR(count_experts(p.g->graph, p.g->route_ids, p.rows));
+  if (!p.g->route_ids.empty()) TS_RETURN_IF_ERROR(count_experts(*p.g, p.rows));
   if (p.plan.pool_seqs.empty()) return OkStatus();
-  return pool(p.plan, p.g->graph, p.g->hidden, logits);
+  return pool(p.plan, *p.g, logits);
 }
 
 namespace {
@@ -286,14 +308,26 @@ Result<Model::StepGraph*> Model::step_graph(const StepTensors& in, KvCache& kv, 
   ++step_graphs_built_;
   if (step_graphs_.size() >= kStepGraphs) step_graphs_.pop_back();
   step_graphs_.push_front(std::move(g));
-  return &step_graphs_.front();
+  StepGraph& kept = step_graphs_.front();
+  if (placement_ && placement_->split()) {
+    // Segments per device, over the kept graph (the split refers to it); the step inputs (one
+    // buffer) go wherever a segment reads them.
+    const Buffer* step_inputs[] = {step_buffer_.get()};
+    auto split = SplitGraph::build(kept.graph, *device_, step_inputs);
+    if (!split.ok()) {
+      step_graphs_.pop_front();
+      return split.status();
+    }
+    kept.split = std::move(split).value();
+  }
+  return &kept;
 }
 
-Status Model::pool(const StepPlan& plan, const Graph& g, ValueId hidden, std::vector<float>* out) {
-  const Tensor& ht = g.tensor(hidden);  // [T, D]
+Status Model::pool(const StepPlan& plan, const StepGraph& g, std::vector<float>* out) {
+  const Tensor& ht = g.tensor(g.hidden);  // [T, D]
   const int64_t D = ht.cols();
   std::vector<float> h(size_t(ht.numel()));
-  TS_RETURN_IF_ERROR(device_->download(ht, h.data(), h.size() * 4));
+  TS_RETURN_IF_ERROR(g.device_of(g.hidden, *device_).download(ht, h.data(), h.size() * 4));
   for (int32_t s : plan.pool_seqs) {
     if (s < 0 || s >= plan.n_seqs()) return Internal("pool_seqs: sequence " + std::to_string(s) + " not in the step");
     const int64_t r0 = plan.query_start[size_t(s)], r1 = plan.query_start[size_t(s) + 1];
@@ -327,13 +361,14 @@ const char* pooling_name(Pooling p) {
   return "unknown";
 }
 
-Status Model::count_experts(const Graph& g, const std::vector<ValueId>& route_ids, int64_t rows) {
+Status Model::count_experts(const StepGraph& g, int64_t rows) {
+  const std::vector<ValueId>& route_ids = g.route_ids;
   if (int(route_ids.size()) != cfg_.n_layers) return Internal("expert stats: one route per layer expected");
   std::vector<int32_t> ids;
   for (size_t l = 0; l < route_ids.size(); ++l) {
     const Tensor& t = g.tensor(route_ids[l]);
     ids.resize(size_t(t.numel()));
-    TS_RETURN_IF_ERROR(device_->download(t, ids.data(), ids.size() * 4));
+    TS_RETURN_IF_ERROR(g.device_of(route_ids[l], *device_).download(t, ids.data(), ids.size() * 4));
     int64_t* row = &expert_stats_.counts[l * size_t(cfg_.n_experts)];
     // [T, k] routes; rows past |rows| are a padded step's padding.
     const size_t used = std::min(ids.size(), size_t(rows) * size_t(cfg_.n_experts_used));
@@ -345,6 +380,26 @@ Status Model::count_experts(const Graph& g, const std::vector<ValueId>& route_id
   }
   expert_stats_.tokens += std::min<int64_t>(rows, g.tensor(route_ids[0]).shape[0]);
   return OkStatus();
+}
+
+}  // namespace tessera
+
+namespace tessera {
+
+ExecutorStats Model::executor_stats() const {
+  ExecutorStats sum = device_->executor().stats();
+  for (const StepGraph& g : step_graphs_) {
+    if (!g.split) continue;
+    const ExecutorStats e = g.split->executor_stats();
+    sum.built += e.built;
+    sum.reused += e.reused;
+    sum.evicted += e.evicted;
+    sum.arena_allocations += e.arena_allocations;
+    sum.arena_bytes += e.arena_bytes;
+    sum.cached += e.cached;
+    sum.device_seconds += e.device_seconds;
+  }
+  return sum;
 }
 
 }  // namespace tessera

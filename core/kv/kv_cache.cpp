@@ -5,7 +5,9 @@
 
 namespace tessera {
 
-Result<std::unique_ptr<KvCache>> KvCache::create(Device& device, const KvCacheConfig& cfg) {
+namespace {
+// Every dimension, dtype and per-layer list of |cfg| (create's errors).
+Status check_config(const KvCacheConfig& cfg) {
   if (cfg.n_layers <= 0 || cfg.n_kv_heads <= 0 || cfg.head_dim <= 0 || cfg.block_size <= 0 || cfg.n_blocks <= 0)
     return InvalidArgument("kv cache: every dimension must be positive (layers " + std::to_string(cfg.n_layers) +
                            ", kv heads " + std::to_string(cfg.n_kv_heads) + ", head dim " + std::to_string(cfg.head_dim) +
@@ -41,10 +43,19 @@ Result<std::unique_ptr<KvCache>> KvCache::create(Device& device, const KvCacheCo
       return InvalidArgument("kv cache: layer " + std::to_string(l) + " reads the K/V of layer " + std::to_string(src) +
                              ", which must be an earlier layer keeping its own K/V of the same shape and window group");
   }
+  if (!cfg.layer_devices.empty() && cfg.layer_devices.size() != size_t(cfg.n_layers))
+    return InvalidArgument("kv cache: " + std::to_string(cfg.layer_devices.size()) + " layer devices for " +
+                           std::to_string(cfg.n_layers) + " layers");
   if (cfg.window > 0 && (cfg.n_window_blocks <= 0 || cfg.window_layers.size() != size_t(cfg.n_layers)))
     return InvalidArgument("kv cache: a window group needs window blocks (" + std::to_string(cfg.n_window_blocks) +
                            ") and one window flag per layer (" + std::to_string(cfg.window_layers.size()) + " for " +
                            std::to_string(cfg.n_layers) + " layers)");
+  return OkStatus();
+}
+}  // namespace
+
+Result<std::unique_ptr<KvCache>> KvCache::create(Device& device, const KvCacheConfig& cfg) {
+  TS_RETURN_IF_ERROR(check_config(cfg));
   std::unique_ptr<KvCache> kv(new KvCache(device, cfg));
   if (cfg.window > 0)
     for (int l = 0; l < cfg.n_layers; ++l)
@@ -74,9 +85,11 @@ Result<std::unique_ptr<KvCache>> KvCache::create(Device& device, const KvCacheCo
     for (auto* vec : {&kv->k_, &kv->v_}) {
       Tensor t = Tensor::make(cfg.dtype, {blocks, cfg.block_size, cfg.kv_heads(l), cfg.head_dim_of(l)});
       t.name = std::string(vec == &kv->k_ ? "k_cache." : "v_cache.") + std::to_string(l);
-      auto buf = device.alloc(size_t(t.nbytes()));
+      Device& on = kv->layer_device(l);
+      auto buf = on.alloc(size_t(t.nbytes()));
       if (!buf.ok())
-        return Status(buf.status().code(), "kv cache: layer " + std::to_string(l) + ": " + buf.status().message());
+        return Status(buf.status().code(),
+                      "kv cache: layer " + std::to_string(l) + " (" + on.info().id + "): " + buf.status().message());
       t.buffer = *buf;
       vec->push_back(std::move(t));
     }
@@ -141,35 +154,75 @@ Status KvCache::copy_group(std::span<const std::pair<BlockId, BlockId>> pairs, b
         regions.push_back({t->buffer.get(), t->offset + size_t(src) * bytes, t->buffer.get(), t->offset + size_t(dst) * bytes, bytes});
     }
   }
+  return copy_per_device(regions);
+}
+
+Status KvCache::copy_per_device(const std::vector<CopyRegion>& regions) {
   if (regions.empty()) return OkStatus();
-  return device_.copy(regions).status();
+  Device* first = regions.front().src->device();
+  if (std::all_of(regions.begin(), regions.end(), [first](const CopyRegion& r) { return r.src->device() == first; }))
+    return first->copy(regions).status();
+  std::vector<Device*> devices;
+  for (const CopyRegion& r : regions)
+    if (std::find(devices.begin(), devices.end(), r.src->device()) == devices.end()) devices.push_back(r.src->device());
+  std::vector<CopyRegion> part;
+  for (Device* d : devices) {
+    part.clear();
+    for (const CopyRegion& r : regions)
+      if (r.src->device() == d) part.push_back(r);
+    TS_RETURN_IF_ERROR(d->copy(part).status());
+  }
+  return OkStatus();
+}
+
+int64_t KvCache::swap_bytes() const {
+  int64_t b = 0;
+  for (const SwapSpace& s : swap_) b += int64_t(s.buffer->size());
+  return b;
 }
 
 Status KvCache::reserve_swap(int32_t n_slots) {
-  swap_.reset();
+  swap_.clear();
   swap_slots_ = 0;
   if (n_slots <= 0) return OkStatus();
-  // A slot holds one block of every full-attention layer (window groups recompute instead).
-  const size_t bytes = size_t(n_slots) * size_t(group_block_bytes(false));
-  auto buf = device_.alloc(bytes, MemoryKind::kHostPinned);
-  if (!buf.ok())
-    return Status(buf.status().code(), "kv cache: swap space of " + std::to_string(n_slots) + " blocks (" +
-                                           std::to_string(bytes) + " bytes): " + buf.status().message());
-  swap_ = *buf;
+  // A slot holds one block of every full-attention layer (window groups recompute instead), in
+  // host-pinned memory of the device that holds the layer.
+  std::vector<SwapSpace> spaces;
+  for (int l = 0; l < cfg_.n_layers; ++l) {
+    if (in_window(l) || !has_kv(l)) continue;
+    Device* d = &layer_device(l);
+    auto it = std::find_if(spaces.begin(), spaces.end(), [d](const SwapSpace& s) { return s.device == d; });
+    if (it == spaces.end()) it = spaces.insert(spaces.end(), SwapSpace{d, nullptr, 0});
+    it->slot_bytes += size_t(2 * block_bytes(l));
+  }
+  for (SwapSpace& s : spaces) {
+    const size_t bytes = size_t(n_slots) * s.slot_bytes;
+    auto buf = s.device->alloc(bytes, MemoryKind::kHostPinned);
+    if (!buf.ok())
+      return Status(buf.status().code(), "kv cache: swap space of " + std::to_string(n_slots) + " blocks (" +
+                                             std::to_string(bytes) + " bytes on " + s.device->info().id +
+                                             "): " + buf.status().message());
+    s.buffer = *std::move(buf);
+  }
+  swap_ = std::move(spaces);
   swap_slots_ = n_slots;
   return OkStatus();
 }
 
 void KvCache::add_swap_regions(BlockId b, int32_t slot, bool to_host, std::vector<CopyRegion>* out) const {
-  size_t host = size_t(slot) * size_t(group_block_bytes(false));
+  std::vector<size_t> host(swap_.size());
+  for (size_t i = 0; i < swap_.size(); ++i) host[i] = size_t(slot) * swap_[i].slot_bytes;
   for (int l = 0; l < cfg_.n_layers; ++l) {
     if (in_window(l) || !has_kv(l)) continue;  // window groups recompute rather than swap (HybridKv)
+    size_t i = 0;
+    while (swap_[i].device != &layer_device(l)) ++i;  // reserve_swap made one per device
+    const Buffer* space = swap_[i].buffer.get();
     const size_t bytes = size_t(block_bytes(l));
     for (const Tensor* t : {&k_[size_t(l)], &v_[size_t(l)]}) {
       const size_t dev = t->offset + size_t(b) * bytes;
-      if (to_host) out->push_back({t->buffer.get(), dev, swap_.get(), host, bytes});
-      else out->push_back({swap_.get(), host, t->buffer.get(), dev, bytes});
-      host += bytes;
+      if (to_host) out->push_back({t->buffer.get(), dev, space, host[i], bytes});
+      else out->push_back({space, host[i], t->buffer.get(), dev, bytes});
+      host[i] += bytes;
     }
   }
 }
@@ -182,7 +235,7 @@ Status KvCache::swap_out(std::span<const std::pair<BlockId, int32_t>> pairs) {
     TS_RETURN_IF_ERROR(check_slot("swap_out", slot));
     add_swap_regions(block, slot, true, &regions);
   }
-  return device_.copy(regions).status();
+  return copy_per_device(regions);
 }
 
 Status KvCache::swap_in(std::span<const std::pair<int32_t, BlockId>> pairs) {
@@ -193,7 +246,7 @@ Status KvCache::swap_in(std::span<const std::pair<int32_t, BlockId>> pairs) {
     TS_RETURN_IF_ERROR(check_block("swap_in", block, cfg_.n_blocks));
     add_swap_regions(block, slot, false, &regions);
   }
-  return device_.copy(regions).status();
+  return copy_per_device(regions);
 }
 
 }  // namespace tessera

@@ -45,6 +45,10 @@ struct KvCacheConfig {
   // [n_layers]: the layer whose K/V layer l reads: l itself, or an earlier layer of the same
   // window group (a KV-sharing layer, which gets no tensors of its own). Empty: each its own.
   std::vector<int> kv_source;
+  // [n_layers]: the device that holds layer l's K/V when a model is placed across devices
+  // (docs/multi-device.md); empty or null entries: the cache's own device. Block copies and
+  // swaps issue one batched copy per device, and each device gets swap space for its layers.
+  std::vector<Device*> layer_devices;
 
   int kv_heads(int layer) const { return layer_kv_heads.empty() ? n_kv_heads : layer_kv_heads[size_t(layer)]; }
   int head_dim_of(int layer) const { return layer_head_dim.empty() ? head_dim : layer_head_dim[size_t(layer)]; }
@@ -88,7 +92,12 @@ class KvCache {
   // reservation (and its contents).
   Status reserve_swap(int32_t n_slots);
   int32_t swap_slots() const { return swap_slots_; }
-  int64_t swap_bytes() const { return swap_ ? int64_t(swap_->size()) : 0; }
+  int64_t swap_bytes() const;
+  // The device that holds layer |layer|'s K/V (KvCacheConfig::layer_devices, else the cache's).
+  Device& layer_device(int layer) const {
+    Device* d = cfg_.layer_devices.empty() ? nullptr : cfg_.layer_devices[size_t(layer)];
+    return d ? *d : device_;
+  }
   // Copies each (block, host slot) pair's block of every full-attention layer into the slot, and
   // back with (host slot, block) pairs (window groups recompute instead of swapping).
   Status swap_out(std::span<const std::pair<BlockId, int32_t>> pairs);
@@ -102,6 +111,8 @@ class KvCache {
   // Appends the regions copying block |b| of every layer's K and V to (or from, when
   // |to_host| is false) host slot |slot|.
   void add_swap_regions(BlockId b, int32_t slot, bool to_host, std::vector<CopyRegion>* out) const;
+  // Queues |regions| as one batched copy per device their buffers belong to.
+  Status copy_per_device(const std::vector<CopyRegion>& regions);
   KvCache(Device& device, const KvCacheConfig& cfg)
       : device_(device), cfg_(cfg), pool_(cfg.n_blocks), window_pool_(cfg.window > 0 ? cfg.n_window_blocks : 0) {}
   Device& device_;
@@ -113,7 +124,13 @@ class KvCache {
   int n_kv_layers_ = 0;
   std::unique_ptr<RecurrentStatePool> states_;
   int32_t swap_slots_ = 0;
-  BufferPtr swap_;  // [swap_slots][layer][k, v][block bytes], MemoryKind::kHostPinned
+  // Per device holding K/V: [swap_slots][its layers][k, v][block bytes], MemoryKind::kHostPinned.
+  struct SwapSpace {
+    Device* device = nullptr;
+    BufferPtr buffer;
+    size_t slot_bytes = 0;
+  };
+  std::vector<SwapSpace> swap_;
 };
 
 }  // namespace tessera

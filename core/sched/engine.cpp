@@ -143,7 +143,7 @@ Status Engine::submit_as(RequestId id, GenerationRequest req) {
   // An adapter at another scale (the request's, or the model default's) is a variant of its
   // own: K/V of its own. The id is the adapter's (ModelRunner::lora), hashed with the scale.
   if (const float scale = seq->lora.scale * req.lora_scale; seq->lora.slot >= 0 && scale != 1.0f)
-    seq->lora = scale == 0.0f ? LoraRef{} : LoraRef{seq->lora.slot, lora_variant_id(seq->lora.id, scale), scale};
+    seq->lora = scale == 0.0f ? LoraRef{} : LoraRef{seq->lora.slot, model_.lora_variant(seq->lora, scale), scale};
   a->req = std::move(req);
   active_[id] = std::move(a);
   scheduler_.add(std::move(seq));

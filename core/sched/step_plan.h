@@ -117,6 +117,10 @@ class ModelRunner {
   virtual int32_t n_loras() const { return 0; }
   virtual LoraRef default_lora() const { return {}; }
   virtual LoraRef lora(int32_t slot) const { return {slot, slot + 1}; }
+  // The prefix-cache id of |ref|'s adapter at |scale| (not 0 or 1): lora_variant_id. Called on
+  // the engine's thread; a runner that names adapters (KV events' lora_name) remembers whose
+  // variant it is.
+  virtual int32_t lora_variant(const LoraRef& ref, float scale) { return lora_variant_id(ref.id, scale); }
   // How many distinct adapters one step may use (the device slots, vLLM's --max-loras); 0: any
   // number. The scheduler keeps a request whose adapter would exceed it waiting.
   virtual int32_t lora_device_slots() const { return 0; }

@@ -56,7 +56,44 @@ void add_model_options(CLI::App* cmd, ModelOptions* o) {
                   "the applied (first) adapter's scale, times its own (llama.cpp's --lora-scaled; 0: the base model)")
       ->capture_default_str()
       ->check(CLI::Range(-100.0, 100.0));
+  add_placement_options(cmd, &o->placement);
   cmd->add_flag("-q,--quiet", o->quiet, "no progress bar");
+}
+
+void add_placement_options(CLI::App* cmd, PlacementFlags* f) {
+  cmd->add_option(
+         "--gpu-layers,--n-gpu-layers", f->gpu_layers,
+         "N: only the last N layers (weights and KV) on --device, the rest and the token embedding on the CPU; "
+         "N = layers + 1 also puts the output head there; -1: everything (llama.cpp's -ngl; "
+         "docs/multi-device.md)")
+      ->check(CLI::Range(-1, 1 << 20));
+  cmd->add_flag("--cpu-moe", f->cpu_moe,
+                "the routed experts' weights on the CPU, attention on --device (llama.cpp's --cpu-moe)");
+  cmd->add_option("--override-tensor", f->overrides,
+                  "PATTERN=DEVICE: weights whose GGUF name matches the regex PATTERN on DEVICE (cpu or --device's id), "
+                  "before --gpu-layers and --cpu-moe apply; repeatable (llama.cpp's -ot)")
+      ->allow_extra_args(false);
+}
+
+Result<PlacementOptions> placement_options(const PlacementFlags& f, const DevicePtr& main, int threads,
+                                           int threads_batch, bool quiet) {
+  PlacementOptions p;
+  if (!f.any()) return p;
+  if (main->info().type == DeviceType::kCpu)
+    return InvalidArgument(
+        "--gpu-layers, --cpu-moe and --override-tensor split a model between a GPU and the CPU, but "
+        "--device is " +
+        main->info().id + " (give --device vulkan, cuda:0 ...)");
+  TS_ASSIGN_OR_RETURN(p.host, find_device("cpu", threads, threads_batch, quiet));
+  p.main_layers = f.gpu_layers == -2 ? -1 : f.gpu_layers;
+  p.experts_on_host = f.cpu_moe;
+  for (const std::string& o : f.overrides) {
+    const size_t eq = o.rfind('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == o.size())
+      return InvalidArgument("--override-tensor '" + o + "': expected PATTERN=DEVICE (e.g. exps=cpu)");
+    p.overrides.push_back({o.substr(0, eq), o.substr(eq + 1)});
+  }
+  return p;
 }
 
 bool load_loras(const std::vector<std::string>& specs, Model& m, const LoraLoadOptions& lo) {
@@ -157,6 +194,12 @@ std::unique_ptr<Model> load_model(const ModelOptions& o, const LoadOptions& extr
   ProgressBar bar{!o.quiet && isatty(2)};
   LoadOptions lo = load_options(o, extra);
   lo.progress = [&bar](size_t done, size_t total) { bar.draw(done, total); return true; };
+  auto placed = placement_options(o.placement, *dev, o.threads, o.threads_batch, o.quiet);
+  if (!placed.ok()) {
+    fail(placed.status());
+    return nullptr;
+  }
+  lo.placement = *std::move(placed);
   auto m = Model::load(o.model, *dev, lo);
   if (!m.ok()) { fail(m.status()); return nullptr; }
   if (!load_loras(o.loras, **m, {.first_is_default = true, .default_scale = o.lora_scale, .quiet = o.quiet}))
@@ -165,11 +208,20 @@ std::unique_ptr<Model> load_model(const ModelOptions& o, const LoadOptions& extr
     std::fprintf(stderr, "model: %s (%s, %d layers, %d tokens context) on %s\n",
                  (*m)->config().name.empty() ? o.model.c_str() : (*m)->config().name.c_str(), (*m)->config().arch.c_str(),
                  (*m)->config().n_layers, (*m)->config().n_ctx_train, (*dev)->info().name.c_str());
+  if (!o.quiet && (*m)->placement().split()) {
+    std::string bytes;
+    for (const auto& [dev, b] : (*m)->weight_bytes_per_device())
+      bytes += (bytes.empty() ? "" : ", ") + std::to_string(b / 1000000) + " MB on " + dev->info().id;
+    std::fprintf(stderr, "model: placed %s (weights: %s)\n",
+                 (*m)->placement().describe((*m)->config().n_layers).c_str(), bytes.c_str());
+  }
   if (!o.quiet && (*m)->activation_dtype() != DType::kF32)
     std::fprintf(stderr, "model: %s activations\n", dtype_name((*m)->activation_dtype()));
   if (!o.quiet && (*m)->prepared_weight_bytes() > 0)
-    std::fprintf(stderr, "model: %.1f MB of weights repacked into %s's own layout (file pages of replaced weights released)\n",
-                 double((*m)->prepared_weight_bytes()) / 1e6, (*dev)->info().id.c_str());
+    std::fprintf(stderr,
+                 "model: %.1f MB of weights repacked into %s own layout (file pages of replaced weights released)\n",
+                 double((*m)->prepared_weight_bytes()) / 1e6,
+                 (*m)->placement().split() ? "their devices'" : ((*dev)->info().id + "'s").c_str());
   return std::move(m).value();
 }
 

@@ -11,6 +11,21 @@
 
 namespace tessera::cli {
 
+// --gpu-layers, --cpu-moe, --override-tensor (add_placement_options).
+struct PlacementFlags {
+  int gpu_layers = -2;  // -2: not given
+  bool cpu_moe = false;
+  std::vector<std::string> overrides;  // PATTERN=DEVICE
+
+  bool any() const { return gpu_layers != -2 || cpu_moe || !overrides.empty(); }
+};
+// Adds --gpu-layers, --cpu-moe and --override-tensor to |cmd| (add_model_options calls it).
+void add_placement_options(CLI::App* cmd, PlacementFlags* f);
+// The placement |f| asks for with |main| as the main device: the CPU (with the given thread
+// counts) takes the rest. Errors: a main device that is the CPU, a malformed PATTERN=DEVICE.
+Result<PlacementOptions> placement_options(const PlacementFlags& f, const DevicePtr& main, int threads,
+                                           int threads_batch, bool quiet);
+
 struct ModelOptions {
   std::string model;          // path to a .gguf or a checkpoint directory
   std::string device = "auto";
@@ -26,6 +41,8 @@ struct ModelOptions {
   // the first applies.
   std::vector<std::string> loras;
   float lora_scale = 1.0f;  // --lora-scale: the applied adapter's, times its own
+  // A model across --device and the CPU (docs/multi-device.md): llama.cpp's -ngl, --cpu-moe, -ot.
+  PlacementFlags placement;
 };
 
 // Loads --lora NAME=PATH adapters into |m|, slot after slot. Errors are printed (false).

@@ -84,6 +84,24 @@ void print_kv_memory(const EngineStats& st, const KvCache& kv) {
   std::fprintf(stderr, "\n");
 }
 
+// A model placed across devices: where its weights are and what crossed between them per step.
+void print_placement(const Model& model, int64_t steps) {
+  if (!model.placement().split()) return;
+  const SplitStats& ss = model.split_stats();
+  std::string bytes;
+  for (const auto& [dev, b] : model.weight_bytes_per_device())
+    bytes += (bytes.empty() ? "" : ", ") + std::to_string(b / 1000000) + " MB on " + dev->info().id;
+  const double n = double(std::max<int64_t>(1, steps));
+  std::fprintf(stderr, "stats: placed %s; weights %s\n", model.placement().describe(model.config().n_layers).c_str(),
+               bytes.c_str());
+  std::fprintf(
+      stderr,
+      "stats: %d segments per step; %lld copies into segments (%.1f KB and %.2f ms per step), %.2f ms per step "
+      "waiting for the other device\n",
+      ss.segments, static_cast<long long>(ss.copies), double(ss.copied_bytes) / 1e3 / n, ss.copy_seconds * 1e3 / n,
+      ss.wait_seconds * 1e3 / n);
+}
+
 SpecTarget spec_target(const Model& model, const ModelOptions& mo, DType kv_dtype) {
   SpecTarget t;
   t.model = &model;
@@ -135,7 +153,9 @@ Result<std::string> generate(Model& model, KvCache& kv, const SpecConfig& spec, 
     const double decode_tps = metrics.tpot_ms > 0 ? 1000.0 / metrics.tpot_ms : 0;
     std::fprintf(stderr, "stats: prompt %d tokens, TTFT %.1f ms (%.1f tok/s prefill); %d tokens generated, %.1f ms/token (%.1f tok/s decode)\n",
                  metrics.prompt_tokens, metrics.ttft_ms, prefill_tps, metrics.generated_tokens, metrics.tpot_ms, decode_tps);
-    if (const std::string t = thread_report(model.device()); !t.empty()) std::fprintf(stderr, "stats: cpu %s\n", t.c_str());
+    if (const std::string t = thread_report(model.device()); !t.empty())
+      std::fprintf(stderr, "stats: cpu %s\n", t.c_str());
+    print_placement(model, engine.stats().sched.steps);
     const ExecutorStats es = engine.stats().exec;
     std::fprintf(stderr, "stats: executables built %lld, reused %lld; step graphs built %lld (one per step shape bucket; a steady decode reuses)\n",
                  static_cast<long long>(es.built), static_cast<long long>(es.reused), static_cast<long long>(model.step_graphs_built()));

@@ -12,6 +12,7 @@
 #include "models/gguf/gguf.h"
 #include "models/safetensors/hf_model.h"
 #include "examples/cli/commands.h"
+#include "examples/cli/common.h"
 
 namespace tessera::cli {
 
@@ -70,7 +71,26 @@ namespace {
 struct MemoryOptions {
   std::vector<int64_t> contexts;  // extra context lengths (--context)
   std::string kv_dtype = "f16";
+  std::string device = "auto";  // with placement flags: the main device of the placement table
+  PlacementFlags placement;
 };
+
+// With --gpu-layers / --cpu-moe / --override-tensor: where each weight of |f| would be loaded,
+// as bytes per device (from the tensor table; nothing is loaded).
+void print_placement(const gguf::File& f, int n_layers, const MemoryOptions& mo) {
+  if (!mo.placement.any()) return;
+  auto dev = find_device(mo.device, 0, 0, true);
+  if (!dev.ok()) return fail(dev.status());
+  auto opts = placement_options(mo.placement, *dev, 0, 0, true);
+  if (!opts.ok()) return fail(opts.status());
+  auto pl = Placement::resolve(*opts, *dev, n_layers);
+  if (!pl.ok()) return fail(pl.status());
+  std::map<std::string, uint64_t> bytes;
+  for (const auto& t : f.tensors())
+    bytes[pl->tensor_device(t.name, t.name.find("_exps") != std::string::npos).info().id] += t.nbytes;
+  std::printf("placement: %s\n", pl->describe(n_layers).c_str());
+  for (const auto& [id, b] : bytes) std::printf("  %-10s %9.1f MB of weights\n", id.c_str(), double(b) / 1e6);
+}
 
 // One sequence's memory at a few context lengths (4k, 32k, the trained context, --context), by
 // kind of layer: the attention layers' K/V grows with the context, a recurrent state does not.
@@ -176,6 +196,7 @@ void print_model(const std::string& path, bool all_tensors, const MemoryOptions&
     return;
   }
   print_sequence_memory(*arch, *cfg, mo);
+  print_placement(**f, cfg->n_layers, mo);
 }
 }  // namespace
 
@@ -196,6 +217,11 @@ void add_info_command(CLI::App& app) {
   cmd->add_option("--kv-dtype", mo->kv_dtype,
                   "KV cache dtype for the memory table: f16, bf16, f32, fp8_e4m3 or int8_pc")
       ->capture_default_str();
+  cmd->add_option("-d,--device", mo->device,
+                  "with --gpu-layers, --cpu-moe or --override-tensor: the main device of the "
+                  "placement table (which weights each device would hold)")
+      ->capture_default_str();
+  add_placement_options(cmd, &mo->placement);
   cmd->callback([path, all, mo] {
     if (path->empty()) print_devices();
     else print_model(*path, *all, *mo);

@@ -40,6 +40,7 @@ struct ServeCommandOptions {
   int load_delay_ms = 0;  // a test hook: stay in the loading state this long after binding
   int threads = 0, threads_batch = 0;  // CPU threads (0: the default)
   std::vector<std::string> loras;      // --lora NAME=PATH
+  PlacementFlags placement;            // --gpu-layers, --cpu-moe, --override-tensor
 };
 
 void serve_fail(const std::string& message, int code = 1) {
@@ -68,6 +69,9 @@ void serve_command(const ServeCommandOptions& o) {
   lo.max_batch_tokens = o.scheduler.max_batch_tokens;
   lo.max_seqs = o.scheduler.max_seqs;
   if (o.act_dtype != "auto") lo.activation_dtype = dtype_from_name(o.act_dtype);
+  auto placed = placement_options(o.placement, *dev, o.threads, o.threads_batch, false);
+  if (!placed.ok()) return serve_fail(placed.status().to_string());
+  lo.placement = *std::move(placed);
   auto model = Model::load(o.model, *dev, lo);
   if (!model.ok()) return serve_fail(model.status().to_string());
   if (!load_loras(
@@ -84,10 +88,8 @@ void serve_command(const ServeCommandOptions& o) {
   if (!o.kv_events.endpoint.empty()) {
     server::KvEventsOptions ko = o.kv_events;
     ko.block_size = (*kv)->config().block_size;
-    ko.lora_name = [m = model->get()](int32_t lora_id) {  // the engine keys adapters by slot + 1
-      return lora_id >= 1 && size_t(lora_id) <= m->loras().size() ? m->loras()[size_t(lora_id - 1)].name
-                                                                  : std::string();
-    };
+    // Called on the engine thread, from the block pool, as a step stores blocks.
+    ko.lora_name = [m = model->get()](int32_t lora_id) { return m->lora_name_of(lora_id); };
     auto pub = server::KvEventPublisher::start(ko);
     if (!pub.ok()) return serve_fail(pub.status().message());
     kv_events = std::move(pub).value();
@@ -144,6 +146,7 @@ void add_serve_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "Serve an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions)");
   cmd->add_option("-m,--model", o->model, "GGUF model file, or a Hugging Face checkpoint directory")->required();
   cmd->add_option("-d,--device", o->device, "device: auto, cpu, vulkan, cuda:0 ...")->capture_default_str();
+  add_placement_options(cmd, &o->placement);
   cmd->add_option("-c,--ctx", o->ctx, "KV cache capacity in tokens, shared by all requests")->capture_default_str()
       ->check(CLI::Range(16, 1 << 24));
   cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache dtype: f16, bf16, f32, fp8_e4m3 or int8_pc (8-bit: an f32 scale per token and kv head)")->capture_default_str();

@@ -158,6 +158,24 @@ class ServeLora(unittest.TestCase):
                 self.assertEqual(e[5], lora_id)
                 self.assertEqual(e[6:], ["GPU", names[lora_id]])
 
+    def test_kv_events_name_an_adapter_at_another_scale(self):
+        # A scale other than 1 is a variant with K/V of its own: its blocks are stored under a
+        # variant id in [2^30, 2^31), and the events still name the adapter.
+        prompt = list(range(90, 130))  # 2 full blocks no other test uses
+        self.tokens(prompt, lora=[{"id": 1, "scale": 0.25}])
+        found = None
+        deadline = time.time() + 20
+        while time.time() < deadline and found is None:
+            if not self.sub.poll(100):
+                continue
+            _, _, payload = self.sub.recv_multipart()
+            for e in msgpack.unpackb(payload, raw=False)[1]:
+                if e[0] == "BlockStored" and e[3][:16] == prompt[:16]:
+                    found = e
+        self.assertIsNotNone(found, "no BlockStored for the prompt's first block")
+        self.assertGreaterEqual(found[5], 1 << 30, f"a variant id: {found}")
+        self.assertEqual(found[6:], ["GPU", "terse"], found)
+
     def test_global_scales_choose_the_adapter_of_requests_naming_none(self):
         base = self.tokens("Once upon")[0]
         styled = self.tokens("Once upon", model="styled")[0]

@@ -1,0 +1,290 @@
+#include "core/exec/split_graph.h"
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+
+namespace tessera {
+
+namespace {
+
+// The value whose memory |v| is: itself, or a view's base.
+ValueId root_of(const Graph& g, ValueId v) {
+  const Value& val = g.value(v);
+  return val.kind == Value::Kind::kView ? val.view_base : v;
+}
+
+// The inputs an op writes in place (they must live on the device that runs it).
+std::vector<int> written_inputs(OpKind op) {
+  switch (op) {
+    case OpKind::kAttention:
+      return {in::kAttnKCache, in::kAttnVCache};
+    case OpKind::kSsmConv:
+      return {in::kConvState};
+    case OpKind::kGatedDeltaNet:
+      return {in::kGdnState};
+    default:
+      return {};
+  }
+}
+
+// The input that is an op's weight (the matrix, the norm's scale, the table, the adapter), or -1.
+// Other external inputs (a rope's frequency factors, a router's bias) decide nothing: they are
+// small, and copied to wherever the node runs.
+int weight_input(OpKind op) {
+  switch (op) {
+    case OpKind::kEmbed:
+      return in::kEmbedWeight;
+    case OpKind::kMatmul:
+      return in::kMatmulW;
+    case OpKind::kMatmulId:
+      return in::kMatmulIdW;
+    case OpKind::kRmsNorm:
+      return in::kRmsNormW;
+    case OpKind::kLayerNorm:
+      return in::kLayerNormW;
+    case OpKind::kLora:
+      return in::kLoraA;
+    default:
+      return -1;
+  }
+}
+
+}  // namespace
+
+SplitGraph::~SplitGraph() = default;
+
+Result<std::unique_ptr<SplitGraph>> SplitGraph::build(const Graph& graph, Device& main,
+                                                      std::span<const Buffer* const> step_inputs) {
+  TS_RETURN_IF_ERROR(graph.status());
+  std::unique_ptr<SplitGraph> sg(new SplitGraph());
+  sg->original_ = &graph;
+  const std::vector<Node>& nodes = graph.nodes();
+  const std::vector<Value>& values = graph.values();
+  auto is_step_input = [&](const Buffer* b) {
+    return std::find(step_inputs.begin(), step_inputs.end(), b) != step_inputs.end();
+  };
+  auto external_device = [&](ValueId v) -> Device* {
+    const Value& r = graph.value(root_of(graph, v));
+    return r.kind == Value::Kind::kExternal && r.tensor.buffer ? r.tensor.buffer->device() : nullptr;
+  };
+
+  // 1. Each node's device.
+  std::vector<Device*> node_device(nodes.size(), nullptr);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    Device* d = nullptr;
+    for (int w : written_inputs(n.op)) {
+      if (!graph.has_input(n, w)) continue;
+      Device* wd = external_device(n.inputs[size_t(w)]);
+      if (!wd) continue;
+      if (d && d != wd)
+        return InvalidArgument(std::string("split graph: node ") + std::to_string(i) + " (" + op_name(n.op) +
+                               ") writes tensors on two devices (" + d->info().id + ", " + wd->info().id + ")");
+      d = wd;
+    }
+    if (const int w = weight_input(n.op); !d && w >= 0 && graph.has_input(n, w)) {
+      const Value& r = graph.value(root_of(graph, n.inputs[size_t(w)]));
+      if (r.kind == Value::Kind::kExternal && r.tensor.buffer && !is_step_input(r.tensor.buffer.get()))
+        d = r.tensor.buffer->device();
+    }
+    if (!d) {
+      int32_t latest = -1;
+      for (ValueId v : n.inputs)
+        if (v != kNoValue) latest = std::max(latest, graph.value(root_of(graph, v)).producer);
+      if (latest >= 0) d = node_device[size_t(latest)];
+    }
+    node_device[i] = d ? d : &main;
+  }
+
+  // 2. Segments: runs of consecutive nodes on one device.
+  sg->node_segment_.assign(nodes.size(), -1);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (sg->segments_.empty() || sg->segments_.back().device != node_device[i]) {
+      Segment s;
+      s.device = node_device[i];
+      s.map.assign(values.size(), kNoValue);
+      s.executor = std::make_unique<Executor>(*s.device, 4);
+      sg->segments_.push_back(std::move(s));
+    }
+    sg->node_segment_[i] = int(sg->segments_.size()) - 1;
+  }
+  sg->value_segment_.assign(values.size(), -1);
+  for (size_t v = 0; v < values.size(); ++v) {
+    const Value& r = graph.value(root_of(graph, ValueId(v)));
+    if (r.kind == Value::Kind::kIntermediate && r.producer >= 0)
+      sg->value_segment_[v] = sg->node_segment_[size_t(r.producer)];
+  }
+
+  // 3. Each segment's graph: its nodes cloned over its own values, landings for what it reads
+  // from other devices or segments.
+  std::vector<std::pair<int, ValueId>> exports;  // (segment, original value) kept for a later segment
+  for (int si = 0; si < int(sg->segments_.size()); ++si) {
+    Segment& seg = sg->segments_[size_t(si)];
+    Status failed;
+    auto land = [&](ValueId v, int from_segment) -> ValueId {
+      const Tensor& t = graph.tensor(v);
+      if (!t.is_contiguous()) {
+        failed = InvalidArgument("split graph: value '" + t.name + "' crosses to " + seg.device->info().id +
+                                 " but is not contiguous");
+        return kNoValue;
+      }
+      auto buf = seg.device->alloc(size_t(t.nbytes()));
+      if (!buf.ok()) {
+        failed = buf.status();
+        return kNoValue;
+      }
+      Landing l;
+      l.from_segment = from_segment;
+      l.from_value = v;
+      l.landing = t;
+      l.landing.buffer = *std::move(buf);
+      l.landing.offset = 0;
+      seg.landings.push_back(l);
+      if (from_segment >= 0) exports.push_back({from_segment, v});
+      return seg.graph.input(seg.landings.back().landing);
+    };
+    // Recursion depth is one: a view's base is never a view.
+    std::function<ValueId(ValueId)> get = [&](ValueId v) -> ValueId {
+      if (v == kNoValue) return kNoValue;
+      if (seg.map[size_t(v)] != kNoValue) return seg.map[size_t(v)];
+      const Value& val = values[size_t(v)];
+      ValueId out = kNoValue;
+      if (val.kind == Value::Kind::kView) {
+        const ValueId base = get(val.view_base);
+        if (base == kNoValue) return kNoValue;
+        out = seg.graph.alias(base, val.tensor, val.view_offset);
+      } else if (val.kind == Value::Kind::kExternal) {
+        out =
+            val.tensor.buffer && val.tensor.buffer->device() == seg.device ? seg.graph.input(val.tensor) : land(v, -1);
+      } else {
+        const int from = sg->value_segment_[size_t(v)];
+        if (from == si) {
+          failed = Internal("split graph: value used before the node that computes it");
+          return kNoValue;
+        }
+        out = land(v, from);
+      }
+      seg.map[size_t(v)] = out;
+      return out;
+    };
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (sg->node_segment_[i] != si) continue;
+      const Node& n = nodes[i];
+      std::vector<ValueId> ins;
+      ins.reserve(n.inputs.size());
+      for (ValueId v : n.inputs) {
+        ins.push_back(get(v));
+        if (!failed.ok()) return failed;
+        if (v != kNoValue && ins.back() == kNoValue)
+          return seg.graph.status().ok() ? Internal("split graph: unmapped input") : seg.graph.status();
+      }
+      std::vector<Tensor> outs;
+      for (ValueId o : n.outputs) outs.push_back(graph.tensor(o));
+      seg.graph.clone_node(n, std::move(ins), outs);
+      TS_RETURN_IF_ERROR(seg.graph.status());
+      const std::vector<ValueId>& made = seg.graph.nodes().back().outputs;
+      for (size_t k = 0; k < n.outputs.size(); ++k) seg.map[size_t(n.outputs[k])] = made[k];
+    }
+  }
+
+  // 4. What must outlive its segment: the graph's outputs and the values later segments copy.
+  for (size_t v = 0; v < values.size(); ++v)
+    if (values[v].is_output && sg->value_segment_[v] >= 0) exports.push_back({sg->value_segment_[v], ValueId(v)});
+  for (const auto& [si, v] : exports) {
+    Segment& seg = sg->segments_[size_t(si)];
+    ValueId m = seg.map[size_t(v)];
+    const Value& val = values[size_t(v)];
+    if (m == kNoValue && val.kind == Value::Kind::kView) {  // an output view nothing in its segment read
+      const ValueId base = seg.map[size_t(val.view_base)];
+      if (base == kNoValue) return Internal("split graph: an output's base is not in its segment");
+      m = seg.map[size_t(v)] = seg.graph.alias(base, val.tensor, val.view_offset);
+    }
+    if (m == kNoValue) return Internal("split graph: an exported value is not in its segment");
+    seg.graph.mark_output(m);
+  }
+  for (const Segment& s : sg->segments_) TS_RETURN_IF_ERROR(s.graph.status());
+  sg->stats_.segments = int(sg->segments_.size());
+  return sg;
+}
+
+Status SplitGraph::copy_in(Segment& seg, const Landing& l) {
+  using Clock = std::chrono::steady_clock;
+  const Tensor* src = nullptr;
+  Device* from = nullptr;
+  if (l.from_segment < 0) {
+    src = &original_->tensor(l.from_value);
+    from = src->buffer->device();
+  } else {
+    const Segment& p = segments_[size_t(l.from_segment)];
+    src = &p.graph.tensor(p.map[size_t(l.from_value)]);
+    from = p.device;
+    if (from != seg.device) {  // the host waits for the producer (devices cannot wait on each other yet)
+      const auto w0 = Clock::now();
+      TS_RETURN_IF_ERROR(from->wait(p.event));
+      stats_.wait_seconds += std::chrono::duration<double>(Clock::now() - w0).count();
+    }
+  }
+  const auto t0 = Clock::now();
+  const size_t bytes = size_t(l.landing.nbytes());
+  if (from == seg.device) {
+    const CopyRegion region{src->buffer.get(), src->offset, l.landing.buffer.get(), 0, bytes};
+    TS_RETURN_IF_ERROR(seg.device->copy(std::span<const CopyRegion>(&region, 1)).status());
+  } else {
+    std::vector<uint8_t>& host = staging_;
+    if (host.size() < bytes) host.resize(bytes);
+    TS_RETURN_IF_ERROR(from->download(*src, host.data(), bytes));
+    TS_RETURN_IF_ERROR(seg.device->upload(l.landing, host.data(), bytes));
+  }
+  ++stats_.copies;
+  stats_.copied_bytes += int64_t(bytes);
+  stats_.copy_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  return OkStatus();
+}
+
+Result<Event> SplitGraph::run() {
+  Event last;
+  for (Segment& seg : segments_) {
+    for (const Landing& l : seg.landings) TS_RETURN_IF_ERROR(copy_in(seg, l));
+    TS_ASSIGN_OR_RETURN(seg.event, seg.executor->submit(seg.graph));
+    last = seg.event;
+  }
+  return last;
+}
+
+Status SplitGraph::wait(Event e) {
+  if (segments_.empty()) return OkStatus();
+  return segments_.back().executor->wait(e);
+}
+
+const Tensor& SplitGraph::tensor(ValueId v) const {
+  const int s = value_segment_[size_t(v)];
+  if (s < 0) return original_->tensor(v);
+  const Segment& seg = segments_[size_t(s)];
+  return seg.graph.tensor(seg.map[size_t(v)]);
+}
+
+Device& SplitGraph::device_of(ValueId v) const {
+  const int s = value_segment_[size_t(v)];
+  if (s < 0) return *original_->tensor(v).buffer->device();
+  return *segments_[size_t(s)].device;
+}
+
+Device& SplitGraph::final_device() const { return *segments_.back().device; }
+
+ExecutorStats SplitGraph::executor_stats() const {
+  ExecutorStats sum;
+  for (const Segment& s : segments_) {
+    const ExecutorStats& e = s.executor->stats();
+    sum.built += e.built;
+    sum.reused += e.reused;
+    sum.evicted += e.evicted;
+    sum.arena_allocations += e.arena_allocations;
+    sum.arena_bytes += e.arena_bytes;
+    sum.cached += e.cached;
+    sum.device_seconds += e.device_seconds;
+  }
+  return sum;
+}
+
+}  // namespace tessera

@@ -1,0 +1,100 @@
+// SplitGraph: one step graph over tensors of several devices (a model placed across a GPU and
+// the CPU: docs/multi-device.md), run as a chain of segments. A segment is a run of consecutive
+// nodes on one device; each becomes a graph of its own with its own Executor (so it is validated,
+// planned and recorded once, and its arena keeps its outputs until its next run), and the values
+// that cross from one segment to another are copied into "landing" tensors the consuming
+// segment's device owns.
+//
+// Where a node runs is decided by its inputs, as llama.cpp's scheduler assigns nodes by the
+// backend of their weights:
+//   1. an external it writes in place (the KV cache of attention, the recurrent state of ssm_conv
+//      and gated_delta_net): that tensor's device;
+//   2. else its weight input (a matmul's W, a norm's scale, an embedding table, a LoRA's A):
+//      that tensor's device;
+//   3. else the device of its most recently computed input;
+//   4. else the main device.
+// Step inputs (the caller names their buffers: token ids, positions, block tables) decide nothing
+// and are copied to the segments of other devices that read them, each run.
+//
+// Copies between devices go through host memory (download, then upload) and wait for the
+// producing segment: correct on every pair of devices, not yet overlapped (HAL events across
+// devices and pinned staging are the next step).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/device.h"
+#include "core/exec/executor.h"
+#include "core/graph.h"
+
+namespace tessera {
+
+struct SplitStats {
+  int segments = 0;
+  int64_t copies = 0;        // landing copies made by run() so far (all segments' inputs)
+  int64_t copied_bytes = 0;  // their bytes
+  double copy_seconds = 0;   // host wall time of the copies themselves
+  double wait_seconds = 0;   // host wall time waiting for a producing segment before its copies
+};
+
+class SplitGraph {
+ public:
+  // Splits |graph| (its nodes in order; its externals on any device). |main| runs nodes nothing
+  // else places; |step_inputs| are the buffers whose tensors decide no placement. Fails naming
+  // the node when an op writes an external that lives on a device other than its own (a KV
+  // cache and a weight of one attention placed apart cannot both be honoured) or when a value
+  // that crosses devices is not contiguous.
+  static Result<std::unique_ptr<SplitGraph>> build(const Graph& graph, Device& main,
+                                                   std::span<const Buffer* const> step_inputs);
+  ~SplitGraph();
+
+  // Queues every segment in order, copying the crossing values before each; returns the event
+  // of the last segment on final_device().
+  Result<Event> run();
+  // Waits for an event of final_device() (counted as device time by its executor).
+  Status wait(Event e);
+
+  // Value |v| of the original graph as the last run computed it: its tensor (buffer and offset in
+  // its segment's memory) and the device that holds it. Only outputs (mark_output) and the values
+  // that crossed a device boundary are kept past their segment.
+  const Tensor& tensor(ValueId v) const;
+  Device& device_of(ValueId v) const;
+  Device& final_device() const;
+  // Which segment each node of the original graph runs in, and each segment's device.
+  int n_segments() const { return int(segments_.size()); }
+  Device& segment_device(int s) const { return *segments_[size_t(s)].device; }
+  int segment_of_node(int node) const { return node_segment_[size_t(node)]; }
+  const SplitStats& stats() const { return stats_; }
+  // The executors' statistics summed over the segments.
+  ExecutorStats executor_stats() const;
+
+ private:
+  // A value copied into segment |to| before it runs: from an external tensor (from_segment -1)
+  // or from |value| of segment |from_segment|'s graph.
+  struct Landing {
+    int from_segment = -1;
+    ValueId from_value = kNoValue;  // in the original graph: the external or the producing root
+    Tensor landing;                 // on the consuming segment's device
+  };
+  struct Segment {
+    Device* device = nullptr;
+    Graph graph;
+    std::unique_ptr<Executor> executor;
+    std::vector<ValueId> map;  // original value -> this graph's value (kNoValue: not here)
+    std::vector<Landing> landings;
+    Event event;
+  };
+  SplitGraph() = default;
+  Status copy_in(Segment& seg, const Landing& l);
+
+  const Graph* original_ = nullptr;
+  std::vector<Segment> segments_;
+  std::vector<int> node_segment_;   // [nodes]
+  std::vector<int> value_segment_;  // [values]: the segment whose graph holds the kept value, -1: external
+  std::vector<uint8_t> staging_;    // host bounce buffer, grown as needed
+  SplitStats stats_;
+};
+
+}  // namespace tessera
