@@ -120,7 +120,9 @@ int main(int argc, char** argv) {
                                 "--device: tokens/s and the copies between devices per step");
   sl->add_option("model", sp.model, "GGUF model")->required();
   sl->add_option("--device", sp.device, "the main device (vulkan, cuda:0, ...)")->capture_default_str();
-  sl->add_option("--gpu-layers", sp.gpu_layers, "placements to run (-1: all on --device)")->capture_default_str();
+  sl->add_option("--gpu-layers", sp.gpu_layers, "placements to run, comma-separated (-1: all on --device)")
+      ->delimiter(',')
+      ->capture_default_str();
   sl->add_option("--threads", sp.threads, "CPU threads")->capture_default_str();
   sl->add_option("--prompt", sp.prompt, "prompt tokens")->capture_default_str();
   sl->add_option("--decode", sp.decode, "generated tokens")->capture_default_str();
