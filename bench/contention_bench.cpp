@@ -138,6 +138,59 @@ std::string find_peer(const std::string& given) {
 
 }  // namespace
 
+namespace {
+// |c|'s model on a CPU device with its thread count (and adaptivity); errors printed.
+bool load_config(const std::string& model, Config* c) {
+  // The pool reads TESSERA_CPU_ADAPT when it is made.
+  if (!c->adaptive) setenv("TESSERA_CPU_ADAPT", "0", 1);
+  auto t = resolve_cpu_threads({c->threads, 0});
+  if (!t.ok()) {
+    std::fprintf(stderr, "tessera-bench: %s\n", t.status().to_string().c_str());
+    return false;
+  }
+  auto m = Model::load(model, make_cpu_device(*t), LoadOptions{});
+  unsetenv("TESSERA_CPU_ADAPT");
+  if (!m.ok()) {
+    std::fprintf(stderr, "tessera-bench: %s\n", m.status().to_string().c_str());
+    return false;
+  }
+  if (c->threads == 0) c->name = "default (" + std::to_string(t->threads) + ", adaptive)";
+  c->model = std::move(m).value();
+  return true;
+}
+
+// The rows of one load level: each configuration against the best fixed thread count, then llama.cpp's.
+void print_busy_rows(int busy, const std::vector<Config>& configs, const std::vector<Figures>& figs,
+                     const std::vector<int>& peer_threads, const std::vector<Figures>& peer_figs) {
+  double best_p = 0, best_d = 0;
+  for (size_t i = 1; i < configs.size(); ++i) {
+    best_p = std::max(best_p, median_of(figs[i].prefill));
+    best_d = std::max(best_d, median_of(figs[i].decode));
+  }
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const double p = median_of(figs[i].prefill), d = median_of(figs[i].decode);
+    std::printf("%-5d %-26s %12.1f %12.1f %13.2fx %13.2fx\n", busy, configs[i].name.c_str(), p, d,
+                best_p > 0 ? p / best_p : 0.0, best_d > 0 ? d / best_d : 0.0);
+    if (i == 0) {
+      const std::string s = cpu_thread_summary(configs[i].model->device());
+      if (!s.empty()) std::printf("      (%s)\n", s.c_str());
+    }
+  }
+  for (size_t i = 0; i < peer_threads.size(); ++i) {
+    const int t = peer_threads[i];
+    const Figures& f = peer_figs[i];
+    const std::string name = t == 0 ? "llama.cpp default" : "llama.cpp -t " + std::to_string(t);
+    if (f.prefill.empty()) {
+      std::printf("%-5d %-26s %12s %12s\n", busy, name.c_str(), "failed", "failed");
+      continue;
+    }
+    const double p = median_of(f.prefill), d = median_of(f.decode);
+    std::printf("%-5d %-26s %12.1f %12.1f %13.2fx %13.2fx\n", busy, name.c_str(), p, d, best_p > 0 ? p / best_p : 0.0,
+                best_d > 0 ? d / best_d : 0.0);
+  }
+}
+}  // namespace
+
 int run_contention_bench(const ContentionBenchArgs& a) {
   std::atexit(stop_busy);
   signal(SIGINT, on_signal);
@@ -146,23 +199,8 @@ int run_contention_bench(const ContentionBenchArgs& a) {
   std::vector<Config> configs;
   configs.push_back({"default", 0, true, nullptr});
   for (int t : a.threads) configs.push_back({"-t " + std::to_string(t) + " fixed", t, false, nullptr});
-  for (Config& c : configs) {
-    // The pool reads TESSERA_CPU_ADAPT when it is made.
-    if (!c.adaptive) setenv("TESSERA_CPU_ADAPT", "0", 1);
-    auto t = resolve_cpu_threads({c.threads, 0});
-    if (!t.ok()) {
-      std::fprintf(stderr, "tessera-bench: %s\n", t.status().to_string().c_str());
-      return 1;
-    }
-    auto m = Model::load(a.model, make_cpu_device(*t), LoadOptions{});
-    unsetenv("TESSERA_CPU_ADAPT");
-    if (!m.ok()) {
-      std::fprintf(stderr, "tessera-bench: %s\n", m.status().to_string().c_str());
-      return 1;
-    }
-    if (c.threads == 0) c.name = "default (" + std::to_string(t->threads) + ", adaptive)";
-    c.model = std::move(m).value();
-  }
+  for (Config& c : configs)
+    if (!load_config(a.model, &c)) return 1;
   const std::string peer = a.no_peer ? "" : find_peer(a.peer);
   std::printf("model: %s; %d CPUs; prompt %d, decode %d tokens; %d repeats (median)\n", a.model.c_str(), logical,
               a.prompt, a.decode, a.repeats);
@@ -203,32 +241,7 @@ int run_contention_bench(const ContentionBenchArgs& a) {
           peer_figs[i].prefill.push_back(p), peer_figs[i].decode.push_back(g);
       }
     }
-    double best_p = 0, best_d = 0;
-    for (size_t i = 1; i < configs.size(); ++i) {
-      best_p = std::max(best_p, median_of(figs[i].prefill));
-      best_d = std::max(best_d, median_of(figs[i].decode));
-    }
-    for (size_t i = 0; i < configs.size(); ++i) {
-      const double p = median_of(figs[i].prefill), d = median_of(figs[i].decode);
-      std::printf("%-5d %-26s %12.1f %12.1f %13.2fx %13.2fx\n", busy, configs[i].name.c_str(), p, d,
-                  best_p > 0 ? p / best_p : 0.0, best_d > 0 ? d / best_d : 0.0);
-      if (i == 0) {
-        const std::string s = cpu_thread_summary(configs[i].model->device());
-        if (!s.empty()) std::printf("      (%s)\n", s.c_str());
-      }
-    }
-    for (size_t i = 0; i < peer_threads.size(); ++i) {
-      const int t = peer_threads[i];
-      const Figures& f = peer_figs[i];
-      const std::string name = t == 0 ? "llama.cpp default" : "llama.cpp -t " + std::to_string(t);
-      if (f.prefill.empty()) {
-        std::printf("%-5d %-26s %12s %12s\n", busy, name.c_str(), "failed", "failed");
-        continue;
-      }
-      const double p = median_of(f.prefill), d = median_of(f.decode);
-      std::printf("%-5d %-26s %12.1f %12.1f %13.2fx %13.2fx\n", busy, name.c_str(), p, d, best_p > 0 ? p / best_p : 0.0,
-                  best_d > 0 ? d / best_d : 0.0);
-    }
+    print_busy_rows(busy, configs, figs, peer_threads, peer_figs);
     std::fflush(stdout);
     stop_busy();
   }

@@ -202,6 +202,58 @@ double in_cache_gbs(DeviceProfiling& profiling, DType w, int64_t K, double secon
 
 }  // namespace
 
+namespace {
+// oneDNN's GEMM peak per activation dtype at |t| threads (the roof the GEMM figures are read against).
+void onednn_peaks(int t, bool quick, std::vector<Row>* rows) {
+  for (const char* dt : {"f32", "bf16", "int8"}) {
+    double cpu_gflops = 0;
+    auto peak = onednn_gemm_gflops(dt, quick ? 1024 : 2048, t, quick ? 3 : 5, &cpu_gflops);
+    if (peak.ok()) {
+      std::printf("oneDNN %-4s GEMM peak, %d thread%s: wall %.1f GFLOP/s, cpu-time %.1f GFLOP/s\n", dt, t,
+                  t > 1 ? "s" : "", peak->median, cpu_gflops);
+      rows->push_back({t, dt, "onednn_peak", peak->median, cpu_gflops, 0, 0});
+    } else {
+      std::printf("oneDNN %-4s GEMM peak: %s\n", dt, peak.status().to_string().c_str());
+    }
+  }
+}
+
+// The GEMM of weight format |w| at --gemm-m's row counts, prepared and row-layout weights
+// alternately (3 rounds, medians).
+void gemm_at_m(Device& device, DType w, int64_t N_prefill, int64_t K, const GemvArgs& a, int t,
+               std::vector<Row>* rows) {
+  for (int64_t m : a.gemm_m) {
+    std::vector<double> gf[2];
+    for (int round = 0; round < 3; ++round)
+      for (int layout = 0; layout < 2; ++layout) {
+        const bool prep = (layout + round) % 2 == 0;
+        auto g = time_matmul(device, w, m, N_prefill, K, 1, a.quick ? 2 : 3, nullptr, prep);
+        if (g.ok()) gf[prep ? 0 : 1].push_back(2.0 * double(m) * double(N_prefill) * double(K) / g->call.wall / 1e9);
+      }
+    std::printf("        %-10s GEMM M=%-4lld N=%lld K=%lld GFLOP/s: prepared %.1f, rows %.1f (x%.2f)\n", dtype_name(w),
+                static_cast<long long>(m), static_cast<long long>(N_prefill), static_cast<long long>(K),
+                median_of(gf[0]), median_of(gf[1]), median_of(gf[1]) > 0 ? median_of(gf[0]) / median_of(gf[1]) : 0.0);
+    rows->push_back(
+        {t, dtype_name(w), "gemm_m" + std::to_string(m) + "_prepared", median_of(gf[0]), median_of(gf[0]), 0, 0});
+    rows->push_back(
+        {t, dtype_name(w), "gemm_m" + std::to_string(m) + "_rows", median_of(gf[1]), median_of(gf[1]), 0, 0});
+  }
+}
+
+bool write_csv(const std::string& path, const std::vector<Row>& rows) {
+  std::ofstream f(path);
+  f << "threads,dtype,what,wall,cpu,pct_read_wall,pct_read_cpu\n";
+  for (const Row& r : rows)
+    f << r.threads << ',' << r.dtype << ',' << r.what << ',' << r.wall_value << ',' << r.cpu_value << ',' << r.pct_wall
+      << ',' << r.pct_cpu << '\n';
+  if (!f) {
+    std::fprintf(stderr, "tessera-bench: %s: cannot write\n", path.c_str());
+    return false;
+  }
+  return true;
+}
+}  // namespace
+
 int run_gemv(const GemvArgs& a) {
   if (!force_cpu_isa(a.isa)) return 1;
   const int64_t N = a.quick ? 2048 : 8192, K = 2048, M_prefill = a.quick ? 64 : 512, N_prefill = 2048;
@@ -222,18 +274,7 @@ int run_gemv(const GemvArgs& a) {
       std::fprintf(stderr, "tessera-bench: cannot allocate the read-bandwidth buffer\n");
       return 1;
     }
-    for (const char* dt : {"f32", "bf16", "int8"}) {
-      if (a.no_gemm) break;
-      double cpu_gflops = 0;
-      auto peak = onednn_gemm_gflops(dt, a.quick ? 1024 : 2048, t, a.quick ? 3 : 5, &cpu_gflops);
-      if (peak.ok()) {
-        std::printf("oneDNN %-4s GEMM peak, %d thread%s: wall %.1f GFLOP/s, cpu-time %.1f GFLOP/s\n", dt, t,
-                    t > 1 ? "s" : "", peak->median, cpu_gflops);
-        rows.push_back({t, dt, "onednn_peak", peak->median, cpu_gflops, 0, 0});
-      } else {
-        std::printf("oneDNN %-4s GEMM peak: %s\n", dt, peak.status().to_string().c_str());
-      }
-    }
+    if (!a.no_gemm) onednn_peaks(t, a.quick, &rows);
     std::printf("%d thread%s; %% read = median over %d pairs of (GEMV pass / read pass over the same bytes)\n", t,
                 t > 1 ? "s" : "", reps);
     std::printf("%-7s %-10s %18s %18s %18s %17s %22s\n", "threads", "dtype", "read GB/s wall/cpu", "GEMV GB/s wall/cpu",
@@ -270,24 +311,7 @@ int run_gemv(const GemvArgs& a) {
                       gemv->read_cpu > 0 ? 100 * cached / gemv->read_cpu : 0});
       if (!a.no_gemm)
         rows.push_back({t, dtype_name(w), "gemm", flops / gemm->call.wall / 1e9, flops / gemm->call.cpu / 1e9, 0, 0});
-      // The GEMM at other M, prepared and row-layout weights alternately (3 rounds, medians).
-      for (int64_t m : a.gemm_m) {
-        std::vector<double> gf[2];
-        for (int round = 0; round < 3; ++round)
-          for (int layout = 0; layout < 2; ++layout) {
-            const bool prep = (layout + round) % 2 == 0;
-            auto g = time_matmul(device, w, m, N_prefill, K, 1, a.quick ? 2 : 3, nullptr, prep);
-            if (g.ok()) gf[prep ? 0 : 1].push_back(2.0 * double(m) * double(N_prefill) * double(K) / g->call.wall / 1e9);
-          }
-        std::printf("        %-10s GEMM M=%-4lld N=%lld K=%lld GFLOP/s: prepared %.1f, rows %.1f (x%.2f)\n",
-                    r.dtype.c_str(), static_cast<long long>(m), static_cast<long long>(N_prefill),
-                    static_cast<long long>(K), median_of(gf[0]), median_of(gf[1]),
-                    median_of(gf[1]) > 0 ? median_of(gf[0]) / median_of(gf[1]) : 0.0);
-        rows.push_back(
-            {t, dtype_name(w), "gemm_m" + std::to_string(m) + "_prepared", median_of(gf[0]), median_of(gf[0]), 0, 0});
-        rows.push_back(
-            {t, dtype_name(w), "gemm_m" + std::to_string(m) + "_rows", median_of(gf[1]), median_of(gf[1]), 0, 0});
-      }
+      gemm_at_m(device, w, N_prefill, K, a, t, &rows);
       std::fflush(stdout);
     }
     rows.push_back({t, "-", "read", median_of(read_w), median_of(read_c), 100, 100});
@@ -295,17 +319,7 @@ int run_gemv(const GemvArgs& a) {
         "read bandwidth, %d thread%s (median over the formats' paired passes): wall %.1f GB/s, cpu-time %.1f GB/s\n", t,
         t > 1 ? "s" : "", median_of(read_w), median_of(read_c));
   }
-  if (!a.csv.empty()) {
-    std::ofstream f(a.csv);
-    f << "threads,dtype,what,wall,cpu,pct_read_wall,pct_read_cpu\n";
-    for (const Row& r : rows)
-      f << r.threads << ',' << r.dtype << ',' << r.what << ',' << r.wall_value << ',' << r.cpu_value << ','
-        << r.pct_wall << ',' << r.pct_cpu << '\n';
-    if (!f) {
-      std::fprintf(stderr, "tessera-bench: %s: cannot write\n", a.csv.c_str());
-      return 1;
-    }
-  }
+  if (!a.csv.empty() && !write_csv(a.csv, rows)) return 1;
   return 0;
 }
 

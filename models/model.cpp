@@ -121,7 +121,8 @@ Status Model::finish_load(const std::string& path, const TensorGetter& get, cons
   max_batch_tokens_ = opts.max_batch_tokens;
   if (act_ != DType::kF32 && act_ != DType::kF16 && act_ != DType::kBF16)
     return InvalidArgument(std::string("activation dtype must be f32, f16 or bf16, got ") + dtype_name(act_));
-  {
+  placement_.reset();
+  if (opts.placement.main_layers != kFitLayers) {  // else load_weights fits it to the weights' sizes
     auto placed = Placement::resolve(opts.placement, device_, cfg_.n_layers);
     if (!placed.ok()) return placed.status().with_context(path + ": ");
     placement_.emplace(std::move(placed).value());
@@ -348,6 +349,13 @@ Status Model::load_weights(const std::string& path, const TensorGetter& get, con
     total += h.nbytes;
     todo.push_back({std::move(h), &s});
   }
+  if (!placement_) {
+    std::vector<std::pair<std::string, size_t>> sizes;
+    for (const auto& [h, s] : todo) sizes.push_back({s->name, h.nbytes});
+    auto placed = fit_placement(opts.placement, sizes);
+    if (!placed.ok()) return placed.status().with_context(path + ": ");
+    placement_.emplace(std::move(placed).value());
+  }
   // CPU-like devices address the mapped file (or the repacked block) in place; the others get a
   // copy per tensor. One mapping per region and device.
   std::map<std::pair<const void*, Device*>, BufferPtr> mapped;
@@ -434,6 +442,37 @@ Result<Tensor> Model::bind_weight(Device& dev, const HostTensor& h, const std::s
     TS_RETURN_IF_ERROR(dev.upload(part, src + e * h.stride0, size_t(part.nbytes())));
   }
   return t;
+}
+
+Result<Placement> Model::fit_placement(const PlacementOptions& o,
+                                       const std::vector<std::pair<std::string, size_t>>& sizes) {
+  // Each layer's weights plus the K/V it keeps for o.fit_kv_tokens tokens (a window layer at
+  // most its window; recurrent state stays on the main device and is not counted).
+  std::vector<int64_t> layer(size_t(cfg_.n_layers), 0);
+  int64_t head = 0, other = 0;
+  for (const auto& [name, bytes] : sizes) {
+    const int l = gguf_layer_of(name);
+    if (l >= 0 && l < cfg_.n_layers) layer[size_t(l)] += int64_t(bytes);
+    else if (name.rfind("output", 0) == 0) head += int64_t(bytes);
+    else other += int64_t(bytes);
+    if (name == "token_embd.weight" && cfg_.tied_output) head += int64_t(bytes);  // the head's own copy
+  }
+  const std::vector<LayerMemory> layout = memory_layout();
+  for (int l = 0; l < cfg_.n_layers; ++l) {
+    const LayerMemory m = size_t(l) < layout.size() ? layout[size_t(l)] : LayerMemory{};
+    const int64_t tokens = m.kind == LayerMemoryKind::kFullAttention   ? o.fit_kv_tokens
+                           : m.kind == LayerMemoryKind::kSlidingWindow ? std::min<int64_t>(o.fit_kv_tokens, m.window)
+                                                                       : 0;
+    const int64_t heads = cfg_.layer_kv_heads.empty() ? cfg_.n_kv_heads : cfg_.layer_kv_heads[size_t(l)];
+    const int64_t dim = cfg_.layer_head_dim.empty() ? cfg_.head_dim : cfg_.layer_head_dim[size_t(l)];
+    layer[size_t(l)] += 2 * tokens * heads * dim * o.fit_kv_bytes_per_element;
+  }
+  const size_t budget = o.main_budget ? o.main_budget : device_->memory().free;
+  const int n = fit_main_layers(layer, head, other, int64_t(double(budget) * 0.95));
+  PlacementOptions p = o;
+  if (n > cfg_.n_layers) p = PlacementOptions{};  // everything fits: one device
+  else p.main_layers = n;
+  return Placement::resolve(p, device_, cfg_.n_layers);
 }
 
 std::vector<std::pair<const Device*, size_t>> Model::weight_bytes_per_device() const {

@@ -183,6 +183,8 @@ class Model final : public ModelRunner {
   static Result<std::unique_ptr<Model>> load_checkpoint(const std::string& dir, DevicePtr device, const LoadOptions& opts);
   Status finish_load(const std::string& path, const TensorGetter& get, const LoadOptions& opts);
   Status load_weights(const std::string& path, const TensorGetter& get, const LoadOptions& opts);
+  // PlacementOptions::kFitLayers resolved from the weights' sizes (name, bytes) and the budget.
+  Result<Placement> fit_placement(const PlacementOptions& o, const std::vector<std::pair<std::string, size_t>>& sizes);
   static Result<std::optional<HostTensor>> gguf_tensor(const gguf::File& f, const TensorSpec& s);
   Result<Tensor> bind_weight(Device& dev, const HostTensor& h, const std::string& name, const BufferPtr& mapped);
   Result<Tensor> prepare_weight(Device& dev, Tensor t, const TensorSpec& s, const HostTensor& h);

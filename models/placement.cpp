@@ -18,8 +18,9 @@ std::string lower(std::string s) {
   return s;
 }
 
-// N of a "blk.N." name, else -1.
-int layer_of(const std::string& name) {
+}  // namespace
+
+int gguf_layer_of(const std::string& name) {
   if (name.rfind("blk.", 0) != 0) return -1;
   size_t i = 4;
   int n = 0;
@@ -27,7 +28,20 @@ int layer_of(const std::string& name) {
   while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) n = n * 10 + (name[i++] - '0');
   return i < name.size() && name[i] == '.' ? n : -1;
 }
-}  // namespace
+
+int fit_main_layers(const std::vector<int64_t>& layer_bytes, int64_t head_bytes, int64_t other_bytes, int64_t budget) {
+  const int n = int(layer_bytes.size());
+  int64_t all = head_bytes + other_bytes;
+  for (int64_t b : layer_bytes) all += b;
+  if (all <= budget) return n + 1;
+  int64_t used = 0;
+  int fit = 0;
+  for (int l = n - 1; l >= 0 && used + layer_bytes[size_t(l)] <= budget; --l) {
+    used += layer_bytes[size_t(l)];
+    ++fit;
+  }
+  return fit;
+}
 
 Result<Placement> Placement::resolve(const PlacementOptions& o, DevicePtr main, int n_layers) {
   Placement p(std::move(main));
@@ -91,7 +105,7 @@ Device& Placement::tensor_device(const std::string& name, bool experts) const {
   Device& d = device_of_override(name, &found);
   if (found) return d;
   if (experts && experts_on_host_) return *host_;
-  const int layer = layer_of(name);
+  const int layer = gguf_layer_of(name);
   if (layer >= 0) return layer_device(layer);
   if (name.rfind("token_embd", 0) == 0) return *host_;
   if (name.rfind("output", 0) == 0) return main_layers_ > n_layers_ ? *main_ : *host_;  // output.weight, output_norm

@@ -13,6 +13,9 @@
 
 namespace tessera {
 
+// PlacementOptions::main_layers: as many of the last layers as the main device's memory holds.
+inline constexpr int kFitLayers = -2;
+
 struct PlacementOptions {
   // The device for what the main device does not hold (the CPU); null: the whole model on the
   // main device, and every other field must be left at its default.
@@ -20,7 +23,16 @@ struct PlacementOptions {
   // The last N repeating layers (weights and KV) on the main device, the others on |host|; with
   // N = n_layers + 1 the output head too (llama.cpp's -ngl). -1: every layer and the head. The
   // token embedding is on |host| whenever a split is asked for (as in llama.cpp).
+  // kFitLayers: the whole model on the main device when its weights and the KV below fit
+  // |main_budget|, else the most trailing layers that do (Model decides it from the weights'
+  // sizes before loading any; fit_main_layers).
   int main_layers = -1;
+  // With kFitLayers: the bytes the main device may take (0: its free memory, Device::memory),
+  // of which 5% is kept back for activations and executables, and the KV tokens to keep room for
+  // (each main-device layer's K and V at |fit_kv_bytes_per_element| bytes per element).
+  size_t main_budget = 0;
+  int64_t fit_kv_tokens = 0;
+  int fit_kv_bytes_per_element = 2;
   // Routed experts' weights on |host| whatever their layer (llama.cpp's --cpu-moe).
   bool experts_on_host = false;
   // (regex, device id) pairs tried in order on each weight's GGUF name before the rules above
@@ -30,6 +42,15 @@ struct PlacementOptions {
 
   bool any() const { return host != nullptr; }
 };
+
+// kFitLayers' rule: the number of trailing layers the main device takes, given each layer's
+// bytes (its weights and its share of the KV, [n_layers]), the output head's and the rest's
+// (the token embedding and small tensors) and the usable budget: n_layers + 1 when everything
+// fits (no split), else the largest N whose last N layers fit.
+int fit_main_layers(const std::vector<int64_t>& layer_bytes, int64_t head_bytes, int64_t other_bytes, int64_t budget);
+
+// N of a GGUF tensor name "blk.N....", else -1.
+int gguf_layer_of(const std::string& name);
 
 class Placement {
  public:

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <functional>
 
 namespace tessera {
 
@@ -54,13 +53,8 @@ int weight_input(OpKind op) {
 
 SplitGraph::~SplitGraph() = default;
 
-Result<std::unique_ptr<SplitGraph>> SplitGraph::build(const Graph& graph, Device& main,
-                                                      std::span<const Buffer* const> step_inputs) {
-  TS_RETURN_IF_ERROR(graph.status());
-  std::unique_ptr<SplitGraph> sg(new SplitGraph());
-  sg->original_ = &graph;
-  const std::vector<Node>& nodes = graph.nodes();
-  const std::vector<Value>& values = graph.values();
+Result<std::vector<Device*>> SplitGraph::assign_devices(const Graph& graph, Device& main,
+                                                        std::span<const Buffer* const> step_inputs) {
   auto is_step_input = [&](const Buffer* b) {
     return std::find(step_inputs.begin(), step_inputs.end(), b) != step_inputs.end();
   };
@@ -68,13 +62,12 @@ Result<std::unique_ptr<SplitGraph>> SplitGraph::build(const Graph& graph, Device
     const Value& r = graph.value(root_of(graph, v));
     return r.kind == Value::Kind::kExternal && r.tensor.buffer ? r.tensor.buffer->device() : nullptr;
   };
-
-  // 1. Each node's device.
+  const std::vector<Node>& nodes = graph.nodes();
   std::vector<Device*> node_device(nodes.size(), nullptr);
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes[i];
     Device* d = nullptr;
-    for (int w : written_inputs(n.op)) {
+    for (int w : written_inputs(n.op)) {  // 1. what it writes in place
       if (!graph.has_input(n, w)) continue;
       Device* wd = external_device(n.inputs[size_t(w)]);
       if (!wd) continue;
@@ -83,116 +76,112 @@ Result<std::unique_ptr<SplitGraph>> SplitGraph::build(const Graph& graph, Device
                                ") writes tensors on two devices (" + d->info().id + ", " + wd->info().id + ")");
       d = wd;
     }
-    if (const int w = weight_input(n.op); !d && w >= 0 && graph.has_input(n, w)) {
+    if (const int w = weight_input(n.op); !d && w >= 0 && graph.has_input(n, w)) {  // 2. its weight
       const Value& r = graph.value(root_of(graph, n.inputs[size_t(w)]));
       if (r.kind == Value::Kind::kExternal && r.tensor.buffer && !is_step_input(r.tensor.buffer.get()))
         d = r.tensor.buffer->device();
     }
-    if (!d) {
+    if (!d) {  // 3. its most recently computed input
       int32_t latest = -1;
       for (ValueId v : n.inputs)
         if (v != kNoValue) latest = std::max(latest, graph.value(root_of(graph, v)).producer);
       if (latest >= 0) d = node_device[size_t(latest)];
     }
-    node_device[i] = d ? d : &main;
+    node_device[i] = d ? d : &main;  // 4. the main device
   }
+  return node_device;
+}
 
-  // 2. Segments: runs of consecutive nodes on one device.
-  sg->node_segment_.assign(nodes.size(), -1);
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    if (sg->segments_.empty() || sg->segments_.back().device != node_device[i]) {
+void SplitGraph::make_segments(const std::vector<Device*>& node_device) {
+  const size_t n_values = original_->values().size();
+  node_segment_.assign(node_device.size(), -1);
+  for (size_t i = 0; i < node_device.size(); ++i) {
+    if (segments_.empty() || segments_.back().device != node_device[i]) {
       Segment s;
       s.device = node_device[i];
-      s.map.assign(values.size(), kNoValue);
+      s.map.assign(n_values, kNoValue);
       s.executor = std::make_unique<Executor>(*s.device, 4);
-      sg->segments_.push_back(std::move(s));
+      segments_.push_back(std::move(s));
     }
-    sg->node_segment_[i] = int(sg->segments_.size()) - 1;
+    node_segment_[i] = int(segments_.size()) - 1;
   }
-  sg->value_segment_.assign(values.size(), -1);
-  for (size_t v = 0; v < values.size(); ++v) {
-    const Value& r = graph.value(root_of(graph, ValueId(v)));
-    if (r.kind == Value::Kind::kIntermediate && r.producer >= 0)
-      sg->value_segment_[v] = sg->node_segment_[size_t(r.producer)];
+  value_segment_.assign(n_values, -1);
+  for (size_t v = 0; v < n_values; ++v) {
+    const Value& r = original_->value(root_of(*original_, ValueId(v)));
+    if (r.kind == Value::Kind::kIntermediate && r.producer >= 0) value_segment_[v] = node_segment_[size_t(r.producer)];
   }
+}
 
-  // 3. Each segment's graph: its nodes cloned over its own values, landings for what it reads
-  // from other devices or segments.
-  std::vector<std::pair<int, ValueId>> exports;  // (segment, original value) kept for a later segment
-  for (int si = 0; si < int(sg->segments_.size()); ++si) {
-    Segment& seg = sg->segments_[size_t(si)];
-    Status failed;
-    auto land = [&](ValueId v, int from_segment) -> ValueId {
-      const Tensor& t = graph.tensor(v);
-      if (!t.is_contiguous()) {
-        failed = InvalidArgument("split graph: value '" + t.name + "' crosses to " + seg.device->info().id +
-                                 " but is not contiguous");
-        return kNoValue;
-      }
-      auto buf = seg.device->alloc(size_t(t.nbytes()));
-      if (!buf.ok()) {
-        failed = buf.status();
-        return kNoValue;
-      }
-      Landing l;
-      l.from_segment = from_segment;
-      l.from_value = v;
-      l.landing = t;
-      l.landing.buffer = *std::move(buf);
-      l.landing.offset = 0;
-      seg.landings.push_back(l);
-      if (from_segment >= 0) exports.push_back({from_segment, v});
-      return seg.graph.input(seg.landings.back().landing);
-    };
-    // Recursion depth is one: a view's base is never a view.
-    std::function<ValueId(ValueId)> get = [&](ValueId v) -> ValueId {
-      if (v == kNoValue) return kNoValue;
-      if (seg.map[size_t(v)] != kNoValue) return seg.map[size_t(v)];
-      const Value& val = values[size_t(v)];
-      ValueId out = kNoValue;
-      if (val.kind == Value::Kind::kView) {
-        const ValueId base = get(val.view_base);
-        if (base == kNoValue) return kNoValue;
-        out = seg.graph.alias(base, val.tensor, val.view_offset);
-      } else if (val.kind == Value::Kind::kExternal) {
-        out =
-            val.tensor.buffer && val.tensor.buffer->device() == seg.device ? seg.graph.input(val.tensor) : land(v, -1);
-      } else {
-        const int from = sg->value_segment_[size_t(v)];
-        if (from == si) {
-          failed = Internal("split graph: value used before the node that computes it");
-          return kNoValue;
-        }
-        out = land(v, from);
-      }
-      seg.map[size_t(v)] = out;
-      return out;
-    };
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      if (sg->node_segment_[i] != si) continue;
-      const Node& n = nodes[i];
-      std::vector<ValueId> ins;
-      ins.reserve(n.inputs.size());
-      for (ValueId v : n.inputs) {
-        ins.push_back(get(v));
-        if (!failed.ok()) return failed;
-        if (v != kNoValue && ins.back() == kNoValue)
-          return seg.graph.status().ok() ? Internal("split graph: unmapped input") : seg.graph.status();
-      }
-      std::vector<Tensor> outs;
-      for (ValueId o : n.outputs) outs.push_back(graph.tensor(o));
-      seg.graph.clone_node(n, std::move(ins), outs);
-      TS_RETURN_IF_ERROR(seg.graph.status());
-      const std::vector<ValueId>& made = seg.graph.nodes().back().outputs;
-      for (size_t k = 0; k < n.outputs.size(); ++k) seg.map[size_t(n.outputs[k])] = made[k];
+Result<ValueId> SplitGraph::land(int si, ValueId v, int from_segment) {
+  Segment& seg = segments_[size_t(si)];
+  const Tensor& t = original_->tensor(v);
+  if (!t.is_contiguous())
+    return InvalidArgument("split graph: value '" + t.name + "' crosses to " + seg.device->info().id +
+                           " but is not contiguous");
+  TS_ASSIGN_OR_RETURN(BufferPtr buf, seg.device->alloc(size_t(t.nbytes())));
+  Landing l;
+  l.from_segment = from_segment;
+  l.from_value = v;
+  l.landing = t;
+  l.landing.buffer = std::move(buf);
+  l.landing.offset = 0;
+  seg.landings.push_back(l);
+  if (from_segment >= 0) exports_.push_back({from_segment, v});
+  return seg.graph.input(seg.landings.back().landing);
+}
+
+Result<ValueId> SplitGraph::value_in(int si, ValueId v) {
+  Segment& seg = segments_[size_t(si)];
+  if (v == kNoValue || seg.map[size_t(v)] != kNoValue) return v == kNoValue ? kNoValue : seg.map[size_t(v)];
+  const Value& val = original_->value(v);
+  ValueId out = kNoValue;
+  if (val.kind == Value::Kind::kView) {  // a view's base is never a view: one level of recursion
+    TS_ASSIGN_OR_RETURN(const ValueId base, value_in(si, val.view_base));
+    out = seg.graph.alias(base, val.tensor, val.view_offset);
+  } else if (val.kind == Value::Kind::kExternal) {
+    if (val.tensor.buffer && val.tensor.buffer->device() == seg.device) {
+      out = seg.graph.input(val.tensor);
+    } else {
+      TS_ASSIGN_OR_RETURN(out, land(si, v, -1));
     }
+  } else {
+    const int from = value_segment_[size_t(v)];
+    if (from == si) return Internal("split graph: value used before the node that computes it");
+    TS_ASSIGN_OR_RETURN(out, land(si, v, from));
   }
+  TS_RETURN_IF_ERROR(seg.graph.status());
+  seg.map[size_t(v)] = out;
+  return out;
+}
 
-  // 4. What must outlive its segment: the graph's outputs and the values later segments copy.
+Status SplitGraph::build_segment(int si) {
+  Segment& seg = segments_[size_t(si)];
+  const std::vector<Node>& nodes = original_->nodes();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (node_segment_[i] != si) continue;
+    const Node& n = nodes[i];
+    std::vector<ValueId> ins;
+    ins.reserve(n.inputs.size());
+    for (ValueId v : n.inputs) {
+      TS_ASSIGN_OR_RETURN(const ValueId mapped, value_in(si, v));
+      ins.push_back(mapped);
+    }
+    std::vector<Tensor> outs;
+    for (ValueId o : n.outputs) outs.push_back(original_->tensor(o));
+    seg.graph.clone_node(n, std::move(ins), outs);
+    TS_RETURN_IF_ERROR(seg.graph.status());
+    const std::vector<ValueId>& made = seg.graph.nodes().back().outputs;
+    for (size_t k = 0; k < n.outputs.size(); ++k) seg.map[size_t(n.outputs[k])] = made[k];
+  }
+  return OkStatus();
+}
+
+Status SplitGraph::mark_exports() {
+  const std::vector<Value>& values = original_->values();
   for (size_t v = 0; v < values.size(); ++v)
-    if (values[v].is_output && sg->value_segment_[v] >= 0) exports.push_back({sg->value_segment_[v], ValueId(v)});
-  for (const auto& [si, v] : exports) {
-    Segment& seg = sg->segments_[size_t(si)];
+    if (values[v].is_output && value_segment_[v] >= 0) exports_.push_back({value_segment_[v], ValueId(v)});
+  for (const auto& [si, v] : exports_) {
+    Segment& seg = segments_[size_t(si)];
     ValueId m = seg.map[size_t(v)];
     const Value& val = values[size_t(v)];
     if (m == kNoValue && val.kind == Value::Kind::kView) {  // an output view nothing in its segment read
@@ -203,7 +192,22 @@ Result<std::unique_ptr<SplitGraph>> SplitGraph::build(const Graph& graph, Device
     if (m == kNoValue) return Internal("split graph: an exported value is not in its segment");
     seg.graph.mark_output(m);
   }
-  for (const Segment& s : sg->segments_) TS_RETURN_IF_ERROR(s.graph.status());
+  for (const Segment& s : segments_) TS_RETURN_IF_ERROR(s.graph.status());
+  return OkStatus();
+}
+
+Result<std::unique_ptr<SplitGraph>> SplitGraph::build(const Graph& graph, Device& main,
+                                                      std::span<const Buffer* const> step_inputs) {
+  TS_RETURN_IF_ERROR(graph.status());
+  std::unique_ptr<SplitGraph> sg(new SplitGraph());
+  sg->original_ = &graph;
+  TS_ASSIGN_OR_RETURN(const std::vector<Device*> node_device, assign_devices(graph, main, step_inputs));
+  sg->make_segments(node_device);
+  // Each segment's graph: its nodes cloned over its own values, with landings for what it reads
+  // from other devices or segments; then what must outlive a segment is marked.
+  for (int si = 0; si < int(sg->segments_.size()); ++si) TS_RETURN_IF_ERROR(sg->build_segment(si));
+  TS_RETURN_IF_ERROR(sg->mark_exports());
+  sg->exports_.clear();
   sg->stats_.segments = int(sg->segments_.size());
   return sg;
 }

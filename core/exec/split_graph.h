@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "core/device.h"
@@ -87,13 +88,24 @@ class SplitGraph {
     Event event;
   };
   SplitGraph() = default;
+  // build's steps: each node's device (the rules above); runs of one device into segments; a
+  // segment's graph (value_in maps an original value into it, land makes a landing for one
+  // from elsewhere); the graph's outputs and the crossing values marked as outputs.
+  static Result<std::vector<Device*>> assign_devices(const Graph& graph, Device& main,
+                                                     std::span<const Buffer* const> step_inputs);
+  void make_segments(const std::vector<Device*>& node_device);
+  Status build_segment(int si);
+  Result<ValueId> value_in(int si, ValueId v);
+  Result<ValueId> land(int si, ValueId v, int from_segment);
+  Status mark_exports();
   Status copy_in(Segment& seg, const Landing& l);
 
   const Graph* original_ = nullptr;
   std::vector<Segment> segments_;
   std::vector<int> node_segment_;   // [nodes]
   std::vector<int> value_segment_;  // [values]: the segment whose graph holds the kept value, -1: external
-  std::vector<uint8_t> staging_;    // host bounce buffer, grown as needed
+  std::vector<std::pair<int, ValueId>> exports_;  // build's: (segment, value) a later segment copies
+  std::vector<uint8_t> staging_;                  // host bounce buffer, grown as needed
   SplitStats stats_;
 };
 

@@ -143,6 +143,7 @@ Status KvCache::copy_group(std::span<const std::pair<BlockId, BlockId>> pairs, b
   if (pairs.empty()) return OkStatus();
   const int n_blocks = window ? cfg_.n_window_blocks : cfg_.n_blocks;
   std::vector<CopyRegion> regions;
+  std::vector<Device*> devices;  // each region's
   regions.reserve(pairs.size() * 2 * k_.size());
   for (const auto& [src, dst] : pairs) {
     TS_RETURN_IF_ERROR(check_block("copy source", src, n_blocks));
@@ -150,26 +151,28 @@ Status KvCache::copy_group(std::span<const std::pair<BlockId, BlockId>> pairs, b
     for (int l = 0; l < cfg_.n_layers; ++l) {
       if (in_window(l) != window || !has_kv(l)) continue;
       const size_t bytes = size_t(block_bytes(l));
-      for (const Tensor* t : {&k_[size_t(l)], &v_[size_t(l)]})
+      for (const Tensor* t : {&k_[size_t(l)], &v_[size_t(l)]}) {
         regions.push_back({t->buffer.get(), t->offset + size_t(src) * bytes, t->buffer.get(), t->offset + size_t(dst) * bytes, bytes});
+        devices.push_back(&layer_device(l));
+      }
     }
   }
-  return copy_per_device(regions);
+  return copy_per_device(regions, devices);
 }
 
-Status KvCache::copy_per_device(const std::vector<CopyRegion>& regions) {
+Status KvCache::copy_per_device(const std::vector<CopyRegion>& regions, const std::vector<Device*>& devices) {
   if (regions.empty()) return OkStatus();
-  Device* first = regions.front().src->device();
-  if (std::all_of(regions.begin(), regions.end(), [first](const CopyRegion& r) { return r.src->device() == first; }))
+  Device* first = devices.front();
+  if (std::all_of(devices.begin(), devices.end(), [first](const Device* d) { return d == first; }))
     return first->copy(regions).status();
-  std::vector<Device*> devices;
-  for (const CopyRegion& r : regions)
-    if (std::find(devices.begin(), devices.end(), r.src->device()) == devices.end()) devices.push_back(r.src->device());
+  std::vector<Device*> distinct;
+  for (Device* d : devices)
+    if (std::find(distinct.begin(), distinct.end(), d) == distinct.end()) distinct.push_back(d);
   std::vector<CopyRegion> part;
-  for (Device* d : devices) {
+  for (Device* d : distinct) {
     part.clear();
-    for (const CopyRegion& r : regions)
-      if (r.src->device() == d) part.push_back(r);
+    for (size_t i = 0; i < regions.size(); ++i)
+      if (devices[i] == d) part.push_back(regions[i]);
     TS_RETURN_IF_ERROR(d->copy(part).status());
   }
   return OkStatus();
@@ -209,7 +212,8 @@ Status KvCache::reserve_swap(int32_t n_slots) {
   return OkStatus();
 }
 
-void KvCache::add_swap_regions(BlockId b, int32_t slot, bool to_host, std::vector<CopyRegion>* out) const {
+void KvCache::add_swap_regions(BlockId b, int32_t slot, bool to_host, std::vector<CopyRegion>* out,
+                               std::vector<Device*>* devices) const {
   std::vector<size_t> host(swap_.size());
   for (size_t i = 0; i < swap_.size(); ++i) host[i] = size_t(slot) * swap_[i].slot_bytes;
   for (int l = 0; l < cfg_.n_layers; ++l) {
@@ -222,6 +226,7 @@ void KvCache::add_swap_regions(BlockId b, int32_t slot, bool to_host, std::vecto
       const size_t dev = t->offset + size_t(b) * bytes;
       if (to_host) out->push_back({t->buffer.get(), dev, space, host[i], bytes});
       else out->push_back({space, host[i], t->buffer.get(), dev, bytes});
+      devices->push_back(swap_[i].device);
       host[i] += bytes;
     }
   }
@@ -230,23 +235,25 @@ void KvCache::add_swap_regions(BlockId b, int32_t slot, bool to_host, std::vecto
 Status KvCache::swap_out(std::span<const std::pair<BlockId, int32_t>> pairs) {
   if (pairs.empty()) return OkStatus();
   std::vector<CopyRegion> regions;
+  std::vector<Device*> devices;
   for (const auto& [block, slot] : pairs) {
     TS_RETURN_IF_ERROR(check_block("swap_out", block, cfg_.n_blocks));
     TS_RETURN_IF_ERROR(check_slot("swap_out", slot));
-    add_swap_regions(block, slot, true, &regions);
+    add_swap_regions(block, slot, true, &regions, &devices);
   }
-  return copy_per_device(regions);
+  return copy_per_device(regions, devices);
 }
 
 Status KvCache::swap_in(std::span<const std::pair<int32_t, BlockId>> pairs) {
   if (pairs.empty()) return OkStatus();
   std::vector<CopyRegion> regions;
+  std::vector<Device*> devices;
   for (const auto& [slot, block] : pairs) {
     TS_RETURN_IF_ERROR(check_slot("swap_in", slot));
     TS_RETURN_IF_ERROR(check_block("swap_in", block, cfg_.n_blocks));
-    add_swap_regions(block, slot, false, &regions);
+    add_swap_regions(block, slot, false, &regions, &devices);
   }
-  return copy_per_device(regions);
+  return copy_per_device(regions, devices);
 }
 
 }  // namespace tessera

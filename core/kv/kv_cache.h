@@ -110,9 +110,11 @@ class KvCache {
   int64_t block_bytes(int layer) const;  // one block of layer |layer|'s K (or V)
   // Appends the regions copying block |b| of every layer's K and V to (or from, when
   // |to_host| is false) host slot |slot|.
-  void add_swap_regions(BlockId b, int32_t slot, bool to_host, std::vector<CopyRegion>* out) const;
-  // Queues |regions| as one batched copy per device their buffers belong to.
-  Status copy_per_device(const std::vector<CopyRegion>& regions);
+  // Appends each region's device (the layer's, KvCacheConfig::layer_devices) to |devices|.
+  void add_swap_regions(BlockId b, int32_t slot, bool to_host, std::vector<CopyRegion>* out,
+                        std::vector<Device*>* devices) const;
+  // Queues |regions| as one batched copy per device (|devices|[i] is region i's).
+  Status copy_per_device(const std::vector<CopyRegion>& regions, const std::vector<Device*>& devices);
   KvCache(Device& device, const KvCacheConfig& cfg)
       : device_(device), cfg_(cfg), pool_(cfg.n_blocks), window_pool_(cfg.window > 0 ? cfg.n_window_blocks : 0) {}
   Device& device_;

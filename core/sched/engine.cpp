@@ -154,14 +154,7 @@ Status Engine::step() {
   propose_drafts();
   scheduler_.set_max_loras(model_.lora_device_slots());  // run-time loads change it
   const auto scheduled = scheduler_.plan(&plan_);
-  if (!scheduled.empty()) {
-    kv_blocks_last_ = kv_.pool().n_used();
-    kv_blocks_peak_ = std::max(kv_blocks_peak_, kv_blocks_last_);
-    if (const BlockPool* wp = kv_.window_pool()) {
-      kv_window_blocks_last_ = wp->n_used();
-      kv_window_blocks_peak_ = std::max(kv_window_blocks_peak_, kv_window_blocks_last_);
-    }
-  }
+  if (!scheduled.empty()) record_kv_use();
   // A preempted sequence's draft-side state goes too: its memory is what the pool was short of
   // (the draft's KV mirrors the target's), and a recomputed sequence catches the draft up again.
   for (RequestId id : scheduler_.take_preempted())
@@ -209,6 +202,30 @@ Status Engine::step() {
     return s;
   }
   scheduler_.commit(scheduled);
+  emit_step(scheduled, ids);
+  const double wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  scheduler_.observe(cfg_.step_ms_for_test       ? cfg_.step_ms_for_test(plan_)
+                     : cfg_.cost_cpu_threads > 0 ? (process_cpu_ms() - cpu0) / cfg_.cost_cpu_threads
+                                                 : wall_ms);
+  if (cfg_.on_step) {
+    const SchedulerStats ss = scheduler_.stats();
+    const StepCostStats& c = ss.step;
+    cfg_.on_step({ss.steps, int32_t(scheduled.size()), c.last_step_tokens, c.last_prefill_tokens, c.last_limit_ms,
+                  c.last_predicted_ms, c.last_step_ms, wall_ms, c.cost});
+  }
+  return OkStatus();
+}
+
+void Engine::record_kv_use() {
+  kv_blocks_last_ = kv_.pool().n_used();
+  kv_blocks_peak_ = std::max(kv_blocks_peak_, kv_blocks_last_);
+  if (const BlockPool* wp = kv_.window_pool()) {
+    kv_window_blocks_last_ = wp->n_used();
+    kv_window_blocks_peak_ = std::max(kv_window_blocks_peak_, kv_window_blocks_last_);
+  }
+}
+
+void Engine::emit_step(const std::vector<ScheduledSeq>& scheduled, const std::vector<RequestId>& ids) {
   const size_t vocab = size_t(model_.vocab_size());
   size_t row = 0;
   bool drafted = false;
@@ -230,17 +247,6 @@ Status Engine::step() {
     if (it != active_.end()) finish(*it->second, FinishReason::kStop, {}, std::vector<float>(pooled, pooled + dim));
     pooled += dim;
   }
-  const double wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  scheduler_.observe(cfg_.step_ms_for_test ? cfg_.step_ms_for_test(plan_)
-                     : cfg_.cost_cpu_threads > 0 ? (process_cpu_ms() - cpu0) / cfg_.cost_cpu_threads
-                                                 : wall_ms);
-  if (cfg_.on_step) {
-    const SchedulerStats ss = scheduler_.stats();
-    const StepCostStats& c = ss.step;
-    cfg_.on_step({ss.steps, int32_t(scheduled.size()), c.last_step_tokens, c.last_prefill_tokens, c.last_limit_ms,
-                  c.last_predicted_ms, c.last_step_ms, wall_ms, c.cost});
-  }
-  return OkStatus();
 }
 
 void Engine::sample_and_emit(RequestId seq_id, const float* logits) {

@@ -206,6 +206,11 @@ class Engine {
   void verify_and_emit(RequestId seq_id, const float* logits, int32_t n_draft);
   void fork_choices(Active& parent, const float* logits);
   void sample_and_emit(RequestId seq_id, const float* logits);
+  // The KV blocks in use after a step's allocation (and their peaks), for EngineStats.
+  void record_kv_use();
+  // A collected step's results: each sampling row's token (or a draft's verification), then each
+  // pooled request's embedding, in plan order.
+  void emit_step(const std::vector<ScheduledSeq>& scheduled, const std::vector<RequestId>& ids);
   // Fills the grammar mask of |seq_id|'s next token (Active::mask) unless it is filled already;
   // a no-op without a grammar. Called while the device runs the step that samples it.
   void prepare_mask(RequestId seq_id);

@@ -65,7 +65,8 @@ void add_placement_options(CLI::App* cmd, PlacementFlags* f) {
          "--gpu-layers,--n-gpu-layers", f->gpu_layers,
          "N: only the last N layers (weights and KV) on --device, the rest and the token embedding on the CPU; "
          "N = layers + 1 also puts the output head there; -1: everything (llama.cpp's -ngl; "
-         "docs/multi-device.md)")
+         "docs/multi-device.md). Default on a GPU: the whole model if it fits its free memory with --ctx "
+         "tokens of KV, else the last layers that do")
       ->check(CLI::Range(-1, 1 << 20));
   cmd->add_flag("--cpu-moe", f->cpu_moe,
                 "the routed experts' weights on the CPU, attention on --device (llama.cpp's --cpu-moe)");
@@ -76,9 +77,17 @@ void add_placement_options(CLI::App* cmd, PlacementFlags* f) {
 }
 
 Result<PlacementOptions> placement_options(const PlacementFlags& f, const DevicePtr& main, int threads,
-                                           int threads_batch, bool quiet) {
+                                           int threads_batch, bool quiet, int64_t kv_tokens) {
   PlacementOptions p;
-  if (!f.any()) return p;
+  if (!f.any()) {
+    const DeviceInfo& i = main->info();
+    if ((i.type != DeviceType::kGpu && i.type != DeviceType::kIntegratedGpu) || i.emulated) return p;
+    // A real GPU: the whole model when it fits, else the layers that do (llama.cpp's --fit).
+    TS_ASSIGN_OR_RETURN(p.host, find_device("cpu", threads, threads_batch, quiet));
+    p.main_layers = kFitLayers;
+    p.fit_kv_tokens = kv_tokens;
+    return p;
+  }
   if (main->info().type == DeviceType::kCpu)
     return InvalidArgument(
         "--gpu-layers, --cpu-moe and --override-tensor split a model between a GPU and the CPU, but "
@@ -194,7 +203,7 @@ std::unique_ptr<Model> load_model(const ModelOptions& o, const LoadOptions& extr
   ProgressBar bar{!o.quiet && isatty(2)};
   LoadOptions lo = load_options(o, extra);
   lo.progress = [&bar](size_t done, size_t total) { bar.draw(done, total); return true; };
-  auto placed = placement_options(o.placement, *dev, o.threads, o.threads_batch, o.quiet);
+  auto placed = placement_options(o.placement, *dev, o.threads, o.threads_batch, o.quiet, o.ctx);
   if (!placed.ok()) {
     fail(placed.status());
     return nullptr;

@@ -22,9 +22,11 @@ struct PlacementFlags {
 // Adds --gpu-layers, --cpu-moe and --override-tensor to |cmd| (add_model_options calls it).
 void add_placement_options(CLI::App* cmd, PlacementFlags* f);
 // The placement |f| asks for with |main| as the main device: the CPU (with the given thread
-// counts) takes the rest. Errors: a main device that is the CPU, a malformed PATTERN=DEVICE.
+// counts) takes the rest. Without flags, on a GPU that is not emulated, the model is fitted to
+// its free memory with room for |kv_tokens| of KV (kFitLayers: one device when it fits).
+// Errors: a main device that is the CPU, a malformed PATTERN=DEVICE.
 Result<PlacementOptions> placement_options(const PlacementFlags& f, const DevicePtr& main, int threads,
-                                           int threads_batch, bool quiet);
+                                           int threads_batch, bool quiet, int64_t kv_tokens = 0);
 
 struct ModelOptions {
   std::string model;          // path to a .gguf or a checkpoint directory

@@ -48,6 +48,38 @@ void serve_fail(const std::string& message, int code = 1) {
   set_exit_code(code);
 }
 
+// --kv-events: a publisher fed by |kv|'s block pool (null without the flag).
+Result<std::unique_ptr<server::KvEventPublisher>> start_kv_events(const ServeCommandOptions& o, Model& model,
+                                                                  KvCache& kv) {
+  if (o.kv_events.endpoint.empty()) return std::unique_ptr<server::KvEventPublisher>();
+  server::KvEventsOptions ko = o.kv_events;
+  ko.block_size = kv.config().block_size;
+  // Called on the engine thread, from the block pool, as a step stores blocks.
+  ko.lora_name = [m = &model](int32_t lora_id) { return m->lora_name_of(lora_id); };
+  TS_ASSIGN_OR_RETURN(auto pub, server::KvEventPublisher::start(ko));
+  kv.pool().set_event_sink(pub.get());
+  std::fprintf(stderr, "serve: KV events on %s%s%s\n", ko.endpoint.c_str(),
+               ko.replay_endpoint.empty() ? "" : ", replay on ", ko.replay_endpoint.c_str());
+  return pub;
+}
+
+using StepLog = std::unique_ptr<std::FILE, int (*)(std::FILE*)>;
+// --step-log FILE: a CSV line per engine step through |ec|'s on_step.
+Status open_step_log(const std::string& path, StepLog* log, EngineConfig* ec) {
+  if (path.empty()) return OkStatus();
+  log->reset(std::fopen(path.c_str(), "w"));
+  if (!*log) return InvalidArgument("--step-log: cannot write '" + path + "'");
+  std::fprintf(
+      log->get(),
+      "step,seqs,tokens,prefill_tokens,limit_ms,predicted_ms,measured_ms,wall_ms,c0_ms,token_ms,logit_ms,pair_ms\n");
+  ec->on_step = [f = log->get()](const StepRecord& r) {
+    std::fprintf(f, "%lld,%d,%d,%d,%.3f,%.3f,%.3f,%.3f,%.4g,%.4g,%.4g,%.4g\n", static_cast<long long>(r.step), r.seqs,
+                 r.tokens, r.prefill_tokens, r.limit_ms, r.predicted_ms, r.measured_ms, r.wall_ms, r.cost.c0_ms,
+                 r.cost.token_ms, r.cost.logit_ms, r.cost.pair_ms);
+  };
+  return OkStatus();
+}
+
 void serve_command(const ServeCommandOptions& o) {
   server::SignalWatcher signals;  // before any thread starts, so they all inherit the mask
   auto dev = find_device(o.device, o.threads, o.threads_batch, false);
@@ -69,7 +101,7 @@ void serve_command(const ServeCommandOptions& o) {
   lo.max_batch_tokens = o.scheduler.max_batch_tokens;
   lo.max_seqs = o.scheduler.max_seqs;
   if (o.act_dtype != "auto") lo.activation_dtype = dtype_from_name(o.act_dtype);
-  auto placed = placement_options(o.placement, *dev, o.threads, o.threads_batch, false);
+  auto placed = placement_options(o.placement, *dev, o.threads, o.threads_batch, false, o.ctx);
   if (!placed.ok()) return serve_fail(placed.status().to_string());
   lo.placement = *std::move(placed);
   auto model = Model::load(o.model, *dev, lo);
@@ -84,19 +116,8 @@ void serve_command(const ServeCommandOptions& o) {
   }
   auto kv = (*model)->create_kv_cache(o.ctx, *kvt, 16, !o.swa_full);
   if (!kv.ok()) return serve_fail(kv.status().to_string());
-  std::unique_ptr<server::KvEventPublisher> kv_events;
-  if (!o.kv_events.endpoint.empty()) {
-    server::KvEventsOptions ko = o.kv_events;
-    ko.block_size = (*kv)->config().block_size;
-    // Called on the engine thread, from the block pool, as a step stores blocks.
-    ko.lora_name = [m = model->get()](int32_t lora_id) { return m->lora_name_of(lora_id); };
-    auto pub = server::KvEventPublisher::start(ko);
-    if (!pub.ok()) return serve_fail(pub.status().message());
-    kv_events = std::move(pub).value();
-    (*kv)->pool().set_event_sink(kv_events.get());
-    std::fprintf(stderr, "serve: KV events on %s%s%s\n", ko.endpoint.c_str(), ko.replay_endpoint.empty() ? "" : ", replay on ",
-                 ko.replay_endpoint.c_str());
-  }
+  auto kv_events = start_kv_events(o, **model, **kv);
+  if (!kv_events.ok()) return serve_fail(kv_events.status().message());
 
   EngineConfig ec;
   SpecTarget st;
@@ -116,17 +137,8 @@ void serve_command(const ServeCommandOptions& o) {
   const DeviceInfo& di = (*model)->device().info();
   if (di.type == DeviceType::kCpu && di.threads > 0 && !o.wall_clock_cost)
     ec.cost_cpu_threads = std::max(1, di.threads);
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> step_log(nullptr, &std::fclose);
-  if (!o.step_log.empty()) {
-    step_log.reset(std::fopen(o.step_log.c_str(), "w"));
-    if (!step_log) return serve_fail("--step-log: cannot write '" + o.step_log + "'", 2);
-    std::fprintf(step_log.get(), "step,seqs,tokens,prefill_tokens,limit_ms,predicted_ms,measured_ms,wall_ms,c0_ms,token_ms,logit_ms,pair_ms\n");
-    ec.on_step = [f = step_log.get()](const StepRecord& r) {
-      std::fprintf(f, "%lld,%d,%d,%d,%.3f,%.3f,%.3f,%.3f,%.4g,%.4g,%.4g,%.4g\n", static_cast<long long>(r.step), r.seqs, r.tokens,
-                   r.prefill_tokens, r.limit_ms, r.predicted_ms, r.measured_ms, r.wall_ms, r.cost.c0_ms, r.cost.token_ms, r.cost.logit_ms,
-                   r.cost.pair_ms);
-    };
-  }
+  StepLog step_log(nullptr, &std::fclose);
+  if (Status s = open_step_log(o.step_log, &step_log, &ec); !s.ok()) return serve_fail(s.message(), 2);
   Engine engine(**model, **kv, (*model)->codec(), ec);
   EngineThread engine_thread(engine);
 
@@ -139,11 +151,8 @@ void serve_command(const ServeCommandOptions& o) {
   std::fprintf(stderr, "serve: stopped\n");
 }
 
-}  // namespace
-
-void add_serve_command(CLI::App& app) {
-  auto o = std::make_shared<ServeCommandOptions>();
-  auto* cmd = app.add_subcommand("serve", "Serve an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions)");
+// serve's flags: the model, its device and memory, and where the server listens.
+void add_serve_model_flags(CLI::App* cmd, ServeCommandOptions* o) {
   cmd->add_option("-m,--model", o->model, "GGUF model file, or a Hugging Face checkpoint directory")->required();
   cmd->add_option("-d,--device", o->device, "device: auto, cpu, vulkan, cuda:0 ...")->capture_default_str();
   add_placement_options(cmd, &o->placement);
@@ -169,6 +178,10 @@ void add_serve_command(CLI::App& app) {
                   "pooling of /v1/embeddings: mean, cls or last (default: the model's own; a decoder has none)")
       ->check(CLI::IsMember({"mean", "cls", "last"}));
   cmd->add_option("--model-name", o->serve.model_name, "the model id clients send (default: the file's stem)");
+}
+
+// serve's flags: LoRA adapters: the ones served, run-time updates, device slots and limits.
+void add_serve_lora_flags(CLI::App* cmd, ServeCommandOptions* o) {
   cmd->add_option(
          "--lora", o->loras,
          "NAME=PATH: serve a LoRA adapter (a PEFT folder or a llama.cpp GGUF adapter file) under the model id NAME "
@@ -194,6 +207,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-lora-rank", o->serve.max_lora_rank, "refuse adapters of a higher rank (0: no limit)")
       ->capture_default_str()
       ->check(CLI::Range(0, 256));
+}
+
+// serve's flags: reasoning, admission and the engine step's scheduling.
+void add_serve_scheduler_flags(CLI::App* cmd, ServeCommandOptions* o) {
   cmd->add_option("--reasoning-format", o->serve.reasoning_format,
                   "thinking models: auto (cut <think>...</think> into reasoning_content when the chat template writes those tags), "
                   "deepseek (always cut at them) or none (thoughts stay in content); a request's reasoning_format overrides")
@@ -227,6 +244,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--step-log", o->step_log, "write a CSV line per engine step (tokens, prefill chunk, limit, predicted and "
                   "measured ms, fitted coefficients) to this file");
   cmd->add_option("--max-seqs", o->scheduler.max_seqs, "sequences in one engine step")->capture_default_str()->check(CLI::Range(1, 4096));
+}
+
+// serve's flags: connections: limits, deadlines, authentication, CORS, tokenisation of messages.
+void add_serve_connection_flags(CLI::App* cmd, ServeCommandOptions* o) {
   cmd->add_option("--max-connections", o->serve.max_connections,
                   "connections served at once (a worker thread each); more are answered 503 and closed")
       ->capture_default_str()->check(CLI::Range(1, 100000));
@@ -255,6 +276,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_flag("--parse-special-in-messages", o->serve.parse_special_in_messages,
                 "tokenise special-token text typed in chat messages (e.g. <|im_end|>) as control tokens, as before; by "
                 "default only the chat template's own markers are control tokens");
+}
+
+// serve's flags: KV events for KV-aware routers (docs/scale-out.md).
+void add_serve_kv_event_flags(CLI::App* cmd, ServeCommandOptions* o) {
   cmd->add_option("--kv-events", o->kv_events.endpoint,
                   "publish the prefix cache's changes (vLLM's KV events: BlockStored, BlockRemoved, AllBlocksCleared) on a "
                   "ZeroMQ PUB socket bound to this address, e.g. tcp://127.0.0.1:5557 (docs/scale-out.md); off by default");
@@ -264,6 +289,19 @@ void add_serve_command(CLI::App& app) {
                   "bind a ZeroMQ ROUTER socket here that resends buffered KV-event batches from a requested sequence number "
                   "(for subscribers that joined late or missed some)");
   cmd->add_option("--kv-events-topic", o->kv_events.topic, "the topic frame of every KV-event message (default: empty)");
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto o = std::make_shared<ServeCommandOptions>();
+  auto* cmd =
+      app.add_subcommand("serve", "Serve an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions)");
+  add_serve_model_flags(cmd, o.get());
+  add_serve_lora_flags(cmd, o.get());
+  add_serve_scheduler_flags(cmd, o.get());
+  add_serve_connection_flags(cmd, o.get());
+  add_serve_kv_event_flags(cmd, o.get());
   add_spec_options(cmd, &o->spec);
   cmd->add_option("--debug-load-delay-ms", o->load_delay_ms, "tests: stay in the loading state this long after binding")
       ->group("")->check(CLI::Range(0, 600000));

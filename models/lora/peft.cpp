@@ -99,35 +99,45 @@ Result<std::map<std::string, Halves>> pair_tensors(const safetensors::File& file
 }
 }  // namespace
 
-Result<LoraAdapter> read_peft_adapter(const std::string& name, const std::string& dir, const Architecture& arch,
-                                      const ModelConfig& cfg, const std::vector<LoraTarget>& targets) {
-  const std::string who = "adapter '" + name + "' (" + dir + ")";
+namespace {
+// adapter_config.json of |dir| into |a|: rank, alpha, rsLoRA and the scale they give, target
+// modules; errors name |who|.
+Status read_adapter_config(const std::string& dir, const std::string& who, LoraAdapter* a) {
   auto bad = [&who](const std::string& m) { return InvalidArgument(who + ": " + m); };
   const std::string cfg_path = dir + "/adapter_config.json";
   auto parsed = safetensors::read_json_file(cfg_path);
   if (!parsed.ok()) return Status(parsed.status().code(), who + ": " + parsed.status().message());
   if (!parsed->is_object()) return bad("adapter_config.json is not a JSON object");
   const safetensors::JsonObject c(*parsed, cfg_path);
-  LoraAdapter a;
-  a.name = name;
-  a.path = dir;
   TS_ASSIGN_OR_RETURN(const std::string peft_type, c.get_string("peft_type", "LORA"));
   if (peft_type != "LORA") return bad("peft_type '" + peft_type + "' is not LORA");
   std::string why;
   TS_RETURN_IF_ERROR(unsupported_config(c, &why));
   if (!why.empty()) return bad(why);
-  TS_ASSIGN_OR_RETURN(a.rank, c.get_int32("r"));
-  TS_ASSIGN_OR_RETURN(a.alpha, c.get_float("lora_alpha", double(a.rank)));
-  TS_ASSIGN_OR_RETURN(a.rslora, c.get_bool("use_rslora", false));
-  if (a.rank < 1 || a.rank > kLoraMaxRank)
-    return bad("rank r = " + std::to_string(a.rank) + " outside [1, " + std::to_string(kLoraMaxRank) + "]");
-  a.scale = float(a.rslora ? a.alpha / std::sqrt(double(a.rank)) : a.alpha / double(a.rank));
+  TS_ASSIGN_OR_RETURN(a->rank, c.get_int32("r"));
+  TS_ASSIGN_OR_RETURN(a->alpha, c.get_float("lora_alpha", double(a->rank)));
+  TS_ASSIGN_OR_RETURN(a->rslora, c.get_bool("use_rslora", false));
+  if (a->rank < 1 || a->rank > kLoraMaxRank)
+    return bad("rank r = " + std::to_string(a->rank) + " outside [1, " + std::to_string(kLoraMaxRank) + "]");
+  a->scale = float(a->rslora ? a->alpha / std::sqrt(double(a->rank)) : a->alpha / double(a->rank));
   if (const json* t = c.find("target_modules")) {
-    if (t->is_string()) a.target_modules.push_back(t->get<std::string>());
+    if (t->is_string()) a->target_modules.push_back(t->get<std::string>());
     if (t->is_array())
       for (const json& e : *t)
-        if (e.is_string()) a.target_modules.push_back(e.get<std::string>());
+        if (e.is_string()) a->target_modules.push_back(e.get<std::string>());
   }
+  return OkStatus();
+}
+}  // namespace
+
+Result<LoraAdapter> read_peft_adapter(const std::string& name, const std::string& dir, const Architecture& arch,
+                                      const ModelConfig& cfg, const std::vector<LoraTarget>& targets) {
+  const std::string who = "adapter '" + name + "' (" + dir + ")";
+  auto bad = [&who](const std::string& m) { return InvalidArgument(who + ": " + m); };
+  LoraAdapter a;
+  a.name = name;
+  a.path = dir;
+  TS_RETURN_IF_ERROR(read_adapter_config(dir, who, &a));
 
   const std::string st_path = dir + "/adapter_model.safetensors";
   std::error_code ec;

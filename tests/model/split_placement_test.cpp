@@ -17,6 +17,7 @@
 
 #include "core/registry.h"
 #include "core/sched/engine.h"
+#include "models/gguf/gguf.h"
 #include "models/model.h"
 #include "tests/model/vulkan_vs_cpu.h"
 #include "tests/support/test_support.h"
@@ -220,6 +221,50 @@ TEST_P(SplitPlacement, EngineGivesTheOneDeviceTokens) {
   EXPECT_EQ(generate(*split, prompts, 128, true, &tight), want);
   EXPECT_GT(tight.sched.preemptions, 0);
   EXPECT_GT(tight.kv.swap_ins, 0) << "no sequence came back from the host slots";
+}
+
+// kFitLayers: the whole model on the main device when it fits the budget, else the trailing
+// layers that do (the budget here stands for a GPU's free memory).
+TEST_P(SplitPlacement, FitsTheLayersTheMainDeviceHolds) {
+  auto file = gguf::File::open(path("llama"));
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  int64_t layer = 0;  // one layer's weights (the tiny model's layers are all alike)
+  for (const auto& t : (*file)->tensors())
+    if (t.name.rfind("blk.0.", 0) == 0) layer += int64_t(t.nbytes);
+  ASSERT_GT(layer, 0);
+  PlacementOptions fit;
+  fit.host = host_;
+  fit.main_layers = kFitLayers;
+  fit.main_budget = size_t(double(layer) * 2.5 / 0.95);  // two and a half layers usable
+  auto two = load("llama", fit);
+  ASSERT_TRUE(two);
+  ASSERT_TRUE(two->placement().split());
+  for (int l = 0; l < kLayers; ++l)
+    EXPECT_EQ(&two->placement().layer_device(l), l >= kLayers - 2 ? main_.get() : host_.get()) << "layer " << l;
+  auto alone = load("llama");
+  ASSERT_TRUE(alone);
+  expect_same_logits(*alone, *two, "llama fitted to 2.5 layers");
+  // Room for the KV of 64 tokens per layer as well: one layer fewer fits.
+  fit.fit_kv_tokens = int64_t(double(layer) / (2.0 * 2 * 16 * 2) * 0.75);  // 3/4 of a layer's weights in KV
+  auto one = load("llama", fit);
+  ASSERT_TRUE(one);
+  EXPECT_EQ(&one->placement().layer_device(kLayers - 2), host_.get()) << one->placement().describe(kLayers);
+  EXPECT_EQ(&one->placement().layer_device(kLayers - 1), main_.get()) << one->placement().describe(kLayers);
+  // A budget that holds everything: one device, no split.
+  fit.fit_kv_tokens = 0;
+  fit.main_budget = size_t(1) << 40;
+  auto all = load("llama", fit);
+  ASSERT_TRUE(all);
+  EXPECT_FALSE(all->placement().split());
+}
+
+TEST(FitMainLayers, TakesTheTrailingLayersThatFit) {
+  EXPECT_EQ(fit_main_layers({10, 10, 10}, 5, 5, 40), 4) << "everything fits: no split";
+  EXPECT_EQ(fit_main_layers({10, 10, 10}, 5, 5, 39), 3) << "the layers fit, the head and embedding do not";
+  EXPECT_EQ(fit_main_layers({10, 10, 10}, 5, 5, 25), 2);
+  EXPECT_EQ(fit_main_layers({10, 30, 10}, 5, 5, 25), 1) << "a big layer stops the run";
+  EXPECT_EQ(fit_main_layers({10, 10, 10}, 5, 5, 9), 0);
+  EXPECT_EQ(fit_main_layers({}, 0, 0, 0), 1) << "nothing to place fits";
 }
 
 TEST_P(SplitPlacement, BadPlacementsAreRefusedByName) {
