@@ -199,6 +199,58 @@ std::string xml_escape(const std::string& in) {
   return out;
 }
 
+namespace {
+// The side legend: what the colours and fills mean.
+void draw_legend(std::string& s, const std::vector<const DeviceReport*>& devices, bool overlay) {
+  double ly = kTop + 10;
+  auto legend_line = [&](const std::string& colour, bool filled, const std::string& text) {
+    s += "<circle cx='870' cy='" + num(ly - 4) + "' r='5' stroke='" + colour + "' stroke-width='1.5' fill='" +
+         (filled ? colour : std::string("white")) + "'/><text x='882' y='" + num(ly) + "'>" + xml_escape(text) +
+         "</text>\n";
+    ly += 18;
+  };
+  legend_line("#444", true, "filled: memory-bound (left of the ridge)");
+  legend_line("#444", false, "hollow: compute-bound");
+  ly += 8;
+  if (overlay) {
+    for (size_t i = 0; i < devices.size(); ++i)
+      legend_line(kDeviceColours[i % 6], true, devices[i]->id + ": " + devices[i]->name.substr(0, 40));
+  } else {
+    for (const char* op : {"matmul", "matmul_id", "attention", "rms_norm", "rope", "glu", "add"})
+      legend_line(op_colour(op), true, op);
+  }
+  ly += 8;
+  s += "<text x='862' y='" + num(ly) + "'>Sloped lines: bandwidth ceilings (solid: read,</text>\n";
+  s += "<text x='862' y='" + num(ly + 15) + "'>dashed: copy). Flat lines: compute ceilings.</text>\n";
+  s += "<text x='862' y='" + num(ly + 30) + "'>Numbers: kernels, listed below.</text>\n";
+}
+
+// The numbered kernel list under the plot (the first device's figures).
+void draw_kernel_list(std::string& s, const std::vector<const DeviceReport*>& devices,
+                      const std::vector<std::string>& keys, int list_rows, int not_plotted, bool overlay) {
+  const auto* first = devices.front();
+  std::map<std::string, const KernelResult*> by_key;
+  for (const auto& k : first->kernels) by_key[k.key] = &k;
+  s +=
+      "<text x='" + num(kLeft) + "' y='" + num(kListTop - 12) + "' class='list' font-weight='bold'>" +
+      xml_escape(overlay ? "kernel (achieved on " + first->id + ")" : "kernel: achieved GB/s, GFLOP/s, % of roofline") +
+      "</text>\n";
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const double x = 20 + kListColumn * double(i % 2), y = kListTop + kListLine * double(i / 2 + 1);
+    std::string line = printf_str("%3.0f ", double(i + 1)) + keys[i];
+    auto it = by_key.find(keys[i]);
+    if (it != by_key.end() && plotted(*it->second))
+      line += printf_str("  %.3g GB/s", it->second->gbs) + printf_str(" %.3g GFLOP/s", it->second->gflops) +
+              printf_str(" %.0f%%", it->second->pct_roofline);
+    s += "<text x='" + num(x) + "' y='" + num(y) + "' class='list'>" + xml_escape(line) + "</text>\n";
+  }
+  s += "<text x='20' y='" + num(kListTop + kListLine * (list_rows + 1)) + "' class='list'>" +
+       std::to_string(not_plotted) +
+       " kernel results not plotted (skipped, failed, or without arithmetic such as embed); see the JSON/CSV.</text>\n";
+}
+
+}  // namespace
+
 std::string roofline_svg(const std::vector<const DeviceReport*>& devices, const std::string& title) {
   const bool overlay = devices.size() > 1;
   // Number each kernel key once, in first-seen order.
@@ -244,48 +296,9 @@ std::string roofline_svg(const std::vector<const DeviceReport*>& devices, const 
       labels.place(s, cx, cy, std::to_string(number[k.key]));
     }
 
-  // Side legend: what the colours and fills mean.
-  double ly = kTop + 10;
-  auto legend_line = [&](const std::string& colour, bool filled, const std::string& text) {
-    s += "<circle cx='870' cy='" + num(ly - 4) + "' r='5' stroke='" + colour + "' stroke-width='1.5' fill='" +
-         (filled ? colour : std::string("white")) + "'/><text x='882' y='" + num(ly) + "'>" + xml_escape(text) +
-         "</text>\n";
-    ly += 18;
-  };
-  legend_line("#444", true, "filled: memory-bound (left of the ridge)");
-  legend_line("#444", false, "hollow: compute-bound");
-  ly += 8;
-  if (overlay) {
-    for (size_t i = 0; i < devices.size(); ++i)
-      legend_line(kDeviceColours[i % 6], true, devices[i]->id + ": " + devices[i]->name.substr(0, 40));
-  } else {
-    for (const char* op : {"matmul", "matmul_id", "attention", "rms_norm", "rope", "glu", "add"})
-      legend_line(op_colour(op), true, op);
-  }
-  ly += 8;
-  s += "<text x='862' y='" + num(ly) + "'>Sloped lines: bandwidth ceilings (solid: read,</text>\n";
-  s += "<text x='862' y='" + num(ly + 15) + "'>dashed: copy). Flat lines: compute ceilings.</text>\n";
-  s += "<text x='862' y='" + num(ly + 30) + "'>Numbers: kernels, listed below.</text>\n";
+  draw_legend(s, devices, overlay);
 
-  // The kernel list.
-  const auto* first = devices.front();
-  std::map<std::string, const KernelResult*> by_key;
-  for (const auto& k : first->kernels) by_key[k.key] = &k;
-  s += "<text x='" + num(kLeft) + "' y='" + num(kListTop - 12) + "' class='list' font-weight='bold'>" +
-       xml_escape(overlay ? "kernel (achieved on " + first->id + ")" : "kernel: achieved GB/s, GFLOP/s, % of roofline") +
-       "</text>\n";
-  for (size_t i = 0; i < keys.size(); ++i) {
-    const double x = 20 + kListColumn * double(i % 2), y = kListTop + kListLine * double(i / 2 + 1);
-    std::string line = printf_str("%3.0f ", double(i + 1)) + keys[i];
-    auto it = by_key.find(keys[i]);
-    if (it != by_key.end() && plotted(*it->second))
-      line += printf_str("  %.3g GB/s", it->second->gbs) + printf_str(" %.3g GFLOP/s", it->second->gflops) +
-              printf_str(" %.0f%%", it->second->pct_roofline);
-    s += "<text x='" + num(x) + "' y='" + num(y) + "' class='list'>" + xml_escape(line) + "</text>\n";
-  }
-  s += "<text x='20' y='" + num(kListTop + kListLine * (list_rows + 1)) + "' class='list'>" +
-       std::to_string(not_plotted) +
-       " kernel results not plotted (skipped, failed, or without arithmetic such as embed); see the JSON/CSV.</text>\n";
+  draw_kernel_list(s, devices, keys, list_rows, not_plotted, overlay);
   s += "</svg>\n";
   return s;
 }

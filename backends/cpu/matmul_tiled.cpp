@@ -37,7 +37,8 @@
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
 #include <immintrin.h>
 #endif
-
+// The K-quant kernels' vector operations per target (KV), and AVX3_DL's broadcast vpdpbusd.
+#include "backends/cpu/tile_vec-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace tessera::cpu::HWY_NAMESPACE {
@@ -50,53 +51,7 @@ struct TileAct {
   float* out[MR];          // output row, at the first tile's column
 };
 
-
 #if HWY_TARGET == HWY_AVX3_DL
-// acc += sum4(u8 |w| * s8 of the 4 bytes at |x|, broadcast): vpdpbusd with an embedded broadcast.
-// NOTE: Highway 1.0.3's AVX3_DL target attributes lack avx512vnni (q8_dot-inl.h's NOTE), so
-// _mm512_dpbusd_epi32 does not compile here; the runtime check is Highway's (AVX512-VNNI).
-HWY_INLINE __m512i dpbusd_bcast(__m512i acc, __m512i w, const int8_t* x) {
-  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*reinterpret_cast<const int32_t*>(x)));
-  return acc;
-}
-
-// The vector operations the K-quant kernels use (q4k_kernel, q6k_kernel): 16 rows per vector.
-struct KV {
-  using I = __m512i;
-  using F = __m512;
-  static constexpr int L = 16;
-  static HWY_INLINE I load(const void* p) { return _mm512_loadu_si512(p); }
-  static HWY_INLINE void store(void* p, I v) { _mm512_storeu_si512(p, v); }
-  static HWY_INLINE I bytes(int v) { return _mm512_set1_epi8(char(v)); }
-  static HWY_INLINE I and_(I a, I b) { return _mm512_and_si512(a, b); }
-  static HWY_INLINE I or_(I a, I b) { return _mm512_or_si512(a, b); }
-  template <int S>
-  static HWY_INLINE I srl16(I a) { return _mm512_srli_epi16(a, S); }
-  template <int S>
-  static HWY_INLINE I sll16(I a) { return _mm512_slli_epi16(a, S); }
-  // (a & m) | b in one vpternlogd (bit index a:b:m of the 0xEC table).
-  static HWY_INLINE I and_or(I a, I m, I b) { return _mm512_ternarylogic_epi32(a, b, m, 0xEC); }
-  // acc + the 4-code dots of every row with the 4 activation bytes at |x|.
-  static HWY_INLINE I dot(I acc, I w, const int8_t* x) { return dpbusd_bcast(acc, w, x); }
-  // vpdpbusd sums into int32 directly: no 16-bit partial sums (see the AVX2 KV).
-  static constexpr bool kDot16 = false;
-  static HWY_INLINE I dot16(I acc, I w, const int8_t* x) { return dot(acc, w, x); }
-  static HWY_INLINE I widen16(I acc) { return acc; }
-  static HWY_INLINE I zero() { return _mm512_setzero_si512(); }
-  static HWY_INLINE I set1(int32_t v) { return _mm512_set1_epi32(v); }
-  static HWY_INLINE I add(I a, I b) { return _mm512_add_epi32(a, b); }
-  static HWY_INLINE I mullo(I a, I b) { return _mm512_mullo_epi32(a, b); }
-  static HWY_INLINE I u8(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
-  static HWY_INLINE I s8(const int8_t* p) { return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
-  static HWY_INLINE F f16(const void* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
-  static HWY_INLINE F cvt(I a) { return _mm512_cvtepi32_ps(a); }
-  static HWY_INLINE F fzero() { return _mm512_setzero_ps(); }
-  static HWY_INLINE F fset1(float v) { return _mm512_set1_ps(v); }
-  static HWY_INLINE F mul(F a, F b) { return _mm512_mul_ps(a, b); }
-  static HWY_INLINE F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
-  static HWY_INLINE F fnma(F a, F b, F c) { return _mm512_fnmadd_ps(a, b, c); }
-  static HWY_INLINE void fstore(float* p, F v) { _mm512_storeu_ps(p, v); }
-};
 
 // out[r][16t + i] for MR activation rows and TN consecutive tiles (|ts| bytes apart).
 template <class F, int MR, int TN>
@@ -172,49 +127,6 @@ inline constexpr int kMR = 4, kTN = 2;
 inline constexpr int kQ4KMR = 4, kQ4KTN = 2, kQ6KMR = 8, kQ6KTN = 1;
 
 #elif HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
-// The vector operations the K-quant kernels use (q4k_kernel, q6k_kernel): 8 rows per vector, the
-// 4-code dot as maddubs + madd.
-struct KV {
-  using I = __m256i;
-  using F = __m256;
-  static constexpr int L = 8;
-  static HWY_INLINE I load(const void* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-  static HWY_INLINE void store(void* p, I v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); }
-  static HWY_INLINE I bytes(int v) { return _mm256_set1_epi8(char(v)); }
-  static HWY_INLINE I and_(I a, I b) { return _mm256_and_si256(a, b); }
-  static HWY_INLINE I or_(I a, I b) { return _mm256_or_si256(a, b); }
-  template <int S>
-  static HWY_INLINE I srl16(I a) { return _mm256_srli_epi16(a, S); }
-  template <int S>
-  static HWY_INLINE I sll16(I a) { return _mm256_slli_epi16(a, S); }
-  static HWY_INLINE I and_or(I a, I m, I b) { return _mm256_or_si256(_mm256_and_si256(a, m), b); }
-  static HWY_INLINE I dot(I acc, I w, const int8_t* x) {
-    const __m256i p = _mm256_maddubs_epi16(w, _mm256_set1_epi32(load_i32(x)));
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
-  }
-  // The same dot left as 16-bit pair sums (maddubs + add, no madd): for codes of at most 4 bits,
-  // where a lane's 2 products per step stay under 2 * 15 * 127, 8 steps under 2^15; widen16 then
-  // sums each row's two lanes into int32 once.
-  static constexpr bool kDot16 = true;
-  static HWY_INLINE I dot16(I acc, I w, const int8_t* x) {
-    return _mm256_add_epi16(acc, _mm256_maddubs_epi16(w, _mm256_set1_epi32(load_i32(x))));
-  }
-  static HWY_INLINE I widen16(I acc) { return _mm256_madd_epi16(acc, _mm256_set1_epi16(1)); }
-  static HWY_INLINE I zero() { return _mm256_setzero_si256(); }
-  static HWY_INLINE I set1(int32_t v) { return _mm256_set1_epi32(v); }
-  static HWY_INLINE I add(I a, I b) { return _mm256_add_epi32(a, b); }
-  static HWY_INLINE I mullo(I a, I b) { return _mm256_mullo_epi32(a, b); }
-  static HWY_INLINE I u8(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
-  static HWY_INLINE I s8(const int8_t* p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
-  static HWY_INLINE F f16(const void* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
-  static HWY_INLINE F cvt(I a) { return _mm256_cvtepi32_ps(a); }
-  static HWY_INLINE F fzero() { return _mm256_setzero_ps(); }
-  static HWY_INLINE F fset1(float v) { return _mm256_set1_ps(v); }
-  static HWY_INLINE F mul(F a, F b) { return _mm256_mul_ps(a, b); }
-  static HWY_INLINE F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
-  static HWY_INLINE F fnma(F a, F b, F c) { return _mm256_fnmadd_ps(a, b, c); }
-  static HWY_INLINE void fstore(float* p, F v) { _mm256_storeu_ps(p, v); }
-};
 
 // The same tiles as 8-row halves (h = 2t + half) through maddubs. Q4: each maddubs pair sum is
 // at most 2 * 15 * 127, so the block's 8 products of a row add up in i16 (8 * 3810 < 32768)
@@ -751,112 +663,10 @@ namespace tessera::cpu {
 HWY_EXPORT(GemmTiledRange);
 
 namespace {
-template <class F>
-void repack_tile(const char* rows, int64_t ldw, int64_t t, int64_t nb, char* dst) {
-  constexpr int64_t TB = kTileBlockBytes<F>;
-  constexpr int64_t kBlockBytes = F::kNibbles ? F::kHeader / 16 + 16 : 34;  // 18, 20, 34
-  constexpr int kCodesAt = F::kMin ? 4 : 2;
-  for (int64_t b = 0; b < nb; ++b) {
-    auto* tb = reinterpret_cast<uint8_t*>(dst + (t * nb + b) * TB);
-    for (int i = 0; i < 16; ++i) {
-      const auto* blk = reinterpret_cast<const uint8_t*>(rows + (16 * t + i) * ldw + b * kBlockBytes);
-      std::memcpy(tb + 2 * i, blk, 2);                           // d
-      if constexpr (F::kMin) std::memcpy(tb + 32 + 2 * i, blk + 2, 2);  // m
-      for (int c = 0; c < F::kChunks; ++c)
-        for (int j = 0; j < 4; ++j) {
-          const uint8_t v = blk[kCodesAt + 4 * c + j];
-          tb[F::kHeader + 64 * c + 4 * i + j] = F::kNibbles ? v : uint8_t(v ^ 0x80);
-        }
-    }
-  }
-}
-
-// Q4_K: rows' 144-byte super-blocks to tile blocks (layout above q4k_scales).
-void repack_tile_q4k(const char* rows, int64_t ldw, int64_t t, int64_t nsb, char* dst) {
-  constexpr int64_t TB = TileQ4_K::kBlock;
-  for (int64_t sb = 0; sb < nsb; ++sb) {
-    auto* tb = reinterpret_cast<uint8_t*>(dst + (t * nsb + sb) * TB);
-    uint8_t u[256];  // sc[j][r] at 16j + r, m[j][r] at 128 + 16j + r
-    for (int i = 0; i < 16; ++i) {
-      const auto* blk = reinterpret_cast<const BlockQ4_K*>(rows + (16 * t + i) * ldw + sb * int64_t(sizeof(BlockQ4_K)));
-      std::memcpy(tb + 2 * i, &blk->d, 2);
-      std::memcpy(tb + 32 + 2 * i, &blk->dmin, 2);
-      uint8_t sc[8], m[8];
-      unpack_k_scales(blk->scales, sc, m);
-      for (int j = 0; j < 8; ++j) u[16 * j + i] = sc[j], u[128 + 16 * j + i] = m[j];
-      for (int c = 0; c < 4; ++c)
-        for (int k = 0; k < 8; ++k) std::memcpy(tb + 256 + 64 * (8 * c + k) + 4 * i, blk->qs + 32 * c + 4 * k, 4);
-    }
-    for (int o = 0; o < 64; ++o) {
-      tb[64 + o] = uint8_t((u[o] & 15) | (u[64 + o] & 15) << 4);
-      tb[128 + o] = uint8_t((u[128 + o] & 15) | (u[192 + o] & 15) << 4);
-      tb[192 + o] = uint8_t((u[o] >> 4) | (u[64 + o] >> 4) << 2 | (u[128 + o] >> 4) << 4 | (u[192 + o] >> 4) << 6);
-    }
-  }
-}
-
-// Q6_K: rows' 210-byte super-blocks to tile blocks, the f16 scales after the tile's blocks.
-void repack_tile_q6k(const char* rows, int64_t ldw, int64_t t, int64_t nsb, char* dst) {
-  constexpr int64_t TB = TileQ6_K::kBlock;
-  char* tile = dst + t * nsb * (TB + TileQ6_K::kTail);
-  for (int64_t sb = 0; sb < nsb; ++sb) {
-    auto* tb = reinterpret_cast<uint8_t*>(tile + sb * TB);
-    for (int i = 0; i < 16; ++i) {
-      const auto* blk = reinterpret_cast<const BlockQ6_K*>(rows + (16 * t + i) * ldw + sb * int64_t(sizeof(BlockQ6_K)));
-      std::memcpy(tile + nsb * TB + 32 * sb + 2 * i, &blk->d, 2);
-      for (int g = 0; g < 16; ++g) tb[16 * g + i] = uint8_t(blk->scales[g]);
-      uint8_t q[256];
-      for (int e = 0; e < 256; ++e) {
-        const int h = e / 128, r = e % 128;
-        const int lo = (blk->ql[64 * h + r % 64] >> (4 * (r / 64))) & 15;
-        const int hi = (blk->qh[32 * h + r % 32] >> (2 * (r / 32))) & 3;
-        q[e] = uint8_t(lo | hi << 4);
-      }
-      for (int j = 0; j < 8; ++j) {
-        uint8_t* sub = tb + 256 + 384 * j;
-        const uint8_t* qj = q + 32 * j;
-        for (int c = 0; c < 4; ++c)
-          for (int l = 0; l < 4; ++l) sub[64 * c + 4 * i + l] = uint8_t((qj[4 * c + l] & 15) | (qj[16 + 4 * c + l] & 15) << 4);
-        for (int h = 0; h < 2; ++h)
-          for (int l = 0; l < 4; ++l) {
-            uint8_t v = 0;
-            for (int g = 0; g < 4; ++g) v = uint8_t(v | (qj[16 * h + 4 * g + l] >> 4) << (2 * g));
-            sub[256 + 64 * h + 4 * i + l] = v;
-          }
-      }
-    }
-  }
-}
-
 // How far apart the tiles of a prefill work unit's M range are: enough activation rows per pass
 // over a tile group that the group's decode is amortised, few enough that they stay in L2.
 constexpr int64_t kTiledMChunk = 64, kTiledTileChunk = 4;
 }  // namespace
-
-bool repack_tiles_supported(DType w, int64_t N, int64_t K) {
-  if (N <= 0 || K <= 0 || N % 16 != 0) return false;
-  if (w == DType::kQ4_0 || w == DType::kQ4_1 || w == DType::kQ8_0) return K % 32 == 0;
-  if (w == DType::kQ4_K || w == DType::kQ6_K) return K % 256 == 0;
-  return false;
-}
-
-void repack_tiles(ThreadPool& pool, DType w, const char* rows, int64_t ldw, int64_t N, int64_t K, char* dst) {
-  const int64_t nt = N / 16, nb = K / 32;
-  // Each thread first-touches the tiles its decode GEMV later streams (the shares of gemm's
-  // split, up to the chunks another thread may take from their ends).
-  pool.parallel_for(nt, 1, [&](int64_t t0, int64_t t1, int) {
-    for (int64_t t = t0; t < t1; ++t) {
-      switch (w) {
-        case DType::kQ4_0: repack_tile<TileQ4_0>(rows, ldw, t, nb, dst); break;
-        case DType::kQ4_1: repack_tile<TileQ4_1>(rows, ldw, t, nb, dst); break;
-        case DType::kQ8_0: repack_tile<TileQ8_0>(rows, ldw, t, nb, dst); break;
-        case DType::kQ4_K: repack_tile_q4k(rows, ldw, t, nb / 8, dst); break;
-        case DType::kQ6_K: repack_tile_q6k(rows, ldw, t, nb / 8, dst); break;
-        default: break;
-      }
-    }
-  });
-}
 
 void gemm_tiled_range(DType w, const ActQ8* x, int64_t ldx, const int32_t* xsum, int64_t m0, int64_t m1,
                       const char* tiles, int64_t t0, int64_t t1, int64_t nb, float* out, int64_t ldo) {
