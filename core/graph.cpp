@@ -390,14 +390,7 @@ ValueId Graph::view(ValueId x, std::initializer_list<int64_t> shape, std::initia
     base = value(x).view_base;
     off += value(x).view_offset;
   }
-  if (value(base).kind == Value::Kind::kExternal) {
-    t.buffer = value(base).tensor.buffer;
-    t.offset = size_t(int64_t(value(base).tensor.offset) + off);
-  }
-  const ValueId id = new_value(std::move(t), Value::Kind::kView, value(x).producer);
-  values_[size_t(id)].view_base = base;
-  values_[size_t(id)].view_offset = off;
-  return id;
+  return alias(base, t, off);
 }
 
 ValueId Graph::reshape(ValueId x, std::initializer_list<int64_t> shape) {

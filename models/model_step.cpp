@@ -388,17 +388,8 @@ namespace tessera {
 
 ExecutorStats Model::executor_stats() const {
   ExecutorStats sum = device_->executor().stats();
-  for (const StepGraph& g : step_graphs_) {
-    if (!g.split) continue;
-    const ExecutorStats e = g.split->executor_stats();
-    sum.built += e.built;
-    sum.reused += e.reused;
-    sum.evicted += e.evicted;
-    sum.arena_allocations += e.arena_allocations;
-    sum.arena_bytes += e.arena_bytes;
-    sum.cached += e.cached;
-    sum.device_seconds += e.device_seconds;
-  }
+  for (const StepGraph& g : step_graphs_)
+    if (g.split) g.split->add_executor_stats(&sum);
   return sum;
 }
 

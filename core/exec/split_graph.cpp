@@ -276,19 +276,17 @@ Device& SplitGraph::device_of(ValueId v) const {
 
 Device& SplitGraph::final_device() const { return *segments_.back().device; }
 
-ExecutorStats SplitGraph::executor_stats() const {
-  ExecutorStats sum;
+void SplitGraph::add_executor_stats(ExecutorStats* sum) const {
   for (const Segment& s : segments_) {
     const ExecutorStats& e = s.executor->stats();
-    sum.built += e.built;
-    sum.reused += e.reused;
-    sum.evicted += e.evicted;
-    sum.arena_allocations += e.arena_allocations;
-    sum.arena_bytes += e.arena_bytes;
-    sum.cached += e.cached;
-    sum.device_seconds += e.device_seconds;
+    sum->built += e.built;
+    sum->reused += e.reused;
+    sum->evicted += e.evicted;
+    sum->arena_allocations += e.arena_allocations;
+    sum->arena_bytes += e.arena_bytes;
+    sum->cached += e.cached;
+    sum->device_seconds += e.device_seconds;
   }
-  return sum;
 }
 
 }  // namespace tessera

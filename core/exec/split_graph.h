@@ -68,8 +68,8 @@ class SplitGraph {
   Device& segment_device(int s) const { return *segments_[size_t(s)].device; }
   int segment_of_node(int node) const { return node_segment_[size_t(node)]; }
   const SplitStats& stats() const { return stats_; }
-  // The executors' statistics summed over the segments.
-  ExecutorStats executor_stats() const;
+  // Adds the segments' executors' statistics to |sum|.
+  void add_executor_stats(ExecutorStats* sum) const;
 
  private:
   // A value copied into segment |to| before it runs: from an external tensor (from_segment -1)
