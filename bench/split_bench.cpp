@@ -37,24 +37,23 @@ int run_split_bench(const SplitBenchArgs& a) {
         std::fprintf(stderr, "tessera-bench: --gpu-layers %d: %s\n", n, m.status().to_string().c_str());
         return 1;
       }
-      const SplitStats before = (*m)->split_stats();
       auto r = run_requests(**m, 1, a.prompt, a.decode);
       if (!r.ok()) {
         std::fprintf(stderr, "tessera-bench: %s\n", r.status().to_string().c_str());
         return 1;
       }
-      const SplitStats& after = (*m)->split_stats();
+      const SplitStats& st = (*m)->split_stats();  // a model just loaded: this run's alone
       const double steps = double(std::max<int64_t>(1, r->steps));
       Row& row = rows[n];
       row.prefill.push_back(r->prefill_tps);
       row.decode.push_back(r->decode_tps);
-      row.copies.push_back(double(after.copies - before.copies) / steps);
-      row.kbytes.push_back(double(after.copied_bytes - before.copied_bytes) / 1e3 / steps);
-      const double copy_s = after.copy_seconds - before.copy_seconds;
+      row.copies.push_back(double(st.copies) / steps);
+      row.kbytes.push_back(double(st.copied_bytes) / 1e3 / steps);
+      const double copy_s = st.copy_seconds;
       row.copy_ms.push_back(copy_s * 1e3 / steps);
       row.copy_pct.push_back(r->wall_s > 0 ? 100.0 * copy_s / r->wall_s : 0.0);
-      row.wait_ms.push_back((after.wait_seconds - before.wait_seconds) * 1e3 / steps);
-      row.segments = after.segments;
+      row.wait_ms.push_back(st.wait_seconds * 1e3 / steps);
+      row.segments = st.segments;
       row.placed = (*m)->placement().describe((*m)->config().n_layers);
     }
   }

@@ -3,7 +3,6 @@
 #include <httplib.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -125,32 +124,7 @@ void set_global_scales(ServerContext& ctx, const httplib::Request& req, httplib:
   std::lock_guard<std::mutex> lock(ctx.lora_mu);
   int32_t chosen = -1;
   float chosen_scale = 1.0f;
-  for (const json& entry : body) {
-    const json::const_iterator id = entry.is_object() ? entry.find("id") : entry.end();
-    const json::const_iterator scale = entry.is_object() ? entry.find("scale") : entry.end();
-    if (id == entry.end() || !id->is_number_integer() || (scale != entry.end() && !scale->is_number()))
-      return send_error(ctx, res, {400, "each entry must be an object {\"id\": integer, \"scale\": number}", "id"});
-    const int64_t slot = id->get<int64_t>();
-    if (std::none_of(ctx.loras.begin(), ctx.loras.end(), [&](const ServedLora& a) { return a.slot == slot; }))
-      return send_error(ctx, res,
-                        {400, "no adapter has id " + std::to_string(slot) + " (GET /lora-adapters lists them)", "id"});
-    const double s = scale == entry.end() ? 0.0 : scale->get<double>();
-    if (s == 0.0) continue;
-    if (!std::isfinite(s) || std::fabs(s) > kMaxLoraScale)
-      return send_error(ctx, res,
-                        {400,
-                         "adapter " + std::to_string(slot) + " at scale " + scale->dump() +
-                             ": a scale is a finite number within +-" + std::to_string(int(kMaxLoraScale)),
-                         "scale"});
-    if (chosen >= 0 && chosen != slot)
-      return send_error(ctx, res,
-                        {400,
-                         "only one adapter can be on (ids " + std::to_string(chosen) + " and " + std::to_string(slot) +
-                             " have non-zero scales)",
-                         "scale"});
-    chosen = int32_t(slot);
-    chosen_scale = float(s);
-  }
+  if (auto e = choose_lora(body, ctx.loras, 0.0, "", "lora", &chosen, &chosen_scale)) return send_error(ctx, res, *e);
   ctx.default_lora = chosen;
   ctx.default_lora_scale = chosen_scale;
   res.set_content(dump(json{{"success", true}}), "application/json");

@@ -210,11 +210,8 @@ std::optional<ApiError> select_lora(const ServerContext& ctx, const json& body, 
     *slot = ctx.default_lora;  // POST /lora-adapters' choice for a request that names no adapter
     *scale = ctx.default_lora_scale;
   }
-  if (model_name != ctx.opts.model_name) *scale = 1.0f;
-  auto by_slot = [&](int64_t id) {
-    return std::find_if(loras.begin(), loras.end(), [&](const ServedLora& a) { return a.slot == id; }) != loras.end();
-  };
   if (model_name != ctx.opts.model_name) {
+    *scale = 1.0f;  // an adapter named by "model" runs at the scale it was loaded with
     auto it = std::find_if(loras.begin(), loras.end(), [&](const ServedLora& a) { return a.name == model_name; });
     if (it == loras.end())
       return ApiError{
@@ -225,40 +222,11 @@ std::optional<ApiError> select_lora(const ServerContext& ctx, const json& body, 
   auto it = body.find("lora");
   if (it == body.end() || it->is_null()) return std::nullopt;
   if (model_name == ctx.opts.model_name) *slot = -1;  // the request's own list decides
-  *scale = 1.0f;
-  double chosen_scale = 1.0;
   if (!it->is_array())
     return ApiError{400, "'lora' must be an array of {\"id\", \"scale\"} objects, got " + std::string(it->type_name()),
                     "lora"};
   int32_t chosen = -1;
-  for (const json& entry : *it) {
-    if (!entry.is_object()) return ApiError{400, "each 'lora' entry must be an object {\"id\", \"scale\"}", "lora"};
-    int64_t id = -1;
-    double scale = 1.0;
-    if (auto e = read_field(entry, "id", "an integer", &id)) return ApiError{400, "lora: " + e->message, "lora"};
-    if (auto e = read_field(entry, "scale", "a number", &scale)) return ApiError{400, "lora: " + e->message, "lora"};
-    if (!entry.contains("id"))
-      return ApiError{400, "each 'lora' entry needs an 'id' (GET /lora-adapters lists them)", "lora"};
-    if (!by_slot(id))
-      return ApiError{400,
-                      "lora: no adapter has id " + std::to_string(id) + " (this server has " +
-                          std::to_string(loras.size()) + ": GET /lora-adapters lists them)",
-                      "lora"};
-    if (scale == 0.0) continue;  // off, as an adapter left out
-    if (!std::isfinite(scale) || std::fabs(scale) > kMaxLoraScale)
-      return ApiError{400,
-                      "lora: adapter " + std::to_string(id) + " at scale " + entry["scale"].dump() +
-                          ": a scale is a finite number within +-" + std::to_string(int(kMaxLoraScale)),
-                      "lora"};
-    if (chosen >= 0 && chosen != int32_t(id))
-      return ApiError{400,
-                      "lora: only one adapter per request can be on (ids " + std::to_string(chosen) + " and " +
-                          std::to_string(id) + " have non-zero scales)",
-                      "lora"};
-    chosen = int32_t(id);
-    chosen_scale = scale;
-  }
-  *scale = float(chosen_scale);
+  if (auto e = choose_lora(*it, loras, 1.0, "lora: ", "lora", &chosen, scale)) return e;
   if (*slot >= 0 && chosen != *slot)
     return ApiError{
         400,
@@ -270,6 +238,43 @@ std::optional<ApiError> select_lora(const ServerContext& ctx, const json& body, 
 }
 
 }  // namespace
+
+std::optional<ApiError> choose_lora(const json& list, const std::vector<ServedLora>& loras, double missing_scale,
+                                    const std::string& where, const std::string& param, int32_t* chosen, float* scale) {
+  *chosen = -1;
+  *scale = 1.0f;
+  for (const json& entry : list) {
+    const json::const_iterator id = entry.is_object() ? entry.find("id") : entry.end();
+    const json::const_iterator s = entry.is_object() ? entry.find("scale") : entry.end();
+    if (id == entry.end() || !id->is_number_integer() || (s != entry.end() && !s->is_number()))
+      return ApiError{400,
+                      where +
+                          "each entry must be an object {\"id\": integer, \"scale\": number} (GET "
+                          "/lora-adapters lists the ids)",
+                      param};
+    const int64_t slot = id->get<int64_t>();
+    if (std::none_of(loras.begin(), loras.end(), [&](const ServedLora& a) { return a.slot == slot; }))
+      return ApiError{400,
+                      where + "no adapter has id " + std::to_string(slot) + " (this server has " +
+                          std::to_string(loras.size()) + ": GET /lora-adapters lists them)",
+                      param};
+    const double v = s == entry.end() ? missing_scale : s->get<double>();
+    if (v == 0.0) continue;  // off, as an adapter left out
+    if (!std::isfinite(v) || std::fabs(v) > kMaxLoraScale)
+      return ApiError{400,
+                      where + "adapter " + std::to_string(slot) + " at scale " + s->dump() +
+                          ": a scale is a finite number within +-" + std::to_string(int(kMaxLoraScale)),
+                      param};
+    if (*chosen >= 0 && *chosen != slot)
+      return ApiError{400,
+                      where + "only one adapter can be on, one adapter per request (ids " + std::to_string(*chosen) +
+                          " and " + std::to_string(slot) + " have non-zero scales)",
+                      param};
+    *chosen = int32_t(slot);
+    *scale = float(v);
+  }
+  return std::nullopt;
+}
 
 std::optional<ApiError> parse_request(ServerContext& ctx, const std::string& raw, ParsedRequest* out) {
   const json body = json::parse(raw, nullptr, /*allow_exceptions=*/false);

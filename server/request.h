@@ -55,6 +55,15 @@ struct ParsedRequest {
   bool think_inside = false;
 };
 
+// llama.cpp's LoRA list [{"id", "scale"}, ...] (a request's "lora" field, or the body of POST
+// /lora-adapters) against the served |loras|: the one adapter it turns on in |*chosen| (-1:
+// none) and that adapter's scale in |*scale|. An entry without "scale" has |missing_scale| (a
+// request's list: 1; the global one: 0); scale 0 is off. Errors start with |where| ("lora: " or
+// "") and name |param|.
+std::optional<ApiError> choose_lora(const nlohmann::json& list, const std::vector<ServedLora>& loras,
+                                    double missing_scale, const std::string& where, const std::string& param,
+                                    int32_t* chosen, float* scale);
+
 // Parses |raw| (the body) into |out| (whose |chat| says which route): every field type-checked
 // and range-checked, the prompt rendered and tokenised, and the engine's own checks (context
 // length) made. Returns the error to send, or nothing.

@@ -76,6 +76,13 @@ void add_placement_options(CLI::App* cmd, PlacementFlags* f) {
       ->allow_extra_args(false);
 }
 
+std::string placement_summary(const Model& m) {
+  std::string bytes;
+  for (const auto& [dev, b] : m.weight_bytes_per_device())
+    bytes += (bytes.empty() ? "" : ", ") + std::to_string(b / 1000000) + " MB on " + dev->info().id;
+  return m.placement().describe(m.config().n_layers) + " (weights: " + bytes + ")";
+}
+
 Result<PlacementOptions> placement_options(const PlacementFlags& f, const DevicePtr& main, int threads,
                                            int threads_batch, bool quiet, int64_t kv_tokens) {
   PlacementOptions p;
@@ -217,13 +224,7 @@ std::unique_ptr<Model> load_model(const ModelOptions& o, const LoadOptions& extr
     std::fprintf(stderr, "model: %s (%s, %d layers, %d tokens context) on %s\n",
                  (*m)->config().name.empty() ? o.model.c_str() : (*m)->config().name.c_str(), (*m)->config().arch.c_str(),
                  (*m)->config().n_layers, (*m)->config().n_ctx_train, (*dev)->info().name.c_str());
-  if (!o.quiet && (*m)->placement().split()) {
-    std::string bytes;
-    for (const auto& [dev, b] : (*m)->weight_bytes_per_device())
-      bytes += (bytes.empty() ? "" : ", ") + std::to_string(b / 1000000) + " MB on " + dev->info().id;
-    std::fprintf(stderr, "model: placed %s (weights: %s)\n",
-                 (*m)->placement().describe((*m)->config().n_layers).c_str(), bytes.c_str());
-  }
+  if (!o.quiet && (*m)->placement().split()) std::fprintf(stderr, "model: placed %s\n", placement_summary(**m).c_str());
   if (!o.quiet && (*m)->activation_dtype() != DType::kF32)
     std::fprintf(stderr, "model: %s activations\n", dtype_name((*m)->activation_dtype()));
   if (!o.quiet && (*m)->prepared_weight_bytes() > 0)

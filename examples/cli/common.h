@@ -21,6 +21,9 @@ struct PlacementFlags {
 };
 // Adds --gpu-layers, --cpu-moe and --override-tensor to |cmd| (add_model_options calls it).
 void add_placement_options(CLI::App* cmd, PlacementFlags* f);
+// "layers 0-14 on cpu, ... (weights: 63 MB on cpu, 33 MB on vulkan:0)": a split model's placement
+// (run's banner and --stats).
+std::string placement_summary(const Model& m);
 // The placement |f| asks for with |main| as the main device: the CPU (with the given thread
 // counts) takes the rest. Without flags, on a GPU that is not emulated, the model is fitted to
 // its free memory with room for |kv_tokens| of KV (kFitLayers: one device when it fits).

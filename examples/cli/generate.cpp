@@ -88,12 +88,8 @@ void print_kv_memory(const EngineStats& st, const KvCache& kv) {
 void print_placement(const Model& model, int64_t steps) {
   if (!model.placement().split()) return;
   const SplitStats& ss = model.split_stats();
-  std::string bytes;
-  for (const auto& [dev, b] : model.weight_bytes_per_device())
-    bytes += (bytes.empty() ? "" : ", ") + std::to_string(b / 1000000) + " MB on " + dev->info().id;
   const double n = double(std::max<int64_t>(1, steps));
-  std::fprintf(stderr, "stats: placed %s; weights %s\n", model.placement().describe(model.config().n_layers).c_str(),
-               bytes.c_str());
+  std::fprintf(stderr, "stats: placed %s\n", placement_summary(model).c_str());
   std::fprintf(
       stderr,
       "stats: %d segments per step; %lld copies into segments (%.1f KB and %.2f ms per step), %.2f ms per step "

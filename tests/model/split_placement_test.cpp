@@ -52,6 +52,8 @@ class SplitPlacement : public ::testing::TestWithParam<std::string> {
       // Vulkan (lavapipe here), or the CUDA kernels on the GPU simulator (CTest sets
       // TESSERA_CUDA_SIM=1 for this test).
       auto gpu = Registry::global().find(GetParam());
+      // The simulator needs no hardware: it is always there (unit_gpu checks the same).
+      ASSERT_TRUE(gpu.ok() || GetParam() != "cuda-sim") << gpu.status().to_string();
       if (!gpu.ok()) TESSERA_SKIP_HARDWARE() << "no " << GetParam() << " device: " << gpu.status().to_string();
       main_ = *gpu;
       tol_ = 1e-4;
