@@ -10,6 +10,18 @@ if(PkgConfig_FOUND)
   pkg_check_modules(ZMQ QUIET IMPORTED_TARGET libzmq)  # libzmq3-dev: the server's KV events (optional)
 endif()
 
+# --- MPI (tensor parallelism's communicator on CPU and Vulkan ranks) -------
+set(TESSERA_HAVE_MPI OFF)
+if(NOT TESSERA_MPI STREQUAL "OFF")
+  find_package(MPI QUIET COMPONENTS C)
+  if(MPI_C_FOUND)
+    set(TESSERA_HAVE_MPI ON)
+    find_program(TESSERA_MPIEXEC NAMES mpirun mpiexec HINTS ${MPIEXEC_EXECUTABLE})
+  elseif(TESSERA_MPI STREQUAL "ON")
+    message(FATAL_ERROR "TESSERA_MPI=ON but MPI was not found (apt-get install libopenmpi-dev openmpi-bin)")
+  endif()
+endif()
+
 # --- Vulkan ---------------------------------------------------------------
 set(TESSERA_HAVE_VULKAN OFF)
 if(NOT TESSERA_VULKAN STREQUAL "OFF")

@@ -27,6 +27,8 @@ const char* op_name(OpKind op) {
     case OpKind::kGatedDeltaNet: return "gated_delta_net";
     case OpKind::kLora:
       return "lora";
+    case OpKind::kAllReduce:
+      return "all_reduce";
     case OpKind::kCount: break;
   }
   return "unknown";
@@ -184,6 +186,14 @@ ValueId Graph::gelu(ValueId x) {
   if (!status_.ok() || !check(valid(x), op, "invalid value id")) return kNoValue;
   const Tensor& a = tensor(x);
   if (!check(is_act(a.dtype) && a.rank >= 1, op, "x must be float, got " + desc(a))) return kNoValue;
+  return add_node(op, {x}, Tensor::make(a.dtype, a.rank, a.shape.data()), NoParams{});
+}
+
+ValueId Graph::all_reduce(ValueId x) {
+  const OpKind op = OpKind::kAllReduce;
+  if (!status_.ok() || !check(valid(x), op, "invalid value id")) return kNoValue;
+  const Tensor& a = tensor(x);
+  if (!check(is_act(a.dtype) && a.is_contiguous(), op, "x must be contiguous float, got " + desc(a))) return kNoValue;
   return add_node(op, {x}, Tensor::make(a.dtype, a.rank, a.shape.data()), NoParams{});
 }
 

@@ -53,6 +53,8 @@ class Graph {
   ValueId rms_norm(ValueId x, ValueId w, float eps);
   ValueId layer_norm(ValueId x, ValueId w, ValueId b, float eps);
   ValueId gelu(ValueId x);  // erf form
+  // The sum of contiguous |x| over the ranks of a tensor-parallel group (OpKind::kAllReduce).
+  ValueId all_reduce(ValueId x);
   ValueId rope(ValueId x, ValueId positions, const RopeParams& p, ValueId freq_factors = kNoValue);
   struct AttentionInputs {
     ValueId q, k, v, k_cache, v_cache, slot_mapping, query_start, seq_lens, block_tables;

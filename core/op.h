@@ -34,6 +34,10 @@ enum class OpKind : uint8_t {
   // Multi-LoRA (docs/lora.md): out = base + per segment of rows sharing adapter slot a,
   // scale_a * (x A_a^T) B_a^T (shrink to the adapter's rank, then expand); base rows pass through.
   kLora,
+  // Tensor parallelism (docs/multi-device.md): the elementwise sum of a float value over the ranks
+  // of the model's Communicator (core/comm). A pseudo-op no backend runs: SplitGraph performs it
+  // between the segments it splits the step graph into (core/exec/split_graph.h).
+  kAllReduce,
   kCount,
 };
 inline constexpr int kNumOps = static_cast<int>(OpKind::kCount);

@@ -25,6 +25,7 @@ namespace tessera {
 // The device's executor caches executables that address this model's weights and step buffer:
 // drop them with the model, so they do not keep its memory alive.
 Model::~Model() {
+  (void)stop_followers();  // a tensor-parallel rank 0 lets its followers go (no-op otherwise)
   if (device_) device_->executor().clear();
 }
 
@@ -121,6 +122,8 @@ Status Model::finish_load(const std::string& path, const TensorGetter& get, cons
   max_batch_tokens_ = opts.max_batch_tokens;
   if (act_ != DType::kF32 && act_ != DType::kF16 && act_ != DType::kBF16)
     return InvalidArgument(std::string("activation dtype must be f32, f16 or bf16, got ") + dtype_name(act_));
+  TS_RETURN_IF_ERROR(set_tensor_parallel(opts.comm).with_context(path + ": "));
+  followers_stopped_ = opts.tp_every_rank_steps;  // nobody follows: submit broadcasts nothing
   placement_.reset();
   if (opts.placement.main_layers != kFitLayers) {  // else load_weights fits it to the weights' sizes
     auto placed = Placement::resolve(opts.placement, device_, cfg_.n_layers);
@@ -344,6 +347,9 @@ Status Model::load_weights(const std::string& path, const TensorGetter& get, con
       continue;
     }
     HostTensor& h = **got;  // in s.shape: the getter checked the stored shape (see TensorGetter)
+    if (comm_ && s.tp_dim >= 0) {  // this rank's shard
+      TS_ASSIGN_OR_RETURN(h, shard_weight(h, s.tp_dim, s.name));
+    }
     if (s.shape.size() == 1 && !dtype_traits(h.dtype).is_float)
       return InvalidArgument(path + ": tensor '" + s.name + "' must be f32/f16/bf16, got " + dtype_name(h.dtype));
     total += h.nbytes;
@@ -356,6 +362,9 @@ Status Model::load_weights(const std::string& path, const TensorGetter& get, con
     if (!placed.ok()) return placed.status().with_context(path + ": ");
     placement_.emplace(std::move(placed).value());
   }
+  if (comm_ && placement_->split())
+    return Unimplemented(path + ": tensor parallelism with a model split across devices (--gpu-layers, --cpu-moe, "
+                         "--override-tensor) is not supported yet");
   // CPU-like devices address the mapped file (or the repacked block) in place; the others get a
   // copy per tensor. One mapping per region and device.
   std::map<std::pair<const void*, Device*>, BufferPtr> mapped;
@@ -383,6 +392,8 @@ Status Model::load_weights(const std::string& path, const TensorGetter& get, con
       weights_->output_tied = WeightTensor{std::move(head), h.out_scale};
     }
     *s->slot = WeightTensor{std::move(t), h.out_scale};
+    // A row-parallel shard (its input dim split) computes this rank's part of a sum.
+    s->slot->partial_sum = comm_ && s->tp_dim >= 1 && s->tp_dim == int(s->shape.size()) - 1;
     done += h.nbytes;
     if (opts.progress && !opts.progress(done, total)) return Cancelled(path + ": loading cancelled");
   }
@@ -521,7 +532,7 @@ Status Model::set_pooling(Pooling p) {
   if (p == Pooling::kNone && cfg_.is_encoder())
     return InvalidArgument(cfg_.arch + " is an encoder: its only output is the pooled embedding");
   ++step_graphs_generation_;  // the graph builder reads the pooling: kept graphs go at the next step
-  cfg_.pooling = p;
+  cfg_.pooling = rank_cfg_.pooling = p;
   return OkStatus();
 }
 
@@ -571,12 +582,13 @@ std::string expert_stats_table(const ExpertStats& s) {
 
 Result<std::unique_ptr<KvCache>> Model::create_kv_cache(int64_t n_tokens, DType dtype, int block_size, bool window_memory) {
   KvCacheConfig kc;
-  kc.n_layers = cfg_.n_layers;
-  kc.n_kv_heads = cfg_.n_kv_heads;
-  kc.head_dim = cfg_.head_dim;
-  kc.layer_kv_heads = cfg_.layer_kv_heads;
-  kc.layer_head_dim = cfg_.layer_head_dim;
-  kc.kv_source = cfg_.layer_kv_source;
+  const ModelConfig& c = rank_cfg_;  // a tensor-parallel rank keeps its KV heads only
+  kc.n_layers = c.n_layers;
+  kc.n_kv_heads = c.n_kv_heads;
+  kc.head_dim = c.head_dim;
+  kc.layer_kv_heads = c.layer_kv_heads;
+  kc.layer_head_dim = c.layer_head_dim;
+  kc.kv_source = c.layer_kv_source;
   kc.block_size = block_size;
   kc.n_blocks = int((n_tokens + block_size - 1) / block_size);
   kc.dtype = dtype;
@@ -601,7 +613,7 @@ Result<std::unique_ptr<KvCache>> Model::create_kv_cache(int64_t n_tokens, DType 
   }
   // Recurrent layers keep a state per sequence (a slot for each of max_seqs) and no K/V; the
   // checkpoint rows hold prefix-cache entries and one draft snapshot per sequence.
-  kc.recurrent.layers = arch_->recurrent_states(cfg_);
+  kc.recurrent.layers = arch_->recurrent_states(c);
   if (!kc.recurrent.layers.empty()) {
     kc.recurrent.n_slots = std::max(max_seqs_, 1);
     kc.recurrent.n_checkpoints = kc.recurrent.n_slots + 8;
@@ -632,6 +644,8 @@ int lora_slots_for(const std::vector<LoraAdapter>& adapters, int max_loras) {
 Result<int> Model::add_lora(const std::string& name, const std::string& path, const LoraLimits& limits) {
   if (pending_.active) return Internal("Model::add_lora: a step is pending (collect it first)");
   if (name.empty()) return InvalidArgument("an adapter needs a name");
+  if (tp_size() > 1)
+    return Unimplemented("LoRA adapters on a tensor-parallel model (" + std::to_string(tp_size()) + " ranks) are not supported yet");
   for (const LoraAdapter& a : loras_)
     if (a.name == name)
       return InvalidArgument("an adapter named '" + name + "' is already loaded (from " + a.path + ")");

@@ -5,12 +5,14 @@
 #include <atomic>
 #include <functional>
 #include <list>
+#include <mutex>
 #include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "core/comm/communicator.h"
 #include "core/device.h"
 #include "core/exec/split_graph.h"
 #include "core/kv/kv_cache.h"
@@ -61,6 +63,13 @@ struct LoadOptions {
   // A model across the main device and the CPU (--gpu-layers, --cpu-moe, --override-tensor;
   // docs/multi-device.md). Default: everything on the main device.
   PlacementOptions placement;
+  // Tensor parallelism over |comm|'s ranks (size > 1; docs/multi-device.md): this process loads
+  // its rank's shard of every split weight (heads, FFN rows) and KV of its share of the KV heads;
+  // a step's row-parallel products are summed over the ranks. Every rank must run the same steps
+  // (rank 0's submit broadcasts them to ranks in Model::follow). Null or one rank: the whole model.
+  std::shared_ptr<Communicator> comm;
+  // Every rank plans and submits the same steps itself (no broadcast, no followers: tests).
+  bool tp_every_rank_steps = false;
 };
 
 class Model final : public ModelRunner {
@@ -71,9 +80,23 @@ class Model final : public ModelRunner {
   ~Model() override;
 
   const ModelConfig& config() const { return cfg_; }
+  // The shapes this rank computes with: config() with heads and FFN widths divided by the
+  // tensor-parallel degree (config() itself when there is none).
+  const ModelConfig& rank_config() const { return rank_cfg_; }
+  // The tensor-parallel degree and this rank (1 and 0 without LoadOptions::comm).
+  int tp_size() const { return comm_ ? comm_->size() : 1; }
+  int tp_rank() const { return comm_ ? comm_->rank() : 0; }
+  // Tensor parallelism's driver and followers: rank 0 plans the steps (the engine, the server)
+  // and its submit() broadcasts each plan; every other rank calls follow() with a KV cache made
+  // as rank 0's was, which applies each plan's block copies and runs its step until rank 0 calls
+  // stop_followers() (also done by the destructor). follow() waits for the next plan without a
+  // deadline (an idle server), then like any collective. Swap preemption is not mirrored: a
+  // tensor-parallel engine preempts by recompute.
+  Status follow(KvCache& kv);
+  Status stop_followers();
   const Architecture& architecture() const { return *arch_; }
   // Which memory each layer keeps between steps (full-attention KV, a window, recurrent state).
-  std::vector<LayerMemory> memory_layout() const { return arch_->memory_layout(cfg_); }
+  std::vector<LayerMemory> memory_layout() const { return arch_->memory_layout(rank_cfg_); }
   DType activation_dtype() const { return act_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const std::string& chat_template() const { return chat_template_; }  // Jinja source ("" if none)
@@ -104,6 +127,9 @@ class Model final : public ModelRunner {
   Status submit(const StepPlan& plan, KvCache& kv) override;
   // Waits for the pending step and returns its logits rows (then pooled embeddings).
   Status collect(std::vector<float>* logits) override;
+  // kUnavailable for good once a tensor-parallel collective failed (a rank died or stalls): the
+  // engine then refuses new requests (the server answers 503). OK otherwise.
+  Status health() const override;
   int32_t embedding_dim() const override { return cfg_.pooling == Pooling::kNone ? 0 : cfg_.n_embd; }
   std::string why_no_embeddings() const override;
   bool generates() const override { return !cfg_.is_encoder(); }
@@ -182,6 +208,20 @@ class Model final : public ModelRunner {
   using TensorGetter = std::function<Result<std::optional<HostTensor>>(const TensorSpec&)>;
   static Result<std::unique_ptr<Model>> load_checkpoint(const std::string& dir, DevicePtr device, const LoadOptions& opts);
   Status finish_load(const std::string& path, const TensorGetter& get, const LoadOptions& opts);
+  // Tensor parallelism (models/tensor_parallel.cpp): rank_cfg_ and comm_ for |comm|'s degree,
+  // checked against the architecture and its head counts and widths; then this rank's part of
+  // weight |name| split along |dim| (TensorSpec::tp_dim), in new memory.
+  Status set_tensor_parallel(std::shared_ptr<Communicator> comm);
+  Result<HostTensor> shard_weight(const HostTensor& h, int dim, const std::string& name) const;
+  // Rank 0's submit: every step's plan to the other ranks (tensor_parallel.cpp).
+  Status broadcast_step(const StepPlan& plan);
+  // submit() and collect() themselves; the public ones add the tensor-parallel failure rule.
+  Status submit_step(const StepPlan& plan, KvCache& kv);
+  Status collect_step(std::vector<float>* logits);
+  Status note_tp_failure(Status s);
+  mutable std::mutex tp_failure_mutex_;
+  Status tp_failure_;  // the first failed collective's status (health())
+  bool followers_stopped_ = false;  // or none follow (LoadOptions::tp_every_rank_steps)
   Status load_weights(const std::string& path, const TensorGetter& get, const LoadOptions& opts);
   // PlacementOptions::kFitLayers resolved from the weights' sizes (name, bytes) and the budget.
   Result<Placement> fit_placement(const PlacementOptions& o, const std::vector<std::pair<std::string, size_t>>& sizes);
@@ -210,6 +250,8 @@ class Model final : public ModelRunner {
   Device* logits_device_ = nullptr;  // the device logits_host_ belongs to
   const Architecture* arch_ = nullptr;
   ModelConfig cfg_;
+  ModelConfig rank_cfg_;                 // see rank_config()
+  std::shared_ptr<Communicator> comm_;   // tensor parallelism (size > 1), else null
   std::unique_ptr<ArchWeights> weights_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::string chat_template_;

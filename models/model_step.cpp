@@ -157,7 +157,7 @@ Status Model::forward(const StepPlan& plan, KvCache& kv, std::vector<float>* log
   return collect(logits);
 }
 
-Status Model::submit(const StepPlan& plan, KvCache& kv) {
+Status Model::submit_step(const StepPlan& plan, KvCache& kv) {
   if (pending_.active) return Internal("Model::submit: the previous step was not collected");
   pending_.status = OkStatus();
   pending_.logits_floats = 0;
@@ -170,6 +170,8 @@ Status Model::submit(const StepPlan& plan, KvCache& kv) {
   }
   for (int32_t t : plan.tokens)
     if (t < 0 || t >= cfg_.n_vocab) return InvalidArgument("token id " + std::to_string(t) + " outside the vocabulary");
+  // Tensor parallelism: the other ranks run the same step (Model::follow).
+  if (comm_ && comm_->rank() == 0 && !followers_stopped_) TS_RETURN_IF_ERROR(broadcast_step(plan));
   if (!plan.pool_seqs.empty() && embedding_dim() == 0) return InvalidArgument(why_no_embeddings());
   if (kv.has_window() && plan.window_max_blocks == 0)
     return InvalidArgument("the KV cache keeps sliding-window layers in a pool of their own, but the step plan has no "
@@ -195,6 +197,7 @@ Status Model::submit(const StepPlan& plan, KvCache& kv) {
   so.expert_stats = stats;
   so.pooled = !plan.pool_seqs.empty();
   so.lora = lora_set_.get();
+  so.tp_rank = tp_rank();
   TS_ASSIGN_OR_RETURN(p.g, step_graph(in, kv, so));
   if (p.g->split) {
     const SplitStats before = p.g->split->stats();
@@ -205,6 +208,9 @@ Status Model::submit(const StepPlan& plan, KvCache& kv) {
     split_stats_.copied_bytes += after.copied_bytes - before.copied_bytes;
     split_stats_.copy_seconds += after.copy_seconds - before.copy_seconds;
     split_stats_.wait_seconds += after.wait_seconds - before.wait_seconds;
+    split_stats_.reduces += after.reduces - before.reduces;
+    split_stats_.reduced_bytes += after.reduced_bytes - before.reduced_bytes;
+    split_stats_.reduce_seconds += after.reduce_seconds - before.reduce_seconds;
   } else {
     TS_ASSIGN_OR_RETURN(p.done, device_->compute_async(p.g->graph));
   }
@@ -237,7 +243,7 @@ Status Model::submit(const StepPlan& plan, KvCache& kv) {
   return OkStatus();
 }
 
-Status Model::collect(std::vector<float>* logits) {
+Status Model::collect_step(std::vector<float>* logits) {
   logits->clear();
   if (!pending_.active) return Internal("Model::collect: no step was submitted");
   Pending& p = pending_;
@@ -299,7 +305,7 @@ Result<Model::StepGraph*> Model::step_graph(const StepTensors& in, KvCache& kv, 
   }
   StepGraph g;
   g.key = key.value();
-  GraphContext ctx(g.graph, cfg_, in, kv, opts);
+  GraphContext ctx(g.graph, rank_cfg_, in, kv, opts);
   g.out = arch_->build_graph(ctx, *weights_);
   TS_RETURN_IF_ERROR(ctx.status());
   g.hidden = opts.pooled ? ctx.hidden : kNoValue;
@@ -309,11 +315,12 @@ Result<Model::StepGraph*> Model::step_graph(const StepTensors& in, KvCache& kv, 
   if (step_graphs_.size() >= kStepGraphs) step_graphs_.pop_back();
   step_graphs_.push_front(std::move(g));
   StepGraph& kept = step_graphs_.front();
-  if (placement_ && placement_->split()) {
+  if ((placement_ && placement_->split()) || tp_size() > 1) {
     // Segments per device, over the kept graph (the split refers to it); the step inputs (one
-    // buffer) go wherever a segment reads them.
+    // buffer) go wherever a segment reads them. Tensor parallelism: segments between the
+    // all-reduces, which the communicator performs.
     const Buffer* step_inputs[] = {step_buffer_.get()};
-    auto split = SplitGraph::build(kept.graph, *device_, step_inputs);
+    auto split = SplitGraph::build(kept.graph, *device_, step_inputs, comm_.get());
     if (!split.ok()) {
       step_graphs_.pop_front();
       return split.status();

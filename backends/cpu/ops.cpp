@@ -39,6 +39,7 @@ bool kernels_support(OpKind op, DType act, DType weight) {
     case OpKind::kTopkRoute:
     case OpKind::kCopy:
     case OpKind::kView: return true;
+    case OpKind::kAllReduce:  // performed between segments by SplitGraph, never by a backend
     case OpKind::kCount: break;
   }
   return false;
@@ -67,6 +68,7 @@ Status run_node(ThreadPool& pool, const Graph& graph, const Node& node) {
     case OpKind::kLora:
       return lora(pool, graph, node);
     case OpKind::kView: return OkStatus();
+    case OpKind::kAllReduce:  // performed between segments by SplitGraph, never by a backend
     case OpKind::kCount: break;
   }
   return Unimplemented(std::string("cpu: op ") + op_name(node.op) + " (" + std::to_string(int(node.op)) + ")");

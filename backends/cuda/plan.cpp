@@ -118,6 +118,7 @@ bool supports(OpKind op, DType act, DType weight) {
       return is_act(act) && act == weight;
     case OpKind::kView:
       return true;
+    case OpKind::kAllReduce:  // performed between segments by SplitGraph, never by a backend
     case OpKind::kCount:
       return false;
   }
@@ -195,6 +196,7 @@ Status plan_node(const Graph& g, int ni, const AddressOf& address, int32_t* err,
       return plan_ssm_conv(p);
     case OpKind::kGatedDeltaNet:
       return plan_gated_delta_net(p);
+    case OpKind::kAllReduce:  // performed between segments by SplitGraph, never by a backend
     case OpKind::kCount:
       break;
   }

@@ -160,6 +160,7 @@ bool VulkanDevice::supports(OpKind op, DType act, DType weight) const {
     case OpKind::kTopkRoute:
     case OpKind::kCopy:
     case OpKind::kView: return true;
+    case OpKind::kAllReduce:  // performed between segments by SplitGraph, never by a backend
     case OpKind::kCount: return false;
   }
   return false;  // NOTE: no default above, so a new OpKind is a compiler warning (an error in CI)
@@ -190,6 +191,7 @@ Status record_node(Recorder& rec, const Graph& g, const Node& n) {
     case OpKind::kLora:
       return record_lora(rec, g, n);
     case OpKind::kView: return OkStatus();
+    case OpKind::kAllReduce:  // performed between segments by SplitGraph, never by a backend
     case OpKind::kCount: break;
   }
   return Unimplemented(std::string("vulkan: op ") + op_name(n.op));

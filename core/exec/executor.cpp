@@ -43,6 +43,9 @@ Status check_supported(const Device& device, const Graph& graph) {
   TS_RETURN_IF_ERROR(graph.status());
   for (const Node& n : graph.nodes()) {
     if (n.op == OpKind::kView) continue;
+    if (n.op == OpKind::kAllReduce)
+      return InvalidArgument(device.info().id + ": all_reduce is a tensor-parallel collective: a step graph holding one "
+                             "runs through SplitGraph with a Communicator, not one executor");
     const OpDTypes d = op_dtypes(graph, n);
     if (!device.supports(n.op, d.act, d.weight))
       return Unimplemented(device.info().id + ": " + op_name(n.op) + " with " + dtype_name(d.act) + " activations and " +

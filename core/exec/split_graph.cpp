@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "core/comm/communicator.h"
+
 namespace tessera {
 
 namespace {
@@ -96,7 +98,9 @@ void SplitGraph::make_segments(const std::vector<Device*>& node_device) {
   const size_t n_values = original_->values().size();
   node_segment_.assign(node_device.size(), -1);
   for (size_t i = 0; i < node_device.size(); ++i) {
-    if (segments_.empty() || segments_.back().device != node_device[i]) {
+    // An all_reduce starts a segment: its sum lands in the segment as a copy does.
+    const bool collective = original_->nodes()[i].op == OpKind::kAllReduce;
+    if (segments_.empty() || segments_.back().device != node_device[i] || collective) {
       Segment s;
       s.device = node_device[i];
       s.map.assign(n_values, kNoValue);
@@ -112,7 +116,7 @@ void SplitGraph::make_segments(const std::vector<Device*>& node_device) {
   }
 }
 
-Result<ValueId> SplitGraph::land(int si, ValueId v, int from_segment) {
+Result<ValueId> SplitGraph::land(int si, ValueId v, int from_segment, bool reduce) {
   Segment& seg = segments_[size_t(si)];
   const Tensor& t = original_->tensor(v);
   if (!t.is_contiguous())
@@ -125,6 +129,7 @@ Result<ValueId> SplitGraph::land(int si, ValueId v, int from_segment) {
   l.landing = t;
   l.landing.buffer = std::move(buf);
   l.landing.offset = 0;
+  l.reduce = reduce;
   seg.landings.push_back(l);
   if (from_segment >= 0) exports_.push_back({from_segment, v});
   return seg.graph.input(seg.landings.back().landing);
@@ -160,6 +165,15 @@ Status SplitGraph::build_segment(int si) {
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (node_segment_[i] != si) continue;
     const Node& n = nodes[i];
+    if (n.op == OpKind::kAllReduce) {  // its output is its input's sum, landed here by copy_in
+      const ValueId x = n.inputs[0];
+      const Value& xv = original_->value(x);
+      TS_ASSIGN_OR_RETURN(const ValueId summed,
+                          land(si, x, xv.kind == Value::Kind::kExternal ? -1 : value_segment_[size_t(x)], true));
+      TS_RETURN_IF_ERROR(seg.graph.status());
+      seg.map[size_t(n.outputs[0])] = summed;
+      continue;
+    }
     std::vector<ValueId> ins;
     ins.reserve(n.inputs.size());
     for (ValueId v : n.inputs) {
@@ -197,10 +211,14 @@ Status SplitGraph::mark_exports() {
 }
 
 Result<std::unique_ptr<SplitGraph>> SplitGraph::build(const Graph& graph, Device& main,
-                                                      std::span<const Buffer* const> step_inputs) {
+                                                      std::span<const Buffer* const> step_inputs, Communicator* comm) {
   TS_RETURN_IF_ERROR(graph.status());
+  for (const Node& n : graph.nodes())
+    if (n.op == OpKind::kAllReduce && !comm)
+      return InvalidArgument("split graph: the graph holds all_reduce nodes (a tensor-parallel model) but no communicator");
   std::unique_ptr<SplitGraph> sg(new SplitGraph());
   sg->original_ = &graph;
+  sg->comm_ = comm;
   TS_ASSIGN_OR_RETURN(const std::vector<Device*> node_device, assign_devices(graph, main, step_inputs));
   sg->make_segments(node_device);
   // Each segment's graph: its nodes cloned over its own values, with landings for what it reads
@@ -223,7 +241,7 @@ Status SplitGraph::copy_in(Segment& seg, const Landing& l) {
     const Segment& p = segments_[size_t(l.from_segment)];
     src = &p.graph.tensor(p.map[size_t(l.from_value)]);
     from = p.device;
-    if (from != seg.device) {  // the host waits for the producer (devices cannot wait on each other yet)
+    if (from != seg.device || l.reduce) {  // the host waits for the producer (devices cannot wait on each other yet)
       const auto w0 = Clock::now();
       TS_RETURN_IF_ERROR(from->wait(p.event));
       stats_.wait_seconds += std::chrono::duration<double>(Clock::now() - w0).count();
@@ -231,6 +249,7 @@ Status SplitGraph::copy_in(Segment& seg, const Landing& l) {
   }
   const auto t0 = Clock::now();
   const size_t bytes = size_t(l.landing.nbytes());
+  if (l.reduce) return reduce_in(seg, l, *src, *from);
   if (from == seg.device) {
     const CopyRegion region{src->buffer.get(), src->offset, l.landing.buffer.get(), 0, bytes};
     TS_RETURN_IF_ERROR(seg.device->copy(std::span<const CopyRegion>(&region, 1)).status());
@@ -243,6 +262,21 @@ Status SplitGraph::copy_in(Segment& seg, const Landing& l) {
   ++stats_.copies;
   stats_.copied_bytes += int64_t(bytes);
   stats_.copy_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  return OkStatus();
+}
+
+Status SplitGraph::reduce_in(Segment& seg, const Landing& l, const Tensor& src, Device& from) {
+  using Clock = std::chrono::steady_clock;
+  const size_t bytes = size_t(l.landing.nbytes());
+  std::vector<uint8_t>& host = staging_;
+  if (host.size() < bytes) host.resize(bytes);
+  TS_RETURN_IF_ERROR(from.download(src, host.data(), bytes));
+  const auto t0 = Clock::now();
+  TS_RETURN_IF_ERROR(comm_->all_reduce_sum(host.data(), l.landing.numel(), l.landing.dtype));
+  stats_.reduce_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  TS_RETURN_IF_ERROR(seg.device->upload(l.landing, host.data(), bytes));
+  ++stats_.reduces;
+  stats_.reduced_bytes += int64_t(bytes);
   return OkStatus();
 }
 

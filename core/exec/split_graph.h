@@ -19,6 +19,11 @@
 // Copies between devices go through host memory (download, then upload) and wait for the
 // producing segment: correct on every pair of devices, not yet overlapped (HAL events across
 // devices and pinned staging are the next step).
+//
+// Tensor parallelism: an all_reduce node (OpKind::kAllReduce) also ends a segment. Its input is
+// brought to the host after its segment, summed over the ranks by the Communicator, and lands in
+// the next segment as the node's output, the way a value crossing devices does. Every rank
+// builds the same graph, so the ranks meet in the same collectives in the same order.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -38,7 +43,12 @@ struct SplitStats {
   int64_t copied_bytes = 0;  // their bytes
   double copy_seconds = 0;   // host wall time of the copies themselves
   double wait_seconds = 0;   // host wall time waiting for a producing segment before its copies
+  int64_t reduces = 0;       // all-reduces made by run() so far (tensor parallelism)
+  int64_t reduced_bytes = 0; // their bytes (per rank)
+  double reduce_seconds = 0; // host wall time in the Communicator (the other ranks' lag included)
 };
+
+class Communicator;
 
 class SplitGraph {
  public:
@@ -46,9 +56,11 @@ class SplitGraph {
   // else places; |step_inputs| are the buffers whose tensors decide no placement. Fails naming
   // the node when an op writes an external that lives on a device other than its own (a KV
   // cache and a weight of one attention placed apart cannot both be honoured) or when a value
-  // that crosses devices is not contiguous.
+  // that crosses devices is not contiguous. |comm| performs the graph's all_reduce nodes (a
+  // graph with one and no communicator is refused); it must outlive the SplitGraph.
   static Result<std::unique_ptr<SplitGraph>> build(const Graph& graph, Device& main,
-                                                   std::span<const Buffer* const> step_inputs);
+                                                   std::span<const Buffer* const> step_inputs,
+                                                   Communicator* comm = nullptr);
   ~SplitGraph();
 
   // Queues every segment in order, copying the crossing values before each; returns the event
@@ -78,6 +90,7 @@ class SplitGraph {
     int from_segment = -1;
     ValueId from_value = kNoValue;  // in the original graph: the external or the producing root
     Tensor landing;                 // on the consuming segment's device
+    bool reduce = false;            // an all_reduce's output: the sum over the ranks of from_value
   };
   struct Segment {
     Device* device = nullptr;
@@ -96,11 +109,13 @@ class SplitGraph {
   void make_segments(const std::vector<Device*>& node_device);
   Status build_segment(int si);
   Result<ValueId> value_in(int si, ValueId v);
-  Result<ValueId> land(int si, ValueId v, int from_segment);
+  Result<ValueId> land(int si, ValueId v, int from_segment, bool reduce = false);
   Status mark_exports();
   Status copy_in(Segment& seg, const Landing& l);
+  Status reduce_in(Segment& seg, const Landing& l, const Tensor& src, Device& from);
 
   const Graph* original_ = nullptr;
+  Communicator* comm_ = nullptr;
   std::vector<Segment> segments_;
   std::vector<int> node_segment_;   // [nodes]
   std::vector<int> value_segment_;  // [values]: the segment whose graph holds the kept value, -1: external

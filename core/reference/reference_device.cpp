@@ -28,6 +28,7 @@ Status run_node(const Graph& g, const Node& n) {
     case OpKind::kGatedDeltaNet: return gated_delta_net(g, n);
     case OpKind::kLora:
       return lora(g, n);
+    case OpKind::kAllReduce:  // performed between segments by SplitGraph, never by a backend
     case OpKind::kCount: break;
   }
   return Unimplemented(std::string("reference: op ") + op_name(n.op));

@@ -120,6 +120,7 @@ Result<RequestId> Engine::submit(GenerationRequest req) {
 }
 
 Status Engine::submit_as(RequestId id, GenerationRequest req) {
+  TS_RETURN_IF_ERROR(model_.health());
   TS_RETURN_IF_ERROR(validate(req));
   auto a = std::make_unique<Active>();
   a->id = a->request = id;

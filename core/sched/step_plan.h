@@ -124,6 +124,9 @@ class ModelRunner {
   // How many distinct adapters one step may use (the device slots, vLLM's --max-loras); 0: any
   // number. The scheduler keeps a request whose adapter would exceed it waiting.
   virtual int32_t lora_device_slots() const { return 0; }
+  // Not OK once the runner cannot run steps any more (kUnavailable: a tensor-parallel rank
+  // died): the engine refuses new requests with it. Called from any thread.
+  virtual Status health() const { return OkStatus(); }
   // The counters of the executor that runs its steps (executables built and reused), or zeros.
   // Called on the engine thread.
   virtual ExecutorStats executor_stats() const { return {}; }

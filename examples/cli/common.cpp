@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <thread>
 
 #include "core/registry.h"
 #include "examples/cli/commands.h"
@@ -58,6 +59,29 @@ void add_model_options(CLI::App* cmd, ModelOptions* o) {
       ->check(CLI::Range(-100.0, 100.0));
   add_placement_options(cmd, &o->placement);
   cmd->add_flag("-q,--quiet", o->quiet, "no progress bar");
+}
+
+void add_tp_option(CLI::App* cmd, int* tp) {
+  cmd->add_option("--tp", *tp,
+                  "tensor parallelism over N ranks, one process each: mpirun -n N tessera ... --tp N (each holds 1/N of "
+                  "the heads and FFN rows; rank 0 plans and answers, the others follow; docs/multi-device.md)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+}
+
+Result<std::shared_ptr<Communicator>> tensor_parallel_comm(int tp) {
+  if (tp <= 1) return std::shared_ptr<Communicator>();
+  TS_ASSIGN_OR_RETURN(auto comm, open_communicator());
+  if (comm->size() != tp)
+    return InvalidArgument("--tp " + std::to_string(tp) + " but this process is one of " + std::to_string(comm->size()) +
+                           " ranks: launch it as `mpirun -n " + std::to_string(tp) + " tessera ... --tp " +
+                           std::to_string(tp) + "`");
+  return comm;
+}
+
+int threads_per_rank(int threads, int tp) {
+  if (threads > 0 || tp <= 1) return threads;
+  return std::max(1, int(std::thread::hardware_concurrency()) / tp);
 }
 
 void add_placement_options(CLI::App* cmd, PlacementFlags* f) {
@@ -204,11 +228,17 @@ LoadOptions load_options(const ModelOptions& o, const LoadOptions& extra) {
   return lo;
 }
 
-std::unique_ptr<Model> load_model(const ModelOptions& o, const LoadOptions& extra) {
+std::unique_ptr<Model> load_model(const ModelOptions& opts, const LoadOptions& extra) {
+  auto comm = tensor_parallel_comm(opts.tp);
+  if (!comm.ok()) { fail(comm.status()); return nullptr; }
+  ModelOptions o = opts;
+  o.quiet = o.quiet || (*comm && (*comm)->rank() > 0);  // rank 0 speaks for all
+  o.threads = threads_per_rank(o.threads, o.tp);
   auto dev = find_device(o.device, o.threads, o.threads_batch, o.quiet);
   if (!dev.ok()) { fail(dev.status()); return nullptr; }
   ProgressBar bar{!o.quiet && isatty(2)};
   LoadOptions lo = load_options(o, extra);
+  lo.comm = *comm;
   lo.progress = [&bar](size_t done, size_t total) { bar.draw(done, total); return true; };
   auto placed = placement_options(o.placement, *dev, o.threads, o.threads_batch, o.quiet, o.ctx);
   if (!placed.ok()) {
@@ -225,6 +255,10 @@ std::unique_ptr<Model> load_model(const ModelOptions& o, const LoadOptions& extr
                  (*m)->config().name.empty() ? o.model.c_str() : (*m)->config().name.c_str(), (*m)->config().arch.c_str(),
                  (*m)->config().n_layers, (*m)->config().n_ctx_train, (*dev)->info().name.c_str());
   if (!o.quiet && (*m)->placement().split()) std::fprintf(stderr, "model: placed %s\n", placement_summary(**m).c_str());
+  if (!o.quiet && (*m)->tp_size() > 1)
+    std::fprintf(stderr, "model: tensor-parallel over %d ranks (%s): %d of %d heads and 1/%d of the FFN rows on each\n",
+                 (*m)->tp_size(), (*comm)->backend().c_str(), (*m)->rank_config().n_heads, (*m)->config().n_heads,
+                 (*m)->tp_size());
   if (!o.quiet && (*m)->activation_dtype() != DType::kF32)
     std::fprintf(stderr, "model: %s activations\n", dtype_name((*m)->activation_dtype()));
   if (!o.quiet && (*m)->prepared_weight_bytes() > 0)

@@ -48,6 +48,7 @@ struct ModelOptions {
   float lora_scale = 1.0f;  // --lora-scale: the applied adapter's, times its own
   // A model across --device and the CPU (docs/multi-device.md): llama.cpp's -ngl, --cpu-moe, -ot.
   PlacementFlags placement;
+  int tp = 1;  // --tp N: tensor parallelism over N ranks (mpirun -n N; docs/multi-device.md)
 };
 
 // Loads --lora NAME=PATH adapters into |m|, slot after slot. Errors are printed (false).
@@ -67,6 +68,13 @@ void add_thread_options(CLI::App* cmd, int* threads, int* threads_batch);
 // The device |spec| names; for a CPU device with thread counts given, a new CPU device with them
 // (clamps printed to stderr unless |quiet|). Errors: an unknown device, a bad count.
 Result<DevicePtr> find_device(const std::string& spec, int threads, int threads_batch, bool quiet);
+// --tp N (run, serve): adds the option; then this process's communicator as one of N ranks
+// (null for N = 1), refused by name when the process was not launched as N ranks.
+void add_tp_option(CLI::App* cmd, int* tp);
+Result<std::shared_ptr<Communicator>> tensor_parallel_comm(int tp);
+// Threads per rank when |tp| ranks share this machine and none were asked for: its CPUs split
+// evenly (|threads| itself otherwise).
+int threads_per_rank(int threads, int tp);
 // One line for --stats and info: the CPU's thread counts and whether its pool shrank under load
 // ("" for other devices).
 std::string thread_report(const Device& d);

@@ -86,9 +86,15 @@ void print_kv_memory(const EngineStats& st, const KvCache& kv) {
 
 // A model placed across devices: where its weights are and what crossed between them per step.
 void print_placement(const Model& model, int64_t steps) {
-  if (!model.placement().split()) return;
   const SplitStats& ss = model.split_stats();
   const double n = double(std::max<int64_t>(1, steps));
+  if (model.tp_size() > 1)
+    std::fprintf(stderr,
+                 "stats: tensor-parallel over %d ranks: %d of %d heads here; %.1f all-reduces per step (%.1f KB, %.2f ms "
+                 "per step in the communicator, the other ranks' lag included)\n",
+                 model.tp_size(), model.rank_config().n_heads, model.config().n_heads, double(ss.reduces) / n,
+                 double(ss.reduced_bytes) / 1e3 / n, ss.reduce_seconds * 1e3 / n);
+  if (!model.placement().split()) return;
   std::fprintf(stderr, "stats: placed %s\n", placement_summary(model).c_str());
   std::fprintf(
       stderr,
@@ -192,12 +198,18 @@ LoadOptions one_sequence() {
 }
 
 void run_command(const GenerateOptions& o) {
+  if (o.model.tp > 1 && o.spec.mode != "off")
+    return fail(Unimplemented("--spec with --tp: speculative decoding on a tensor-parallel model is not supported yet"));
   auto model = load_model(o.model, one_sequence());
   if (!model) return;
   const auto kvt = dtype_from_name(o.model.kv_dtype);
   if (!kvt) return fail(InvalidArgument("unknown --kv-dtype '" + o.model.kv_dtype + "'"));
   auto kv = model->create_kv_cache(o.model.ctx, *kvt, 16, !o.model.swa_full);
   if (!kv.ok()) return fail(kv.status());
+  if (model->tp_rank() > 0) {  // a tensor-parallel follower: rank 0's steps until it is done
+    if (Status s = model->follow(**kv); !s.ok()) fail(s);
+    return;
+  }
   auto spec = spec_config(o.spec, spec_target(*model, o.model, *kvt));
   if (!spec.ok()) return fail(spec.status());
   std::string text = o.prompt;
@@ -211,6 +223,7 @@ void run_command(const GenerateOptions& o) {
   }
   auto r = generate(*model, **kv, *spec, text, o, o.stats);
   if (!r.ok()) fail(r.status());
+  if (Status s = model->stop_followers(); !s.ok()) fail(s);
 }
 
 void chat_command(const GenerateOptions& o) {
@@ -265,6 +278,7 @@ void add_generate_commands(CLI::App& app) {
   run->add_option("-p,--prompt", o->prompt, "the prompt")->required();
   run->add_flag("--raw", o->raw, "use the prompt as is, without the model's chat template");
   run->add_flag("--ignore-eos", o->ignore_eos, "generate --max-tokens tokens, past the end-of-generation token (for benchmarks)");
+  add_tp_option(run, &o->model.tp);
   run->add_flag("--ids", o->ids, "print the generated token ids to stderr (\"ids: 12,7,...\"), for comparisons");
   run->callback([o] { run_command(*o); });
 

@@ -41,6 +41,7 @@ struct ServeCommandOptions {
   int threads = 0, threads_batch = 0;  // CPU threads (0: the default)
   std::vector<std::string> loras;      // --lora NAME=PATH
   PlacementFlags placement;            // --gpu-layers, --cpu-moe, --override-tensor
+  int tp = 1;                          // --tp N: tensor parallelism over N ranks (mpirun -n N)
 };
 
 void serve_fail(const std::string& message, int code = 1) {
@@ -80,12 +81,49 @@ Status open_step_log(const std::string& path, StepLog* log, EngineConfig* ec) {
   return OkStatus();
 }
 
-void serve_command(const ServeCommandOptions& o) {
+// The model as every rank loads it (rank 0 and, under --tp, the followers alike), with its KV cache.
+Status load_served_model(const ServeCommandOptions& o, const DevicePtr& dev, DType kvt, std::shared_ptr<Communicator> comm,
+                         std::unique_ptr<Model>* model, std::unique_ptr<KvCache>* kv, LoadOptions* used) {
+  LoadOptions lo;
+  lo.max_batch_tokens = o.scheduler.max_batch_tokens;
+  lo.max_seqs = o.scheduler.max_seqs;
+  if (o.act_dtype != "auto") lo.activation_dtype = dtype_from_name(o.act_dtype);
+  TS_ASSIGN_OR_RETURN(lo.placement, placement_options(o.placement, dev, o.threads, o.threads_batch, false, o.ctx));
+  lo.comm = std::move(comm);
+  TS_ASSIGN_OR_RETURN(*model, Model::load(o.model, dev, lo));
+  if (!o.pooling.empty()) {
+    const Pooling p = o.pooling == "last" ? Pooling::kLast : o.pooling == "cls" ? Pooling::kCls : Pooling::kMean;
+    TS_RETURN_IF_ERROR((*model)->set_pooling(p));
+  }
+  TS_ASSIGN_OR_RETURN(*kv, (*model)->create_kv_cache(o.ctx, kvt, 16, !o.swa_full));
+  *used = lo;
+  return OkStatus();
+}
+
+// A tensor-parallel rank other than 0: no server, rank 0's steps until it stops.
+void serve_follower(const ServeCommandOptions& o, const DevicePtr& dev, DType kvt, std::shared_ptr<Communicator> comm) {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<KvCache> kv;
+  LoadOptions lo;
+  Status s = load_served_model(o, dev, kvt, std::move(comm), &model, &kv, &lo);
+  if (s.ok()) s = model->follow(*kv);
+  if (!s.ok()) serve_fail(s.to_string());
+}
+
+void serve_command(const ServeCommandOptions& opts) {
   server::SignalWatcher signals;  // before any thread starts, so they all inherit the mask
-  auto dev = find_device(o.device, o.threads, o.threads_batch, false);
+  auto comm = tensor_parallel_comm(opts.tp);
+  if (!comm.ok()) return serve_fail(comm.status().to_string(), 2);
+  ServeCommandOptions o = opts;
+  o.threads = threads_per_rank(o.threads, o.tp);
+  if (o.tp > 1 && o.spec.mode != "off")
+    return serve_fail("--spec with --tp: speculative decoding on a tensor-parallel model is not supported yet", 2);
+  if (o.tp > 1 && o.preemption == "swap") o.preemption = "recompute";  // followers mirror steps, not swaps
+  auto dev = find_device(o.device, o.threads, o.threads_batch, *comm && (*comm)->rank() > 0);
   if (!dev.ok()) return serve_fail(dev.status().to_string());
   const auto kvt = dtype_from_name(o.kv_dtype);
   if (!kvt) return serve_fail("unknown --kv-dtype '" + o.kv_dtype + "' (f16, bf16, f32, fp8_e4m3 or int8_pc)", 2);
+  if (*comm && (*comm)->rank() > 0) return serve_follower(o, *dev, *kvt, *comm);
   server::ServeOptions so = o.serve;
   if (so.model_name.empty()) {
     std::filesystem::path p = std::filesystem::path(o.model).lexically_normal();
@@ -97,31 +135,23 @@ void serve_command(const ServeCommandOptions& o) {
   if (Status s = srv.start(); !s.ok()) return serve_fail(s.message());
   if (o.load_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.load_delay_ms));
 
+  std::unique_ptr<Model> model;
+  std::unique_ptr<KvCache> kv;
   LoadOptions lo;
-  lo.max_batch_tokens = o.scheduler.max_batch_tokens;
-  lo.max_seqs = o.scheduler.max_seqs;
-  if (o.act_dtype != "auto") lo.activation_dtype = dtype_from_name(o.act_dtype);
-  auto placed = placement_options(o.placement, *dev, o.threads, o.threads_batch, false, o.ctx);
-  if (!placed.ok()) return serve_fail(placed.status().to_string());
-  lo.placement = *std::move(placed);
-  auto model = Model::load(o.model, *dev, lo);
-  if (!model.ok()) return serve_fail(model.status().to_string());
+  if (Status s = load_served_model(o, *dev, *kvt, *comm, &model, &kv, &lo); !s.ok()) return serve_fail(s.to_string());
   if (!load_loras(
-          o.loras, **model,
+          o.loras, *model,
           {.first_is_default = false, .quiet = false, .limits = {so.max_loras, so.max_lora_rank, so.max_cpu_loras}}))
     return;
-  if (!o.pooling.empty()) {
-    const Pooling p = o.pooling == "last" ? Pooling::kLast : o.pooling == "cls" ? Pooling::kCls : Pooling::kMean;
-    if (Status s = (*model)->set_pooling(p); !s.ok()) return serve_fail(s.to_string());
-  }
-  auto kv = (*model)->create_kv_cache(o.ctx, *kvt, 16, !o.swa_full);
-  if (!kv.ok()) return serve_fail(kv.status().to_string());
-  auto kv_events = start_kv_events(o, **model, **kv);
+  if (model->tp_size() > 1)
+    std::fprintf(stderr, "serve: tensor-parallel over %d ranks (%s); preemption by recompute\n", model->tp_size(),
+                 (*comm)->backend().c_str());
+  auto kv_events = start_kv_events(o, *model, *kv);
   if (!kv_events.ok()) return serve_fail(kv_events.status().message());
 
   EngineConfig ec;
   SpecTarget st;
-  st.model = model->get();
+  st.model = model.get();
   st.kv_tokens = o.ctx;
   st.kv_dtype = *kvt;
   st.load = lo;
@@ -132,22 +162,22 @@ void serve_command(const ServeCommandOptions& o) {
   ec.scheduler.prefix_caching = !o.no_prefix_caching;
   ec.scheduler.swap = o.preemption == "swap";
   const int swap_tokens = o.swap_space > 0 ? o.swap_space : o.ctx;
-  ec.scheduler.swap_blocks = ec.scheduler.swap ? (swap_tokens + (*kv)->config().block_size - 1) / (*kv)->config().block_size : 0;
+  ec.scheduler.swap_blocks = ec.scheduler.swap ? (swap_tokens + kv->config().block_size - 1) / kv->config().block_size : 0;
   // A CPU device computes on our threads: fit on CPU time, immune to other processes' load.
-  const DeviceInfo& di = (*model)->device().info();
+  const DeviceInfo& di = model->device().info();
   if (di.type == DeviceType::kCpu && di.threads > 0 && !o.wall_clock_cost)
     ec.cost_cpu_threads = std::max(1, di.threads);
   StepLog step_log(nullptr, &std::fclose);
   if (Status s = open_step_log(o.step_log, &step_log, &ec); !s.ok()) return serve_fail(s.message(), 2);
-  Engine engine(**model, **kv, (*model)->codec(), ec);
+  Engine engine(*model, *kv, model->codec(), ec);
   EngineThread engine_thread(engine);
 
-  std::fprintf(stderr, "serve: %d-token KV cache, %d blocks\n", o.ctx, (*kv)->config().n_blocks);
-  srv.set_ready(**model, engine_thread, (*kv)->config().n_blocks, (*kv)->config().block_size);
+  std::fprintf(stderr, "serve: %d-token KV cache, %d blocks\n", o.ctx, kv->config().n_blocks);
+  srv.set_ready(*model, engine_thread, kv->config().n_blocks, kv->config().block_size);
   const Status served = srv.wait();
   if (!served.ok()) serve_fail(served.message());
   engine_thread.shutdown(/*drain=*/true);
-  (*kv)->pool().set_event_sink(nullptr);  // the publisher goes first
+  kv->pool().set_event_sink(nullptr);  // the publisher goes first
   std::fprintf(stderr, "serve: stopped\n");
 }
 
@@ -156,6 +186,7 @@ void add_serve_model_flags(CLI::App* cmd, ServeCommandOptions* o) {
   cmd->add_option("-m,--model", o->model, "GGUF model file, or a Hugging Face checkpoint directory")->required();
   cmd->add_option("-d,--device", o->device, "device: auto, cpu, vulkan, cuda:0 ...")->capture_default_str();
   add_placement_options(cmd, &o->placement);
+  add_tp_option(cmd, &o->tp);
   cmd->add_option("-c,--ctx", o->ctx, "KV cache capacity in tokens, shared by all requests")->capture_default_str()
       ->check(CLI::Range(16, 1 << 24));
   cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache dtype: f16, bf16, f32, fp8_e4m3 or int8_pc (8-bit: an f32 scale per token and kv head)")->capture_default_str();

@@ -112,6 +112,11 @@ class Architecture {
   // The state tensors of each recurrent layer (LayerMemoryKind::kRecurrent), without the slot
   // dimension: what the KV cache's state pool keeps per sequence. The default: none.
   virtual std::vector<RecurrentLayerSpec> recurrent_states(const ModelConfig&) const { return {}; }
+  // Why |c| cannot run tensor-parallel ("" when it can: its step graph goes through
+  // GraphContext's linear(), attention() and FFN blocks, which split by the TensorSpecs' tp_dim).
+  virtual std::string tensor_parallel_unsupported(const ModelConfig&) const {
+    return "its step graph does not split its projections across ranks yet";
+  }
   // The FLOPs the scheduler's cost prior starts from (the default: a decoder of q/k/v/o
   // projections, an FFN of gate/up/down and attention over every layer).
   virtual CostShape cost_shape(const ModelConfig& c) const;

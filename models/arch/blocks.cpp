@@ -21,6 +21,7 @@ void add_attention_specs(std::vector<TensorSpec>* s, const std::string& p, const
                          bool biases) {
   const int64_t D = c.n_embd, Q = int64_t(c.n_heads) * c.head_dim, KV = int64_t(c.n_kv_heads) * c.head_dim;
   const bool per_head = c.qk_norm == QkNorm::kPerHead, full = c.qk_norm == QkNorm::kFull;
+  const size_t first = s->size();
   s->insert(s->end(), {
       {p + "attn_q.weight", {Q, D}, true, &a->wq},
       {p + "attn_k.weight", {KV, D}, true, &a->wk},
@@ -37,6 +38,14 @@ void add_attention_specs(std::vector<TensorSpec>* s, const std::string& p, const
       {p + "attn_q_norm.weight", {full ? Q : c.head_dim}, per_head || full, &a->q_norm},
       {p + "attn_k_norm.weight", {full ? KV : c.head_dim}, per_head || full, &a->k_norm},
   });
+  // Tensor parallelism: heads split across ranks (q/k/v rows and biases), the output projection
+  // by its input columns; per-head norms stay whole (a norm over all heads cannot split:
+  // Architecture::tensor_parallel_unsupported says so).
+  for (size_t i = first; i < s->size(); ++i) {
+    TensorSpec& t = (*s)[i];
+    if (t.slot == &a->wo) t.tp_dim = 1;
+    else if (t.slot != &a->q_norm && t.slot != &a->k_norm) t.tp_dim = 0;
+  }
 }
 
 std::vector<TensorSpec> decoder_io_specs(const ModelConfig& c, ArchWeights* w) {
@@ -54,10 +63,13 @@ void add_glu_specs(std::vector<TensorSpec>* s, const std::string& p, int64_t D, 
       {p + "ffn_up.weight", {F, D}, true, &f->up},
       {p + "ffn_down.weight", {D, F}, true, &f->down},
   });
+  // Tensor parallelism: gate/up rows and down's matching columns split across ranks.
+  for (size_t i = s->size() - 3; i < s->size(); ++i) (*s)[i].tp_dim = (*s)[i].slot == &f->down ? 1 : 0;
 }
 
 void add_moe_specs(std::vector<TensorSpec>* s, const std::string& p, const ModelConfig& c, MoeWeights* m) {
   const int64_t D = c.n_embd, E = c.n_experts, Fe = c.n_ff_exp, Fs = c.n_ff_shexp;
+  const size_t first = s->size();
   s->insert(s->end(), {
       {p + "ffn_gate_inp.weight", {E, D}, true, &m->router},
       {p + "ffn_gate_exps.weight", {E, Fe, D}, true, &m->gate_exps, true},
@@ -71,6 +83,14 @@ void add_moe_specs(std::vector<TensorSpec>* s, const std::string& p, const Model
         {p + "ffn_up_shexp.weight", {Fs, D}, true, &m->up_shexp},
         {p + "ffn_down_shexp.weight", {D, Fs}, true, &m->down_shexp, false, false, true},
   });
+  // Tensor parallelism: every expert's FFN rows (and the shared expert's) split across ranks, as
+  // a dense FFN's are; the routers stay whole.
+  for (size_t i = first; i < s->size(); ++i) {
+    TensorSpec& t = (*s)[i];
+    if (t.slot == &m->gate_exps || t.slot == &m->up_exps || t.slot == &m->down_shexp) t.tp_dim = 1;
+    else if (t.slot == &m->down_exps) t.tp_dim = 2;
+    else if (t.slot == &m->gate_shexp || t.slot == &m->up_shexp) t.tp_dim = 0;
+  }
 }
 
 }  // namespace tessera

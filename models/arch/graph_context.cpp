@@ -25,10 +25,10 @@ GraphContext::GraphContext(Graph& graph, const ModelConfig& cfg, const StepTenso
 }
 
 ValueId GraphContext::linear(ValueId x, const WeightTensor& W, ValueId bias) {
-  ValueId y = g.matmul(x, g.input(W), bias);
+  ValueId y = g.matmul(x, g.input(W), W.partial_sum && opts.tp_rank != 0 ? kNoValue : bias);
   if (W.out_scale != 1.0f) y = g.scale(y, W.out_scale);
   const LoraSet::Module* m = lora_slots != kNoValue ? opts.lora->find(&W) : nullptr;
-  if (!m) return y;
+  if (!m) return W.partial_sum ? g.all_reduce(y) : y;
   if (g.tensor(x).rank != 2 || g.tensor(x).shape[0] != n_tokens) {
     fail(Unimplemented("LoRA on a projection of " + g.tensor(x).shape_string() +
                        " rows (the adapter's segments are the step's " + std::to_string(n_tokens) + " token rows)"));
@@ -111,7 +111,11 @@ ValueId GraphContext::moe_ffn(const MoeWeights& m, ValueId h, const GluParams& a
   }
   const ValueId up = g.matmul_id(h, g.input(m.up_exps), ids, kNoValue, optional(m.up_exps_b));
   const ValueId gate = g.matmul_id(h, g.input(m.gate_exps), ids, kNoValue, optional(m.gate_exps_b));
-  ValueId y = g.matmul_id(g.glu(gate, up, act), g.input(m.down_exps), ids, weights, optional(m.down_exps_b));
+  // Tensor parallelism: each rank holds every expert's slice of rows, so the weighted sum below
+  // (routed and shared) is a partial sum, all-reduced once at the end; the bias joins on rank 0.
+  const bool partial = m.down_exps.partial_sum;
+  const ValueId down_b = partial && opts.tp_rank != 0 ? kNoValue : optional(m.down_exps_b);
+  ValueId y = g.matmul_id(g.glu(gate, up, act), g.input(m.down_exps), ids, weights, down_b);
   if (c.n_ff_shexp > 0) {
     TopkRouteParams sp;
     sp.k = 1;
@@ -125,7 +129,7 @@ ValueId GraphContext::moe_ffn(const MoeWeights& m, ValueId h, const GluParams& a
     const ValueId ysh = g.matmul_id(sh, down3, sid, sw);
     y = g.add(y, m.down_shexp.out_scale == 1.0f ? ysh : g.scale(ysh, m.down_shexp.out_scale));
   }
-  return y;
+  return partial ? g.all_reduce(y) : y;
 }
 
 ValueId GraphContext::decoder_output(const ArchWeights& w, ValueId x) {

@@ -23,6 +23,9 @@ struct StepOptions {
   // Loaded LoRA adapters (models/lora/lora.h): linear() adds the delta of each weight they target
   // to the rows of the sequences whose StepTensors::lora_slots name an adapter. Null: none.
   const LoraSet* lora = nullptr;
+  // Tensor parallelism: this rank's place in the group. A row-parallel projection's bias joins
+  // the sum on rank 0 alone.
+  int tp_rank = 0;
 };
 
 class GraphContext {
@@ -61,7 +64,8 @@ class GraphContext {
 
   // x W^T (+ bias), times the weight's tensor scale when it has one (NVFP4; the loader divided
   // the bias by that scale, so the bias comes out right), plus the LoRA delta of the sequences'
-  // adapters where one targets W (the lora op, segments = the step's sequences).
+  // adapters where one targets W (the lora op, segments = the step's sequences). A row-parallel
+  // shard (W.partial_sum) is summed over the ranks (all_reduce), its bias added once.
   ValueId linear(ValueId x, const WeightTensor& W, ValueId bias = kNoValue);
   // The rows of |table| for the step's tokens in the activation dtype, times |scale| and the
   // table's tensor scale.

@@ -160,6 +160,9 @@ class Llama final : public Architecture {
     const char* hf = proj == "ffn_gate" ? "w1" : proj == "ffn_up" ? "w3" : "w2";
     return "model.layers." + std::to_string(layer) + ".block_sparse_moe.experts." + std::to_string(e) + "." + hf;
   }
+  std::string tensor_parallel_unsupported(const ModelConfig& c) const override {
+    return c.qk_norm == QkNorm::kFull ? "its QK-norm spans every head (it would need an all-reduce of its own)" : "";
+  }
   bool gguf_rope_rows_permuted(const ModelConfig& c) const override {
     const Variant* v = variant(c.arch);
     return v && v->gguf_rope == RopeMode::kNormal;

@@ -19,6 +19,10 @@ namespace tessera {
 // load time, so building a step graph looks nothing up.
 struct WeightTensor : Tensor {
   float out_scale = 1.0f;
+  // Tensor parallelism: this rank's columns of a row-parallel matrix (a split input dim: attention
+  // output, FFN down), so x W^T is its part of a sum over the ranks (GraphContext::linear and
+  // moe_ffn all-reduce it).
+  bool partial_sum = false;
 };
 
 // One weight a family needs: its GGUF name, the shape the config implies (checked before any
@@ -43,6 +47,11 @@ struct TensorSpec {
   // A table the embed op reads by rows (token, position and token-type embeddings): it keeps the
   // file's layout (Device::prepare_weight is not asked to repack it for a matmul).
   bool embedding_rows = false;
+  // Tensor parallelism (docs/multi-device.md): the dim of |shape| split across the ranks (rank r
+  // keeps the r-th of tp equal parts), -1: every rank keeps the whole tensor. Heads and FFN rows
+  // split by output (q/k/v, gate/up: dim 0 of a matrix, dim 1 of experts); attention output and
+  // FFN down by input (the last dim), which makes their product a partial sum.
+  int tp_dim = -1;
 };
 // The name of expert |e|'s tensor in the per-expert layout, from the merged name.
 std::string per_expert_name(const std::string& merged, int e);
