@@ -127,8 +127,8 @@ class PlanWriter {
     w_.push_back(int32_t(v.size()));
     for (float f : v) w_.push_back(std::bit_cast<int32_t>(f));
   }
-  void pairs(const std::vector<std::pair<int32_t, int32_t>>& v) {
-    w_.push_back(int32_t(v.size()));
+  void pairs(const std::vector<std::pair<int32_t, int32_t>>& v) {  // read back as one vec of 2 words each
+    w_.push_back(int32_t(2 * v.size()));
     for (const auto& [a, b] : v) w_.insert(w_.end(), {a, b});
   }
   void one(int32_t x) { w_.push_back(x); }

@@ -1,5 +1,8 @@
 #include "core/comm/mpi_communicator.h"
 
+// The C API only: Open MPI and MPICH would otherwise pull in their deprecated C++ bindings.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
 #include <atomic>

@@ -85,10 +85,12 @@ class TensorParallel : public ::testing::Test {
     EXPECT_EQ(s.rank_config().n_kv_heads * tp, w.config().n_kv_heads);
     // Each rank holds its part of the split weights (the embedding, norms and routers whole).
     for (const Tensor* t : s.weight_tensors()) {
-      if (t->name.find("attn_q.weight") != std::string::npos)
+      if (t->name.find("attn_q.weight") != std::string::npos) {
         EXPECT_EQ(t->shape[0] * tp, int64_t(w.config().n_heads) * w.config().head_dim) << t->name;
-      if (t->name.find("ffn_down_exps") != std::string::npos)
+      }
+      if (t->name.find("ffn_down_exps") != std::string::npos) {
         EXPECT_EQ(t->shape[2] * tp, w.config().n_ff_exp) << t->name;
+      }
     }
     model_test::expect_models_match(w, s, "one rank", "tensor-parallel", {"The capital of France", "abc abc abc d"}, 6,
                                     DType::kF32, tol, false);
@@ -166,7 +168,8 @@ TEST_F(TensorParallel, FollowersRunRankZerosEngine) {
   auto whole_kv = (*whole)->create_kv_cache(512, DType::kF32);
   ASSERT_TRUE(whole_kv.ok());
   // Two prompts sharing a 20-token prefix (the second hits the first's cached blocks), and a
-  // third of its own, all greedy.
+  // third of its own with two completions (forks share its partial last block: copy-on-write
+  // block copies), all greedy.
   std::vector<std::vector<int32_t>> prompts(3);
   for (int i = 0; i < 20; ++i) prompts[0].push_back(int32_t((i * 37 + 11) % 250));
   prompts[1] = prompts[0];
@@ -179,12 +182,15 @@ TEST_F(TensorParallel, FollowersRunRankZerosEngine) {
     std::map<RequestId, std::vector<int32_t>> out;
     std::vector<RequestId> ids;
     for (const auto& p : prompts) {
-      if (ids.size() == 1) EXPECT_TRUE(engine.run_until_idle().ok());  // the first's blocks get cached
+      if (ids.size() == 1) {  // the first's blocks get cached
+        EXPECT_TRUE(engine.run_until_idle().ok());
+      }
       GenerationRequest r;
       r.prompt = p;
       r.sampling = SamplingParams::greedy();
       r.max_tokens = 12;
       r.ignore_eos = true;
+      if (ids.size() == 2) r.n = 2;
       r.on_token = [&out](const TokenEvent& ev) {
         if (ev.token >= 0) out[ev.id].push_back(ev.token);
       };
@@ -202,7 +208,7 @@ TEST_F(TensorParallel, FollowersRunRankZerosEngine) {
   EXPECT_TRUE((*shard)->stop_followers().ok());
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) {
-    EXPECT_EQ(want[i].size(), 12u);
+    EXPECT_EQ(want[i].size(), i == 2 ? 24u : 12u);  // the third: two completions
     EXPECT_EQ(got[i], want[i]) << "prompt " << i;
   }
 }
