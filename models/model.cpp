@@ -363,7 +363,8 @@ Status Model::load_weights(const std::string& path, const TensorGetter& get, con
     placement_.emplace(std::move(placed).value());
   }
   if (comm_ && placement_->split())
-    return Unimplemented(path + ": tensor parallelism with a model split across devices (--gpu-layers, --cpu-moe, "
+    return Unimplemented(path +
+                         ": tensor parallelism with a model split across devices (--gpu-layers, --cpu-moe, "
                          "--override-tensor) is not supported yet");
   // CPU-like devices address the mapped file (or the repacked block) in place; the others get a
   // copy per tensor. One mapping per region and device.
@@ -645,7 +646,8 @@ Result<int> Model::add_lora(const std::string& name, const std::string& path, co
   if (pending_.active) return Internal("Model::add_lora: a step is pending (collect it first)");
   if (name.empty()) return InvalidArgument("an adapter needs a name");
   if (tp_size() > 1)
-    return Unimplemented("LoRA adapters on a tensor-parallel model (" + std::to_string(tp_size()) + " ranks) are not supported yet");
+    return Unimplemented("LoRA adapters on a tensor-parallel model (" + std::to_string(tp_size()) +
+                         " ranks) are not supported yet");
   for (const LoraAdapter& a : loras_)
     if (a.name == name)
       return InvalidArgument("an adapter named '" + name + "' is already loaded (from " + a.path + ")");

@@ -220,7 +220,7 @@ class Model final : public ModelRunner {
   Status collect_step(std::vector<float>* logits);
   Status note_tp_failure(Status s);
   mutable std::mutex tp_failure_mutex_;
-  Status tp_failure_;  // the first failed collective's status (health())
+  Status tp_failure_;               // the first failed collective's status (health())
   bool followers_stopped_ = false;  // or none follow (LoadOptions::tp_every_rank_steps)
   Status load_weights(const std::string& path, const TensorGetter& get, const LoadOptions& opts);
   // PlacementOptions::kFitLayers resolved from the weights' sizes (name, bytes) and the budget.
@@ -250,8 +250,8 @@ class Model final : public ModelRunner {
   Device* logits_device_ = nullptr;  // the device logits_host_ belongs to
   const Architecture* arch_ = nullptr;
   ModelConfig cfg_;
-  ModelConfig rank_cfg_;                 // see rank_config()
-  std::shared_ptr<Communicator> comm_;   // tensor parallelism (size > 1), else null
+  ModelConfig rank_cfg_;                // see rank_config()
+  std::shared_ptr<Communicator> comm_;  // tensor parallelism (size > 1), else null
   std::unique_ptr<ArchWeights> weights_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::string chat_template_;

@@ -56,11 +56,12 @@ const uint8_t* row_at(const HostTensor& h, int64_t o, size_t row_bytes) {
 Result<HostTensor> Model::shard_weight(const HostTensor& h, int dim, const std::string& name) const {
   const int tp = tp_size(), r = tp_rank();
   const int n = int(h.shape.size());
-  if (dim < 0 || dim >= n) return Internal(name + ": tensor-parallel dim " + std::to_string(dim) + " of a rank-" + std::to_string(n));
+  if (dim < 0 || dim >= n)
+    return Internal(name + ": tensor-parallel dim " + std::to_string(dim) + " of a rank-" + std::to_string(n));
   const int64_t S = h.shape[size_t(dim)], part = S / tp, K = h.shape[size_t(n - 1)];
   if (S % tp != 0)
-    return InvalidArgument(name + ": tensor parallelism over " + std::to_string(tp) + " ranks cannot split its dim of " +
-                           std::to_string(S));
+    return InvalidArgument(name + ": tensor parallelism over " + std::to_string(tp) +
+                           " ranks cannot split its dim of " + std::to_string(S));
   const bool columns = dim == n - 1;  // a row-parallel weight: each row keeps a range of its blocks
   if (columns) {
     if (const std::string err = dtype_row_check(h.dtype, part); !err.empty())
@@ -213,7 +214,8 @@ Status Model::stop_followers() {
 }
 
 Status Model::follow(KvCache& kv) {
-  if (!comm_ || comm_->rank() == 0) return InvalidArgument("Model::follow: only a tensor-parallel rank other than 0 follows");
+  if (!comm_ || comm_->rank() == 0)
+    return InvalidArgument("Model::follow: only a tensor-parallel rank other than 0 follows");
   std::vector<int32_t> words;
   std::vector<float> logits;
   const double timeout = comm_->timeout();

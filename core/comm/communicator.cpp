@@ -14,7 +14,8 @@ Status Communicator::all_reduce_sum(void* data, int64_t count, DType dtype) {
   if (count < 0) return InvalidArgument("all_reduce_sum: negative count " + std::to_string(count));
   if (dtype == DType::kF32) return all_reduce_f32(static_cast<float*>(data), count);
   if (dtype != DType::kF16 && dtype != DType::kBF16)
-    return InvalidArgument(std::string("all_reduce_sum: ") + dtype_name(dtype) + " values cannot be summed (f32, f16, bf16)");
+    return InvalidArgument(std::string("all_reduce_sum: ") + dtype_name(dtype) +
+                           " values cannot be summed (f32, f16, bf16)");
   if (scratch_count_ < count) {
     scratch_.reset(new float[size_t(count)]);
     scratch_count_ = count;
@@ -59,8 +60,9 @@ Result<std::shared_ptr<Communicator>> open_communicator() {
   TS_ASSIGN_OR_RETURN(auto c, MpiCommunicator::world());
   return std::shared_ptr<Communicator>(std::move(c));
 #else
-  return Unimplemented("this process runs under mpirun (or TESSERA_COMM=mpi) but Tessera was built without MPI "
-                       "(install libopenmpi-dev and reconfigure)");
+  return Unimplemented(
+      "this process runs under mpirun (or TESSERA_COMM=mpi) but Tessera was built without MPI "
+      "(install libopenmpi-dev and reconfigure)");
 #endif
 }
 

@@ -44,7 +44,8 @@ Status check_supported(const Device& device, const Graph& graph) {
   for (const Node& n : graph.nodes()) {
     if (n.op == OpKind::kView) continue;
     if (n.op == OpKind::kAllReduce)
-      return InvalidArgument(device.info().id + ": all_reduce is a tensor-parallel collective: a step graph holding one "
+      return InvalidArgument(device.info().id +
+                             ": all_reduce is a tensor-parallel collective: a step graph holding one "
                              "runs through SplitGraph with a Communicator, not one executor");
     const OpDTypes d = op_dtypes(graph, n);
     if (!device.supports(n.op, d.act, d.weight))

@@ -215,7 +215,8 @@ Result<std::unique_ptr<SplitGraph>> SplitGraph::build(const Graph& graph, Device
   TS_RETURN_IF_ERROR(graph.status());
   for (const Node& n : graph.nodes())
     if (n.op == OpKind::kAllReduce && !comm)
-      return InvalidArgument("split graph: the graph holds all_reduce nodes (a tensor-parallel model) but no communicator");
+      return InvalidArgument(
+          "split graph: the graph holds all_reduce nodes (a tensor-parallel model) but no communicator");
   std::unique_ptr<SplitGraph> sg(new SplitGraph());
   sg->original_ = &graph;
   sg->comm_ = comm;

@@ -39,13 +39,13 @@ namespace tessera {
 
 struct SplitStats {
   int segments = 0;
-  int64_t copies = 0;        // landing copies made by run() so far (all segments' inputs)
-  int64_t copied_bytes = 0;  // their bytes
-  double copy_seconds = 0;   // host wall time of the copies themselves
-  double wait_seconds = 0;   // host wall time waiting for a producing segment before its copies
-  int64_t reduces = 0;       // all-reduces made by run() so far (tensor parallelism)
-  int64_t reduced_bytes = 0; // their bytes (per rank)
-  double reduce_seconds = 0; // host wall time in the Communicator (the other ranks' lag included)
+  int64_t copies = 0;         // landing copies made by run() so far (all segments' inputs)
+  int64_t copied_bytes = 0;   // their bytes
+  double copy_seconds = 0;    // host wall time of the copies themselves
+  double wait_seconds = 0;    // host wall time waiting for a producing segment before its copies
+  int64_t reduces = 0;        // all-reduces made by run() so far (tensor parallelism)
+  int64_t reduced_bytes = 0;  // their bytes (per rank)
+  double reduce_seconds = 0;  // host wall time in the Communicator (the other ranks' lag included)
 };
 
 class Communicator;

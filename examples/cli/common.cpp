@@ -62,9 +62,10 @@ void add_model_options(CLI::App* cmd, ModelOptions* o) {
 }
 
 void add_tp_option(CLI::App* cmd, int* tp) {
-  cmd->add_option("--tp", *tp,
-                  "tensor parallelism over N ranks, one process each: mpirun -n N tessera ... --tp N (each holds 1/N of "
-                  "the heads and FFN rows; rank 0 plans and answers, the others follow; docs/multi-device.md)")
+  cmd->add_option(
+         "--tp", *tp,
+         "tensor parallelism over N ranks, one process each: mpirun -n N tessera ... --tp N (each holds 1/N of "
+         "the heads and FFN rows; rank 0 plans and answers, the others follow; docs/multi-device.md)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
 }
@@ -73,9 +74,9 @@ Result<std::shared_ptr<Communicator>> tensor_parallel_comm(int tp) {
   if (tp <= 1) return std::shared_ptr<Communicator>();
   TS_ASSIGN_OR_RETURN(auto comm, open_communicator());
   if (comm->size() != tp)
-    return InvalidArgument("--tp " + std::to_string(tp) + " but this process is one of " + std::to_string(comm->size()) +
-                           " ranks: launch it as `mpirun -n " + std::to_string(tp) + " tessera ... --tp " +
-                           std::to_string(tp) + "`");
+    return InvalidArgument("--tp " + std::to_string(tp) + " but this process is one of " +
+                           std::to_string(comm->size()) + " ranks: launch it as `mpirun -n " + std::to_string(tp) +
+                           " tessera ... --tp " + std::to_string(tp) + "`");
   return comm;
 }
 
@@ -230,7 +231,10 @@ LoadOptions load_options(const ModelOptions& o, const LoadOptions& extra) {
 
 std::unique_ptr<Model> load_model(const ModelOptions& opts, const LoadOptions& extra) {
   auto comm = tensor_parallel_comm(opts.tp);
-  if (!comm.ok()) { fail(comm.status()); return nullptr; }
+  if (!comm.ok()) {
+    fail(comm.status());
+    return nullptr;
+  }
   ModelOptions o = opts;
   o.quiet = o.quiet || (*comm && (*comm)->rank() > 0);  // rank 0 speaks for all
   o.threads = threads_per_rank(o.threads, o.tp);

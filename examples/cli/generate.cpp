@@ -89,11 +89,12 @@ void print_placement(const Model& model, int64_t steps) {
   const SplitStats& ss = model.split_stats();
   const double n = double(std::max<int64_t>(1, steps));
   if (model.tp_size() > 1)
-    std::fprintf(stderr,
-                 "stats: tensor-parallel over %d ranks: %d of %d heads here; %.1f all-reduces per step (%.1f KB, %.2f ms "
-                 "per step in the communicator, the other ranks' lag included)\n",
-                 model.tp_size(), model.rank_config().n_heads, model.config().n_heads, double(ss.reduces) / n,
-                 double(ss.reduced_bytes) / 1e3 / n, ss.reduce_seconds * 1e3 / n);
+    std::fprintf(
+        stderr,
+        "stats: tensor-parallel over %d ranks: %d of %d heads here; %.1f all-reduces per step (%.1f KB, %.2f ms "
+        "per step in the communicator, the other ranks' lag included)\n",
+        model.tp_size(), model.rank_config().n_heads, model.config().n_heads, double(ss.reduces) / n,
+        double(ss.reduced_bytes) / 1e3 / n, ss.reduce_seconds * 1e3 / n);
   if (!model.placement().split()) return;
   std::fprintf(stderr, "stats: placed %s\n", placement_summary(model).c_str());
   std::fprintf(
@@ -199,7 +200,8 @@ LoadOptions one_sequence() {
 
 void run_command(const GenerateOptions& o) {
   if (o.model.tp > 1 && o.spec.mode != "off")
-    return fail(Unimplemented("--spec with --tp: speculative decoding on a tensor-parallel model is not supported yet"));
+    return fail(
+        Unimplemented("--spec with --tp: speculative decoding on a tensor-parallel model is not supported yet"));
   auto model = load_model(o.model, one_sequence());
   if (!model) return;
   const auto kvt = dtype_from_name(o.model.kv_dtype);

@@ -82,8 +82,9 @@ Status open_step_log(const std::string& path, StepLog* log, EngineConfig* ec) {
 }
 
 // The model as every rank loads it (rank 0 and, under --tp, the followers alike), with its KV cache.
-Status load_served_model(const ServeCommandOptions& o, const DevicePtr& dev, DType kvt, std::shared_ptr<Communicator> comm,
-                         std::unique_ptr<Model>* model, std::unique_ptr<KvCache>* kv, LoadOptions* used) {
+Status load_served_model(const ServeCommandOptions& o, const DevicePtr& dev, DType kvt,
+                         std::shared_ptr<Communicator> comm, std::unique_ptr<Model>* model,
+                         std::unique_ptr<KvCache>* kv, LoadOptions* used) {
   LoadOptions lo;
   lo.max_batch_tokens = o.scheduler.max_batch_tokens;
   lo.max_seqs = o.scheduler.max_seqs;
@@ -162,7 +163,8 @@ void serve_command(const ServeCommandOptions& opts) {
   ec.scheduler.prefix_caching = !o.no_prefix_caching;
   ec.scheduler.swap = o.preemption == "swap";
   const int swap_tokens = o.swap_space > 0 ? o.swap_space : o.ctx;
-  ec.scheduler.swap_blocks = ec.scheduler.swap ? (swap_tokens + kv->config().block_size - 1) / kv->config().block_size : 0;
+  ec.scheduler.swap_blocks =
+      ec.scheduler.swap ? (swap_tokens + kv->config().block_size - 1) / kv->config().block_size : 0;
   // A CPU device computes on our threads: fit on CPU time, immune to other processes' load.
   const DeviceInfo& di = model->device().info();
   if (di.type == DeviceType::kCpu && di.threads > 0 && !o.wall_clock_cost)

@@ -45,12 +45,15 @@ class TensorParallel : public ::testing::Test {
     const std::string four = " --dtype f32 --layers 2 --kv-heads 4 --out ";  // 4 heads, 4 KV heads
     for (const char* arch : {"llama", "qwen3", "mixtral", "qwen2moe"})
       ASSERT_EQ(testing::run_make_tiny_model(std::string("--arch ") + arch + four + path(arch)), "");
-    ASSERT_EQ(testing::run_make_tiny_model("--arch llama --dtype q8_0 --layers 2 --kv-heads 4 --out " + path("llama-q8_0")), "");
+    ASSERT_EQ(
+        testing::run_make_tiny_model("--arch llama --dtype q8_0 --layers 2 --kv-heads 4 --out " + path("llama-q8_0")),
+        "");
     // 6 heads over 3 KV heads: no degree of 2 or 4 divides both.
-    ASSERT_EQ(testing::run_make_tiny_model("--arch llama --dtype f32 --layers 2 --dim 96 --heads 6 --kv-heads 3 --out " +
-                                           path("llama-6-heads")),
+    ASSERT_EQ(testing::run_make_tiny_model(
+                  "--arch llama --dtype f32 --layers 2 --dim 96 --heads 6 --kv-heads 3 --out " + path("llama-6-heads")),
               "");
-    ASSERT_EQ(testing::run_make_tiny_model("--arch olmoe --dtype f32 --layers 2 --kv-heads 4 --out " + path("olmoe")), "");
+    ASSERT_EQ(testing::run_make_tiny_model("--arch olmoe --dtype f32 --layers 2 --kv-heads 4 --out " + path("olmoe")),
+              "");
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
   static std::string path(const std::string& name) { return dir_ + "/" + name + ".gguf"; }
@@ -140,14 +143,16 @@ TEST_F(TensorParallel, BadDegreesAndFamiliesAreRefusedByName) {
     EXPECT_TRUE(odd.ok()) << odd.status().to_string();
   } else {
     ASSERT_FALSE(odd.ok());
-    EXPECT_NE(odd.status().message().find("does not divide the model's"), std::string::npos) << odd.status().to_string();
+    EXPECT_NE(odd.status().message().find("does not divide the model's"), std::string::npos)
+        << odd.status().to_string();
   }
   auto olmoe = load("olmoe", true);
   if (comm_->size() == 1) {
     EXPECT_TRUE(olmoe.ok()) << olmoe.status().to_string();
   } else {
     ASSERT_FALSE(olmoe.ok());
-    EXPECT_NE(olmoe.status().message().find("QK-norm spans every head"), std::string::npos) << olmoe.status().to_string();
+    EXPECT_NE(olmoe.status().message().find("QK-norm spans every head"), std::string::npos)
+        << olmoe.status().to_string();
   }
 }
 
