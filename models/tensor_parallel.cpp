@@ -1,9 +1,9 @@
 // Tensor parallelism's part of loading (docs/multi-device.md): which shapes a rank computes
 // with, and its shard of each split weight. The step side is GraphContext (the all-reduces after
 // row-parallel products) and SplitGraph (which performs them through the Communicator).
-#include <bit>
 #include <cstring>
 
+#include "core/sched/step_plan_codec.h"
 #include "models/model.h"
 
 namespace tessera {
@@ -114,95 +114,13 @@ Status Model::health() const {
   return tp_failure_;
 }
 
-// The follower protocol: rank 0 broadcasts each step's plan as int32 words (its length first,
-// -1 for "stop"); the others rebuild it and run the same step.
-namespace {
-
-class PlanWriter {
- public:
-  void vec(const std::vector<int32_t>& v) {
-    w_.push_back(int32_t(v.size()));
-    w_.insert(w_.end(), v.begin(), v.end());
-  }
-  void floats(const std::vector<float>& v) {
-    w_.push_back(int32_t(v.size()));
-    for (float f : v) w_.push_back(std::bit_cast<int32_t>(f));
-  }
-  void pairs(const std::vector<std::pair<int32_t, int32_t>>& v) {  // read back as one vec of 2 words each
-    w_.push_back(int32_t(2 * v.size()));
-    for (const auto& [a, b] : v) w_.insert(w_.end(), {a, b});
-  }
-  void one(int32_t x) { w_.push_back(x); }
-  std::vector<int32_t>& words() { return w_; }
-
- private:
-  std::vector<int32_t> w_;
-};
-
-class PlanReader {
- public:
-  explicit PlanReader(const std::vector<int32_t>& w) : w_(w) {}
-  bool one(int32_t* x) {
-    if (at_ >= w_.size()) return false;
-    *x = w_[at_++];
-    return true;
-  }
-  bool vec(std::vector<int32_t>* v) {
-    int32_t n = 0;
-    if (!one(&n) || n < 0 || size_t(n) > w_.size() - at_) return false;
-    v->assign(w_.begin() + long(at_), w_.begin() + long(at_) + n);
-    at_ += size_t(n);
-    return true;
-  }
-  bool floats(std::vector<float>* v) {
-    std::vector<int32_t> bits;
-    if (!vec(&bits)) return false;
-    v->clear();
-    for (int32_t b : bits) v->push_back(std::bit_cast<float>(b));
-    return true;
-  }
-  bool pairs(std::vector<std::pair<int32_t, int32_t>>* v) {
-    std::vector<int32_t> flat;
-    if (!vec(&flat) || flat.size() % 2) return false;
-    v->clear();
-    for (size_t i = 0; i < flat.size(); i += 2) v->push_back({flat[i], flat[i + 1]});
-    return true;
-  }
-  bool done() const { return at_ == w_.size(); }
-
- private:
-  const std::vector<int32_t>& w_;
-  size_t at_ = 0;
-};
-
-// Every field of a step plan, in one order, for both directions.
-template <class IO, class Plan>
-bool plan_fields(IO& io, Plan& p) {
-  return io.vec(&p.tokens) && io.vec(&p.positions) && io.vec(&p.slot_mapping) && io.vec(&p.query_start) &&
-         io.vec(&p.seq_lens) && io.vec(&p.block_tables) && io.one(&p.max_blocks) && io.vec(&p.window_slot_mapping) &&
-         io.vec(&p.window_block_tables) && io.one(&p.window_max_blocks) && io.vec(&p.state_slots) &&
-         io.vec(&p.lora_slots) && io.floats(&p.lora_scales) && io.vec(&p.logit_rows) && io.vec(&p.pool_seqs) &&
-         io.pairs(&p.block_copies) && io.pairs(&p.window_block_copies) && io.pairs(&p.swap_out) && io.pairs(&p.swap_in);
-}
-
-// The writer takes the fields by value through the same template.
-struct PlanWriterIO {
-  PlanWriter& w;
-  bool vec(const std::vector<int32_t>* v) { return w.vec(*v), true; }
-  bool floats(const std::vector<float>* v) { return w.floats(*v), true; }
-  bool pairs(const std::vector<std::pair<int32_t, int32_t>>* v) { return w.pairs(*v), true; }
-  bool one(const int32_t* x) { return w.one(*x), true; }
-};
-
-}  // namespace
-
+// The follower protocol: rank 0 broadcasts each step's plan (its length in words first, -1 for
+// "stop"); the others decode it and run the same step.
 Status Model::broadcast_step(const StepPlan& plan) {
-  PlanWriter w;
-  PlanWriterIO io{w};
-  plan_fields(io, plan);
-  int64_t n = int64_t(w.words().size());
+  std::vector<int32_t> words = encode_step_plan(plan);
+  int64_t n = int64_t(words.size());
   TS_RETURN_IF_ERROR(comm_->broadcast(&n, sizeof n, 0));
-  return comm_->broadcast(w.words().data(), size_t(n) * 4, 0);
+  return comm_->broadcast(words.data(), size_t(n) * 4, 0);
 }
 
 Status Model::stop_followers() {
@@ -228,10 +146,9 @@ Status Model::follow(KvCache& kv) {
     if (n < 0) return OkStatus();
     words.resize(size_t(n));
     TS_RETURN_IF_ERROR(comm_->broadcast(words.data(), size_t(n) * 4, 0));
-    StepPlan plan;
-    PlanReader r(words);
-    if (!plan_fields(r, plan) || !r.done())
-      return DataLoss("rank " + std::to_string(comm_->rank()) + ": a step plan from rank 0 did not parse");
+    auto decoded = decode_step_plan(words);
+    if (!decoded.ok()) return decoded.status().with_context("rank " + std::to_string(comm_->rank()) + ": ");
+    const StepPlan& plan = *decoded;
     // What rank 0's engine applied before its step, in its order.
     TS_RETURN_IF_ERROR(kv.swap_out(plan.swap_out));
     TS_RETURN_IF_ERROR(kv.swap_in(plan.swap_in));
