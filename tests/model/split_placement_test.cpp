@@ -17,6 +17,7 @@
 
 #include "core/registry.h"
 #include "core/sched/engine.h"
+#include "core/sched/ngram_proposer.h"
 #include "models/gguf/gguf.h"
 #include "models/model.h"
 #include "tests/model/vulkan_vs_cpu.h"
@@ -169,7 +170,8 @@ std::vector<int32_t> prompt(int n, uint32_t seed) {
 // and then the others together; shared prefixes hit the prefix cache, and a small cache preempts
 // (by swap when |swap|).
 std::vector<std::vector<int32_t>> generate(Model& m, const std::vector<std::vector<int32_t>>& prompts,
-                                           int64_t kv_tokens, bool swap, EngineStats* stats) {
+                                           int64_t kv_tokens, bool swap, EngineStats* stats,
+                                           std::shared_ptr<Proposer> proposer = nullptr) {
   auto kv = m.create_kv_cache(kv_tokens, DType::kF32);
   EXPECT_TRUE(kv.ok()) << kv.status().to_string();
   if (!kv.ok()) return {};
@@ -177,6 +179,11 @@ std::vector<std::vector<int32_t>> generate(Model& m, const std::vector<std::vect
   ec.scheduler.itl_factor = 0;
   ec.scheduler.swap = swap;
   ec.scheduler.swap_blocks = swap ? 32 : 0;
+  if (proposer) {  // speculative decoding: drafts verified in multi-token steps, every step
+    ec.spec.proposer = std::move(proposer);
+    ec.spec.k = 4;
+    ec.spec.cost_gate = false;
+  }
   Engine engine(m, **kv, m.codec(), ec);
   std::map<RequestId, std::vector<int32_t>> out;
   std::vector<RequestId> ids;
@@ -223,6 +230,20 @@ TEST_P(SplitPlacement, EngineGivesTheOneDeviceTokens) {
   EXPECT_EQ(generate(*split, prompts, 128, true, &tight), want);
   EXPECT_GT(tight.sched.preemptions, 0);
   EXPECT_GT(tight.kv.swap_ins, 0) << "no sequence came back from the host slots";
+  // Speculative decoding (n-gram drafts; greedy verification keeps the tokens), on prompts that
+  // repeat themselves, so the proposer finds n-grams to draft from.
+  std::vector<std::vector<int32_t>> repeats;
+  for (uint32_t i = 0; i < 2; ++i) {
+    const std::vector<int32_t> p = prompt(12, 30 + i);
+    std::vector<int32_t> q = p;
+    q.insert(q.end(), p.begin(), p.end());
+    q.insert(q.end(), p.begin(), p.begin() + 4);
+    repeats.push_back(q);
+  }
+  EngineStats spec;
+  const auto want_repeats = generate(*alone, repeats, 1024, false, nullptr);
+  EXPECT_EQ(generate(*split, repeats, 1024, false, &spec, std::make_shared<NgramProposer>()), want_repeats);
+  EXPECT_GT(spec.spec.drafted, 0) << "no draft was verified";
 }
 
 // kFitLayers: the whole model on the main device when it fits the budget, else the trailing
