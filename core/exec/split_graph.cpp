@@ -248,9 +248,9 @@ Status SplitGraph::copy_in(Segment& seg, const Landing& l) {
       stats_.wait_seconds += std::chrono::duration<double>(Clock::now() - w0).count();
     }
   }
+  if (l.reduce) return reduce_in(seg, l, *src, *from);
   const auto t0 = Clock::now();
   const size_t bytes = size_t(l.landing.nbytes());
-  if (l.reduce) return reduce_in(seg, l, *src, *from);
   if (from == seg.device) {
     const CopyRegion region{src->buffer.get(), src->offset, l.landing.buffer.get(), 0, bytes};
     TS_RETURN_IF_ERROR(seg.device->copy(std::span<const CopyRegion>(&region, 1)).status());
